@@ -1,0 +1,31 @@
+"""Shared CLI plumbing: global options and the one-line error exit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+@dataclass(frozen=True)
+class GlobalOptions:
+    root: Path  # the claims project: claims.yaml, experiments/, results/, site/
+    model: Path | None  # None = the shipped claimbench-tiny
+    dtype: str  # "bfloat16" | "float32"
+
+
+def global_options(ctx: typer.Context) -> GlobalOptions:
+    """The options given before the command (set by the app callback)."""
+    return ctx.find_root().obj
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print one line naming the problem to stderr and exit non-zero, never a traceback."""
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)

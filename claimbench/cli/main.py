@@ -1,0 +1,44 @@
+"""The claimbench command line: one module per command group, joined here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from claimbench.cli.common import GlobalOptions, fail
+
+app = typer.Typer(
+    help="Run an LLM-serving design's falsifiable claims as experiments, score them, publish.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+DTYPES = ("bfloat16", "float32")
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    root: Annotated[
+        Path, typer.Option(help="Claims project directory (claims.yaml, experiments/, results/).")
+    ] = Path("."),
+    model: Annotated[
+        Path | None,
+        typer.Option(help="Local Hugging Face model directory (default: shipped claimbench-tiny)."),
+    ] = None,
+    dtype: Annotated[str, typer.Option(help="Model compute dtype: bfloat16 or float32.")] = (
+        "bfloat16"
+    ),
+) -> None:
+    """claimbench: claims -> experiments -> Parquet results -> scores -> scoreboard."""
+    if dtype not in DTYPES:
+        fail(f"--dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    if not root.is_dir():
+        fail(f"--root {root} is not a directory")
+    ctx.obj = GlobalOptions(root=root.resolve(), model=model, dtype=dtype)
+
+
+# Command groups register below, one line each (keep this block append-only).

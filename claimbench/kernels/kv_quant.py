@@ -1,0 +1,85 @@
+"""KV-cache storage formats: bf16/f32 as is, int8 with scales, fp8 e4m3 with a tensor scale.
+
+A layer's cache is a ``LayerKV``: ``pages`` of shape
+[num_pages, page_size, 2 * num_kv_heads, head_dim] with K and V interleaved on
+the head axis (row 2h is K of head h, row 2h + 1 is V of head h), and
+``scales``, whose shape depends on the storage dtype:
+
+- bf16 / f32: ``None``.
+- int8: f32[num_pages, page_size, 2 * num_kv_heads], one symmetric scale per
+  token and per K/V head row (absmax / 127), stored beside the pages.
+- fp8 (float8_e4m3fn): f32[2] = (k_scale, v_scale), per tensor, 1.0 or
+  calibrated from held-out text.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+INT8_MAX = 127.0
+FP8_DTYPE = jnp.float8_e4m3fn
+FP8_MAX = float(jnp.finfo(FP8_DTYPE).max)  # 448
+
+
+class LayerKV(NamedTuple):
+    pages: jax.Array  # [num_pages, page_size, 2 * num_kv_heads, head_dim]
+    scales: jax.Array | None  # see module docstring
+
+
+def kv_storage_dtype(kv_dtype: str, compute_dtype: jnp.dtype) -> jnp.dtype:
+    """Map a config name ("auto", "bf16", "f32", "int8", "fp8") to the page dtype."""
+    table = {"bf16": jnp.bfloat16, "f32": jnp.float32, "int8": jnp.int8, "fp8": FP8_DTYPE}
+    if kv_dtype == "auto":
+        return jnp.dtype(compute_dtype)
+    if kv_dtype not in table:
+        raise ValueError(f"unknown kv_dtype {kv_dtype!r}; expected auto, {', '.join(table)}")
+    return jnp.dtype(table[kv_dtype])
+
+
+def interleave_kv(k: jax.Array, v: jax.Array) -> jax.Array:
+    """[T, H, D], [T, H, D] -> [T, 2H, D] with K at even rows and V at odd rows."""
+    t, h, d = k.shape
+    return jnp.stack([k, v], axis=2).reshape(t, 2 * h, d)
+
+
+def split_kv(kv: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Inverse of ``interleave_kv`` on the second-to-last axis."""
+    return kv[..., 0::2, :], kv[..., 1::2, :]
+
+
+def quantize_int8(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """f[..., D] -> (i8[..., D], f32[...]) with a symmetric absmax scale per row."""
+    x = x.astype(jnp.float32)
+    scale = jnp.max(jnp.abs(x), axis=-1) / INT8_MAX
+    scale = jnp.where(scale == 0.0, 1.0, scale)
+    q = jnp.clip(jnp.round(x / scale[..., None]), -INT8_MAX, INT8_MAX).astype(jnp.int8)
+    return q, scale
+
+
+def fp8_row_scales(scales: jax.Array, num_rows: int) -> jax.Array:
+    """f32[2] (k_scale, v_scale) -> f32[num_rows] matching the interleaved head axis."""
+    return jnp.tile(scales, num_rows // 2)
+
+
+def quantize_rows(kv: jax.Array, scales: jax.Array | None, dtype: jnp.dtype):
+    """Quantize interleaved new KV rows f[T, 2H, D] into the page format.
+
+    Returns (stored f[T, 2H, D] in ``dtype``, per-row scales f32[T, 2H] or None).
+    """
+    if dtype == jnp.int8:
+        return quantize_int8(kv)
+    if dtype == FP8_DTYPE:
+        row_scale = fp8_row_scales(scales, kv.shape[1])[None, :, None]
+        q = jnp.clip(kv.astype(jnp.float32) / row_scale, -FP8_MAX, FP8_MAX).astype(dtype)
+        return q, None
+    return kv.astype(dtype), None
+
+
+def dequantize_rows(stored: jax.Array, row_scales: jax.Array | None, out_dtype) -> jax.Array:
+    """stored [..., 2H, D] with row_scales broadcastable to [..., 2H] -> float values."""
+    if row_scales is None:
+        return stored.astype(out_dtype)
+    return (stored.astype(jnp.float32) * row_scales[..., None]).astype(out_dtype)
