@@ -1,0 +1,69 @@
+"""Engine configuration: one frozen dataclass, validated on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from claimbench.engine.policies import ORDERINGS, VICTIMS
+from claimbench.kernels.backend import BACKENDS
+
+DTYPES = ("bfloat16", "float32")
+KV_DTYPES = ("auto", "bf16", "f32", "int8", "fp8")
+MIN_TOKEN_BUCKET = 16  # smallest padded token count a step is compiled for
+MIN_SEQ_BUCKET = 8  # smallest padded sequence-slot count
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything that shapes the engine; variants via ``dataclasses.replace``."""
+
+    model_path: Path | None = None  # local HF model directory; None = shipped claimbench-tiny
+    dtype: str = "bfloat16"  # model compute dtype: bfloat16 | float32
+    kv_dtype: str = "auto"  # auto (= dtype) | bf16 | f32 | int8 | fp8
+    kv_pool_bytes: int = 256 * 2**20  # KV budget: pages + scales, null page included
+    page_size: int = 16  # tokens per KV page
+    max_num_seqs: int = 32  # sequences in flight (running) at once
+    max_num_batched_tokens: int = 512  # token budget of one step
+    max_model_len: int = 1024  # prompt + output tokens of one request
+    attention_backend: str = "auto"  # auto | xla | pallas
+    scheduling_policy: str = "fcfs"  # waiting-queue order, see policies.ORDERINGS
+    victim_policy: str = "newest"  # preemption victim, see policies.VICTIMS
+    seed: int = 0  # seeds requests that bring no seed of their own
+    compilation_cache_dir: Path | None = None  # persistent JAX compilation cache
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype!r} is not one of {DTYPES}")
+        if self.kv_dtype not in KV_DTYPES:
+            raise ValueError(f"kv_dtype {self.kv_dtype!r} is not one of {KV_DTYPES}")
+        if self.attention_backend not in BACKENDS:
+            raise ValueError(
+                f"attention_backend {self.attention_backend!r} is not one of {BACKENDS}"
+            )
+        if self.scheduling_policy not in ORDERINGS:
+            raise ValueError(
+                f"scheduling_policy {self.scheduling_policy!r} is not one of {tuple(ORDERINGS)}"
+            )
+        if self.victim_policy not in VICTIMS:
+            raise ValueError(f"victim_policy {self.victim_policy!r} is not one of {tuple(VICTIMS)}")
+        for name in (
+            "kv_pool_bytes",
+            "page_size",
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "max_model_len",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            # Every running sequence needs at least one token of the budget per step.
+            raise ValueError(
+                f"max_num_batched_tokens={self.max_num_batched_tokens} < "
+                f"max_num_seqs={self.max_num_seqs}"
+            )
+
+    @property
+    def pages_per_seq(self) -> int:
+        """Block-table width: pages of a max_model_len request (fixed, so shapes are static)."""
+        return -(-self.max_model_len // self.page_size)

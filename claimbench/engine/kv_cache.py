@@ -1,0 +1,79 @@
+"""KV-cache sizing and allocation: exact bytes per token, per page, per pool.
+
+Per layer the cache is ``LayerKV(pages [num_pages, page_size, 2 * num_kv_heads,
+head_dim], scales)`` (kernels/kv_quant.py). int8 adds one f32 scale per token and
+K/V head row; fp8 one f32 (k, v) pair per layer, a fixed cost outside the pages.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV, kv_storage_dtype
+from claimbench.models.config import ModelConfig
+
+SCALE_BYTES = 4  # f32
+
+
+def kv_bytes_per_token(cfg: ModelConfig, storage_dtype: jnp.dtype) -> int:
+    """Bytes one token's K and V occupy across all layers, int8 scales included."""
+    rows = 2 * cfg.num_kv_heads
+    per_layer = rows * cfg.head_dim * jnp.dtype(storage_dtype).itemsize
+    if jnp.dtype(storage_dtype) == jnp.int8:
+        per_layer += rows * SCALE_BYTES
+    return cfg.num_layers * per_layer
+
+
+def kv_fixed_bytes(cfg: ModelConfig, storage_dtype: jnp.dtype) -> int:
+    """Bytes outside the pages: fp8's per-layer (k_scale, v_scale)."""
+    return cfg.num_layers * 2 * SCALE_BYTES if jnp.dtype(storage_dtype) == FP8_DTYPE else 0
+
+
+def num_pages_for_pool(
+    cfg: ModelConfig, storage_dtype: jnp.dtype, page_size: int, pool_bytes: int
+) -> int:
+    """Pages (null page included) that fit in pool_bytes; ValueError below two."""
+    page_bytes = page_size * kv_bytes_per_token(cfg, storage_dtype)
+    num_pages = (pool_bytes - kv_fixed_bytes(cfg, storage_dtype)) // page_bytes
+    if num_pages < 2:
+        raise ValueError(
+            f"kv_pool_bytes={pool_bytes} holds {max(num_pages, 0)} pages of {page_bytes} bytes; "
+            "need >= 2 (one is the null page)"
+        )
+    return int(num_pages)
+
+
+def pool_bytes(cfg: ModelConfig, storage_dtype: jnp.dtype, page_size: int, num_pages: int) -> int:
+    """Exact bytes of a pool of num_pages pages (what ``allocate_kv_cache`` allocates)."""
+    page_bytes = page_size * kv_bytes_per_token(cfg, storage_dtype)
+    return num_pages * page_bytes + kv_fixed_bytes(cfg, storage_dtype)
+
+
+def max_concurrent_sequences(num_usable_pages: int, page_size: int, seq_len: int) -> int:
+    """Sequences of seq_len tokens whose KV fits at once in num_usable_pages."""
+    if seq_len < 1:
+        raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+    return num_usable_pages // -(-seq_len // page_size)
+
+
+def resolve_kv_dtype(kv_dtype: str, compute_dtype: str) -> jnp.dtype:
+    """Config names ("auto" | "bf16" | ..., "bfloat16" | "float32") -> the page dtype."""
+    return kv_storage_dtype(kv_dtype, jnp.dtype(compute_dtype))
+
+
+def allocate_kv_cache(
+    cfg: ModelConfig, num_pages: int, page_size: int, storage_dtype: jnp.dtype
+) -> list[LayerKV]:
+    """One zeroed LayerKV per layer; int8 scales start at 1, fp8 tensor scales at 1.0."""
+    storage_dtype = jnp.dtype(storage_dtype)
+    shape = (num_pages, page_size, 2 * cfg.num_kv_heads, cfg.head_dim)
+    caches = []
+    for _ in range(cfg.num_layers):
+        if storage_dtype == jnp.int8:
+            scales = jnp.ones(shape[:3], jnp.float32)
+        elif storage_dtype == FP8_DTYPE:
+            scales = jnp.ones((2,), jnp.float32)
+        else:
+            scales = None
+        caches.append(LayerKV(jnp.zeros(shape, storage_dtype), scales))
+    return caches

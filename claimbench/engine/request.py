@@ -1,0 +1,113 @@
+"""A request's host-side state: tokens, progress, block table and timestamps.
+
+Progress is one counter, ``num_computed_tokens``: how many of the request's tokens
+(prompt, then outputs) already have their K/V in the cache. A step schedules the next
+tokens from there; once every token is computed the step samples a new one. A
+preemption frees the pages and resets the counter, so the request recomputes its
+prompt and outputs so far (recompute, as vLLM does) and then carries on.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from claimbench.engine.sampler import SamplingParams
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"  # queued (new, or preempted and back in line)
+    RUNNING = "running"  # holds pages and is scheduled every step
+    FINISHED = "finished"  # stopped, hit a limit, or aborted
+    REJECTED = "rejected"  # refused at admission; never scheduled
+
+
+class Request:
+    """One generation request. Times are ``time.perf_counter()`` seconds."""
+
+    def __init__(
+        self,
+        request_id: str,
+        seq_no: int,
+        prompt_token_ids: list[int],
+        sampling: SamplingParams,
+        *,
+        seed: int,
+        tenant: str,
+        priority: int,
+        arrival_time: float,
+    ) -> None:
+        self.request_id = request_id
+        self.seq_no = seq_no  # submission order, breaks ties between equal arrival times
+        self.prompt_token_ids = list(prompt_token_ids)
+        self.output_token_ids: list[int] = []
+        self.sampling = sampling
+        self.seed = seed  # resolved: the request's own seed or one derived from the engine's
+        self.tenant = tenant
+        self.priority = priority
+        self.arrival_time = arrival_time
+        self.status = RequestStatus.WAITING
+        self.num_computed_tokens = 0
+        self.block_table: list[int] = []  # page ids, in token order
+        self.num_preemptions = 0
+        self.first_scheduled_time: float | None = None
+        self.first_token_time: float | None = None
+        self.token_times: list[float] = []  # one per output token
+        self.finish_time: float | None = None
+        self.finish_reason: str | None = None  # stop | length | abort | rejected
+        self.rejected_reason: str | None = None
+        self.output_logprobs: list[float] = []
+        # log p(prompt[i] | prompt[:i]) at index i - 1; filled chunk by chunk.
+        self.prompt_logprobs: list[float | None] = [None] * max(len(prompt_token_ids) - 1, 0)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        return self.num_tokens - self.num_computed_tokens
+
+    @property
+    def max_total_tokens(self) -> int:
+        """Prompt plus the most output it may produce (the admission bound)."""
+        return self.num_prompt_tokens + self.sampling.max_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (RequestStatus.FINISHED, RequestStatus.REJECTED)
+
+    def token_ids(self, start: int, end: int) -> list[int]:
+        """Tokens [start, end) of prompt + outputs, without concatenating the whole lists."""
+        num_prompt = len(self.prompt_token_ids)
+        if end <= num_prompt:
+            return self.prompt_token_ids[start:end]
+        if start >= num_prompt:
+            return self.output_token_ids[start - num_prompt : end - num_prompt]
+        return self.prompt_token_ids[start:] + self.output_token_ids[: end - num_prompt]
+
+    def append_output(self, token_id: int, logprob: float, now: float) -> None:
+        self.output_token_ids.append(token_id)
+        self.token_times.append(now)
+        if self.first_token_time is None:
+            self.first_token_time = now
+        if self.sampling.logprobs:
+            self.output_logprobs.append(logprob)
+
+    def stop_reason(self, eos_token_id: int | None) -> str | None:
+        """ "stop" or "length" once the last output ends the request, else None."""
+        last = self.output_token_ids[-1]
+        if last in self.sampling.stop_token_ids:
+            return "stop"
+        if not self.sampling.ignore_eos and eos_token_id is not None and last == eos_token_id:
+            return "stop"
+        if self.num_output_tokens >= self.sampling.max_tokens:
+            return "length"
+        return None

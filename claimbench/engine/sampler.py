@@ -1,0 +1,101 @@
+"""Sampling: per-request parameters (host) and the batched token sampler (device).
+
+Each sequence's random key is derived from (request seed, output index) alone, so a
+seeded request samples the same tokens whatever else shares its batch, and again
+after a preemption and recompute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+
+MIN_TEMPERATURE = 1e-5  # below this a request is greedy
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one request's tokens are chosen and when it stops."""
+
+    max_tokens: int = 16  # output tokens at most
+    temperature: float = 0.0  # 0 = greedy
+    top_k: int = 0  # keep the k most likely tokens; 0 = all
+    top_p: float = 1.0  # keep the smallest set with this much probability
+    seed: int | None = None  # None = derived from the engine seed and the request
+    stop_token_ids: tuple[int, ...] = ()  # stop after emitting any of these
+    ignore_eos: bool = False  # keep going past the model's end-of-sequence token
+    logprobs: bool = False  # return the log-prob of each sampled token
+    prompt_logprobs: bool = False  # return log p(prompt[i] | prompt[:i]) for i >= 1
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.seed is not None and not 0 <= self.seed < 2**32:
+            raise ValueError(f"seed must be in [0, 2**32), got {self.seed}")
+        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < MIN_TEMPERATURE
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class SamplingBatch:
+    """Per-sequence-slot sampling inputs; ``N`` = padded sequence slots."""
+
+    temperature: jax.Array  # f32[N], 0 = greedy
+    top_k: jax.Array  # i32[N], 0 = off
+    top_p: jax.Array  # f32[N]
+    seeds: jax.Array  # u32[N]
+    output_index: jax.Array  # i32[N] index of the token being sampled in its request's output
+    all_greedy: jax.Array  # bool[] skips the sort when no sequence samples
+
+
+def _filtered_logits(logits: jax.Array, batch: SamplingBatch) -> jax.Array:
+    """Temperature, then top-k, then top-p on the renormalized top-k: f32[N, V]."""
+    vocab = logits.shape[-1]
+    temperature = jnp.maximum(batch.temperature, MIN_TEMPERATURE)[:, None]
+    scaled = logits / temperature
+    ordered = -jnp.sort(-scaled, axis=-1)  # descending
+    k = jnp.where((batch.top_k <= 0) | (batch.top_k > vocab), vocab, batch.top_k)
+    rank = jnp.arange(vocab)[None, :]
+    ordered = jnp.where(rank < k[:, None], ordered, -jnp.inf)
+    probs = jax.nn.softmax(ordered, axis=-1)
+    # Keep a token while the mass strictly before it is below top_p (the first always stays).
+    keep = (jnp.cumsum(probs, axis=-1) - probs) < batch.top_p[:, None]
+    num_keep = jnp.maximum(jnp.sum(keep & (rank < k[:, None]), axis=-1), 1)
+    threshold = jnp.take_along_axis(ordered, (num_keep - 1)[:, None], axis=-1)
+    return jnp.where(scaled >= threshold, scaled, -jnp.inf)
+
+
+def _random_tokens(logits: jax.Array, batch: SamplingBatch) -> jax.Array:
+    filtered = _filtered_logits(logits, batch)
+    keys = jax.vmap(lambda s, i: jax.random.fold_in(jax.random.key(s), i))(
+        batch.seeds, batch.output_index
+    )
+    sampled = jax.vmap(jax.random.categorical)(keys, filtered)
+    greedy = jnp.argmax(logits, axis=-1)
+    return jnp.where(batch.temperature < MIN_TEMPERATURE, greedy, sampled).astype(jnp.int32)
+
+
+def sample(logits: jax.Array, batch: SamplingBatch) -> tuple[jax.Array, jax.Array]:
+    """logits f32[N, V] -> (tokens i32[N], log-prob of each under the model, f32[N]).
+
+    The returned log-probs are the model's own (before temperature and filtering).
+    """
+    tokens = jax.lax.cond(
+        batch.all_greedy,
+        lambda: jnp.argmax(logits, axis=-1).astype(jnp.int32),
+        lambda: _random_tokens(logits, batch),
+    )
+    logprobs = jax.nn.log_softmax(logits, axis=-1)
+    return tokens, jnp.take_along_axis(logprobs, tokens[:, None], axis=-1)[:, 0]

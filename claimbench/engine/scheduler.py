@@ -1,0 +1,136 @@
+"""Continuous batching: which requests run this step, and how many tokens each.
+
+Running requests are served first (a decode token each, or their next prefill chunk),
+then waiting requests are admitted in the ordering policy's order while the token
+budget, the sequence limit and the free pages allow. Prefills are chunked to fit the
+budget, so decode tokens and prefill chunks share a step. When a running request needs
+a page and none is free, the victim policy picks a request to preempt (by recompute).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from claimbench.engine.block_manager import BlockManager
+from claimbench.engine.config import EngineConfig
+from claimbench.engine.policies import get_victim_policy, make_ordering
+from claimbench.engine.request import Request, RequestStatus
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[tuple[Request, int]] = field(default_factory=list)  # (request, num tokens)
+    preempted: list[Request] = field(default_factory=list)
+
+    @property
+    def num_scheduled_tokens(self) -> int:
+        return sum(n for _, n in self.scheduled)
+
+
+class Scheduler:
+    def __init__(self, cfg: EngineConfig, block_manager: BlockManager) -> None:
+        self.cfg = cfg
+        self.block_manager = block_manager
+        self.ordering = make_ordering(cfg.scheduling_policy)
+        self.pick_victim = get_victim_policy(cfg.victim_policy)
+        self.waiting: list[Request] = []
+        self.running: list[Request] = []
+
+    def admit(self, request: Request) -> str | None:
+        """Why the request can never be served (then it is rejected), or None."""
+        if request.num_prompt_tokens == 0:
+            return "empty prompt"
+        if request.max_total_tokens > self.cfg.max_model_len:
+            return (
+                f"prompt ({request.num_prompt_tokens} tokens) + max_tokens "
+                f"({request.sampling.max_tokens}) exceeds max_model_len={self.cfg.max_model_len}"
+            )
+        # The last sampled token is never written to the cache.
+        pages = self.block_manager.num_pages_for(request.max_total_tokens - 1)
+        if pages > self.block_manager.num_usable_pages:
+            return (
+                f"needs {pages} KV pages at full length but the whole pool has "
+                f"{self.block_manager.num_usable_pages}"
+            )
+        return None
+
+    def add(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    @property
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self, now: float) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.cfg.max_num_batched_tokens
+        scheduled_ids: set[str] = set()
+        for request in self.ordering.order(self.running, now):
+            if budget == 0:
+                break
+            if request.status is not RequestStatus.RUNNING:  # preempted earlier in this loop
+                continue
+            num_tokens = min(request.num_uncomputed_tokens, budget)
+            if not self._make_room(request, num_tokens, scheduled_ids, out):
+                continue
+            self._schedule(request, num_tokens, now, out, scheduled_ids)
+            budget -= num_tokens
+        if out.preempted:
+            # Pages are short: admitting now would only preempt again next step.
+            return out
+        for request in self.ordering.order(self.waiting, now):
+            if budget == 0 or len(self.running) >= self.cfg.max_num_seqs:
+                break
+            num_tokens = min(request.num_uncomputed_tokens, budget)
+            if not self.block_manager.can_allocate(request, num_tokens):
+                break
+            self.waiting.remove(request)
+            self.running.append(request)
+            request.status = RequestStatus.RUNNING
+            self._schedule(request, num_tokens, now, out, scheduled_ids)
+            budget -= num_tokens
+        return out
+
+    def _make_room(
+        self, request: Request, num_tokens: int, scheduled_ids: set[str], out: SchedulerOutput
+    ) -> bool:
+        """Preempt until the request's pages fit; False if it was itself the victim."""
+        while not self.block_manager.can_allocate(request, num_tokens):
+            candidates = [r for r in self.running if r.request_id not in scheduled_ids]
+            victim = self.pick_victim(candidates)
+            self.preempt(victim)
+            out.preempted.append(victim)
+            if victim is request:
+                return False
+        return True
+
+    def _schedule(
+        self,
+        request: Request,
+        num_tokens: int,
+        now: float,
+        out: SchedulerOutput,
+        scheduled_ids: set[str],
+    ) -> None:
+        self.block_manager.allocate(request, num_tokens)
+        if request.first_scheduled_time is None:
+            request.first_scheduled_time = now
+        out.scheduled.append((request, num_tokens))
+        scheduled_ids.add(request.request_id)
+
+    def preempt(self, request: Request) -> None:
+        """Free the request's pages and send it back to wait; it will recompute."""
+        self.block_manager.free(request)
+        self.running.remove(request)
+        request.status = RequestStatus.WAITING
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        self.waiting.append(request)
+
+    def finish(self, request: Request) -> None:
+        """Take a running or waiting request out of the scheduler and free its pages."""
+        if request in self.running:
+            self.running.remove(request)
+        elif request in self.waiting:
+            self.waiting.remove(request)
+        self.block_manager.free(request)
