@@ -1,0 +1,198 @@
+"""Model shapes for the analytic cost model: public checkpoints' exact dims, and the shipped tiny.
+
+Parameter counts are computed from the dims, never typed in, so a wrong dim shows up as a wrong
+count (the tests pin each count to the published one).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import claimbench.models
+
+TINY_NAME = "claimbench-tiny"
+TINY_DIR = Path(claimbench.models.__file__).parent / "assets" / TINY_NAME
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A Llama-style decoder's dims; MoE when num_experts > 1 (SwiGLU experts, top-k routing)."""
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int  # per expert for MoE
+    vocab_size: int
+    tie_word_embeddings: bool = False
+    num_experts: int = 1  # 1 = a dense MLP
+    experts_per_token: int = 1
+    qkv_bias: bool = False
+    o_bias: bool = False
+
+    def __post_init__(self) -> None:
+        for field in (
+            "num_layers",
+            "hidden_size",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "intermediate_size",
+            "vocab_size",
+            "num_experts",
+            "experts_per_token",
+        ):
+            if getattr(self, field) <= 0:
+                raise ValueError(f"{self.name}: {field} must be > 0, got {getattr(self, field)}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"{self.name}: num_heads={self.num_heads} is not a multiple of "
+                f"num_kv_heads={self.num_kv_heads}"
+            )
+        if self.experts_per_token > self.num_experts:
+            raise ValueError(
+                f"{self.name}: experts_per_token={self.experts_per_token} exceeds "
+                f"num_experts={self.num_experts}"
+            )
+
+    @property
+    def attention_params_per_layer(self) -> int:
+        q_dim = self.num_heads * self.head_dim
+        kv_dim = self.num_kv_heads * self.head_dim
+        params = self.hidden_size * (q_dim + 2 * kv_dim) + q_dim * self.hidden_size
+        if self.qkv_bias:
+            params += q_dim + 2 * kv_dim
+        if self.o_bias:
+            params += self.hidden_size
+        return params
+
+    @property
+    def expert_params(self) -> int:
+        """All layers' MLP weights (gate, up, down per expert): the part MoE routing skips."""
+        return self.num_layers * self.num_experts * 3 * self.hidden_size * self.intermediate_size
+
+    @property
+    def num_params(self) -> int:
+        """Every weight: embeddings, attention, MLP/experts, router, RMSNorm scales, LM head."""
+        router = self.hidden_size * self.num_experts if self.num_experts > 1 else 0
+        norms = 2 * self.hidden_size
+        per_layer = self.attention_params_per_layer + router + norms
+        embeddings = self.vocab_size * self.hidden_size
+        lm_head = 0 if self.tie_word_embeddings else embeddings
+        return (
+            self.num_layers * per_layer
+            + self.expert_params
+            + embeddings
+            + lm_head
+            + (
+                self.hidden_size  # final norm
+            )
+        )
+
+    @property
+    def num_active_params(self) -> int:
+        """Weights one token uses: all but the experts its router does not pick."""
+        inactive = self.expert_params * (self.num_experts - self.experts_per_token)
+        return self.num_params - inactive // self.num_experts
+
+    @property
+    def kv_elements_per_token(self) -> int:
+        """K and V values cached per token, over all layers: 2 * layers * kv_heads * head_dim."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim
+
+
+PRESETS: dict[str, ModelShape] = {
+    # meta-llama/Llama-2-13b-hf config.json: 13.0B parameters, full multi-head attention.
+    "llama-2-13b": ModelShape(
+        name="llama-2-13b",
+        num_layers=40,
+        hidden_size=5120,
+        num_heads=40,
+        num_kv_heads=40,
+        head_dim=128,
+        intermediate_size=13824,
+        vocab_size=32000,
+    ),
+    # meta-llama/Llama-3.1-8B config.json: 8.03B parameters, GQA with 8 KV heads.
+    "llama-3.1-8b": ModelShape(
+        name="llama-3.1-8b",
+        num_layers=32,
+        hidden_size=4096,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=14336,
+        vocab_size=128256,
+    ),
+    # meta-llama/Meta-Llama-3-70B config.json: 70.6B parameters, GQA with 8 KV heads.
+    "llama-3-70b": ModelShape(
+        name="llama-3-70b",
+        num_layers=80,
+        hidden_size=8192,
+        num_heads=64,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=28672,
+        vocab_size=128256,
+    ),
+    # mistralai/Mixtral-8x7B-v0.1 config.json: 46.7B parameters in total, 12.9B active
+    # (8 experts, top-2 routing per token).
+    "mixtral-8x7b": ModelShape(
+        name="mixtral-8x7b",
+        num_layers=32,
+        hidden_size=4096,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=14336,
+        vocab_size=32000,
+        num_experts=8,
+        experts_per_token=2,
+    ),
+}
+
+PRESET_NAMES = (*PRESETS, TINY_NAME)
+
+
+def shape_from_hf_config(name: str, config: dict) -> ModelShape:
+    """A ModelShape from a Llama / Qwen2 config.json dict (the fields ModelConfig reads)."""
+    from claimbench.models.config import ModelConfig
+
+    cfg = ModelConfig.from_hf(config)
+    return ModelShape(
+        name=name,
+        num_layers=cfg.num_layers,
+        hidden_size=cfg.hidden_size,
+        num_heads=cfg.num_heads,
+        num_kv_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim,
+        intermediate_size=cfg.intermediate_size,
+        vocab_size=cfg.vocab_size,
+        tie_word_embeddings=cfg.tie_word_embeddings,
+        qkv_bias=cfg.qkv_bias,
+        o_bias=cfg.o_bias,
+    )
+
+
+def tiny_shape(model_dir: Path = TINY_DIR) -> ModelShape:
+    """The shipped claimbench-tiny's shape, read from its config.json."""
+    config_path = model_dir / "config.json"
+    if not config_path.is_file():
+        raise ValueError(
+            f"{TINY_NAME} has no config.json at {config_path}; build it with "
+            "`claimbench model train`"
+        )
+    return shape_from_hf_config(TINY_NAME, json.loads(config_path.read_text()))
+
+
+def get_preset(name: str) -> ModelShape:
+    """The shape for a preset name (see PRESET_NAMES); ValueError naming the known ones."""
+    if name == TINY_NAME:
+        return tiny_shape()
+    if name not in PRESETS:
+        raise ValueError(f"unknown model {name!r}; expected one of {', '.join(PRESET_NAMES)}")
+    return PRESETS[name]
