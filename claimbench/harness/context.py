@@ -1,0 +1,222 @@
+"""RunContext: what an experiment's ``run(ctx)`` gets, and the lifecycle of one stored run."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from claimbench.harness import provenance, results
+from claimbench.harness.claims import Claim
+
+if TYPE_CHECKING:
+    from claimbench.engine.engine import LLMEngine
+
+DEFAULT_TRIALS = 3  # the fewest trials scoring accepts for a verdict
+
+
+@dataclass
+class TrialProgress:
+    """Trials finished so far; ``on_change(completed)`` drives the CLI's progress bar."""
+
+    total: int
+    on_change: Callable[[int], None] | None = None
+    completed: int = 0
+
+    def advance(self, num_trials: int = 1) -> None:
+        """Mark ``num_trials`` more trials as finished."""
+        self.reach(self.completed + num_trials)
+
+    def reach(self, completed: int) -> None:
+        """Mark at least ``completed`` trials as finished (never moves backwards)."""
+        completed = min(completed, self.total)
+        if completed > self.completed:
+            self.completed = completed
+            if self.on_change is not None:
+                self.on_change(completed)
+
+
+@dataclass
+class RunContext:
+    """One run of one claim's experiment: its knobs, and where its measurements go.
+
+    Experiments loop ``for trial in range(ctx.trials)`` and call ``ctx.record`` for every metric
+    their claim's conditions name; recording a value for trial t marks trials < t as finished.
+    """
+
+    claim_id: str
+    profile: str  # quick | full
+    params: dict[str, Any]  # the claim's params for this profile
+    trials: int
+    seed: int
+    hardware: dict[str, Any]  # provenance.detect_hardware()
+    dtype: str  # model compute dtype: bfloat16 | float32
+    model_option: Path | None = None  # --model; None = the shipped claimbench-tiny
+    progress: TrialProgress = field(default_factory=lambda: TrialProgress(total=1))
+    _rows: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    _frames: dict[str, list[pd.DataFrame]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.trials < 1:
+            raise ValueError(f"trials must be >= 1, got {self.trials}")
+
+    @property
+    def model_path(self) -> Path:
+        """The model directory experiments load: --model, or the shipped default."""
+        if self.model_option is not None:
+            return self.model_option
+        from claimbench.models.checkpoint import default_model_path
+
+        return default_model_path()
+
+    @property
+    def evidence(self) -> str:
+        """The hardware class measurements default to: this run's platform."""
+        return self.hardware["platform"]
+
+    def record(
+        self,
+        metric: str,
+        value: float,
+        *,
+        trial: int,
+        unit: str = "",
+        evidence: str | None = None,
+        **labels: Any,
+    ) -> None:
+        """Store one measured (or, with evidence="analytic", computed) value of ``metric``.
+
+        ``trial`` is 0-based and < ``trials``; ``labels`` (JSON-serialisable) tell apart several
+        values of one metric in a trial, which scoring averages.
+        """
+        if not metric:
+            raise ValueError("metric must be a non-empty name")
+        if not 0 <= trial < self.trials:
+            raise ValueError(f"trial must be in [0, {self.trials}), got {trial}")
+        evidence = evidence or self.evidence
+        if evidence not in provenance.EVIDENCE_CLASSES:
+            raise ValueError(f"evidence {evidence!r} is not one of {provenance.EVIDENCE_CLASSES}")
+        number = float(value)
+        if math.isnan(number):
+            raise ValueError(f"metric {metric!r} trial {trial}: value is NaN")
+        self._rows.append(
+            {
+                "claim_id": self.claim_id,
+                "trial": trial,
+                "metric": metric,
+                "value": number,
+                "unit": unit,
+                "evidence": evidence,
+                "labels": json.dumps(labels, sort_keys=True, default=str),
+            }
+        )
+        self.progress.reach(trial)
+
+    def engine(self, **overrides: Any) -> LLMEngine:
+        """An LLMEngine from the profile's ``engine`` params, ``overrides`` winning."""
+        from claimbench.engine.config import EngineConfig
+        from claimbench.engine.engine import LLMEngine
+
+        options = {"model_path": self.model_option, "dtype": self.dtype, "seed": self.seed}
+        options |= self.params.get("engine", {}) | overrides
+        return LLMEngine(EngineConfig(**options))
+
+    def save_frames(
+        self,
+        requests: pd.DataFrame | None = None,
+        steps: pd.DataFrame | None = None,
+        **labels: Any,
+    ) -> None:
+        """Keep an engine run's per-request and per-step frames, tagged with label columns.
+
+        One run may save several (e.g. ``mode="fcfs"`` and ``mode="vtc"``); they are stacked.
+        """
+        for name, frame in (("requests", requests), ("steps", steps)):
+            if frame is None:
+                continue
+            clash = sorted(set(labels) & set(frame.columns))
+            if clash:
+                raise ValueError(f"labels {clash} clash with columns of the {name} frame")
+            self._frames.setdefault(name, []).append(frame.assign(**labels))
+
+    def measurements_frame(self, run_id: str) -> pd.DataFrame:
+        """Everything recorded, as rows of results.MEASUREMENT_COLUMNS."""
+        frame = pd.DataFrame(self._rows, columns=list(results.MEASUREMENT_COLUMNS)[1:])
+        frame.insert(0, "run_id", run_id)
+        return frame.astype({"trial": "int64", "value": "float64"})
+
+    def frames(self) -> dict[str, pd.DataFrame]:
+        """The saved engine frames, stacked per name."""
+        return {name: pd.concat(parts, ignore_index=True) for name, parts in self._frames.items()}
+
+
+def run_claim(
+    claim: Claim,
+    module: ModuleType,
+    *,
+    root: Path,
+    results_dir: Path,
+    profile: str,
+    trials: int | None,
+    seed: int,
+    dtype: str,
+    model_option: Path | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> Path:
+    """Run ``module.run(ctx)`` for ``claim`` and store the run; return its directory.
+
+    ``trials`` None takes the profile's ``trials`` param, else DEFAULT_TRIALS. Whatever the
+    experiment raises (Ctrl-C included) propagates and nothing is stored.
+    """
+    params = claim.profile_params(profile)
+    num_trials = trials if trials is not None else int(params.get("trials", DEFAULT_TRIALS))
+    hardware = provenance.detect_hardware()
+    start = datetime.now(UTC)
+    run_id = results.new_run_id(claim.id, start)
+    ctx = RunContext(
+        claim_id=claim.id,
+        profile=profile,
+        params=params,
+        trials=num_trials,
+        seed=seed,
+        hardware=hardware,
+        dtype=dtype,
+        model_option=model_option,
+        progress=TrialProgress(total=num_trials, on_change=on_progress),
+    )
+    t0 = time.perf_counter()
+    module.run(ctx)
+    wall_s = time.perf_counter() - t0
+    end = datetime.now(UTC)
+    ctx.progress.reach(num_trials)
+    # A CPU is not the metered accelerator the $100 budget pays for.
+    device_s = 0.0 if hardware["platform"] == "cpu" else wall_s
+    price = float(hardware.get("price_per_hour") or 0.0)
+    meta = {
+        "run_id": run_id,
+        "claim": claim.id,
+        "profile": profile,
+        "params": params,
+        "seed": seed,
+        "trials": num_trials,
+        "model": str(model_option) if model_option is not None else None,
+        "dtype": dtype,
+        "git": provenance.git_state(root),
+        "hardware": hardware,
+        "versions": provenance.library_versions(),
+        "start": start.isoformat(),
+        "end": end.isoformat(),
+        "wall_s": wall_s,
+        "device_s": device_s,
+        "price_per_hour": price,
+        "cost_usd": device_s * price / 3600.0,
+    }
+    return results.write_run(results_dir, meta, ctx.measurements_frame(run_id), ctx.frames())
