@@ -42,3 +42,7 @@ def main(
 
 
 # Command groups register below, one line each (keep this block append-only).
+from claimbench.cli import hardware_cmd  # noqa: E402
+
+app.command("env")(hardware_cmd.env)
+app.command("roofline")(hardware_cmd.roofline)

@@ -1,0 +1,162 @@
+"""`claimbench env` (the platform and its chip spec) and `claimbench roofline` (the cost model)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from claimbench.cli.common import console, fail
+from claimbench.harness.hardware import CHIPS, COMPUTE_DTYPES, ChipSpec, detect, get_chip
+from claimbench.harness.model_presets import PRESET_NAMES, get_preset
+from claimbench.harness.roofline import (
+    BYTES_PER_ELEMENT,
+    DEFAULT_HBM_RESERVE,
+    ServingSetup,
+    estimate,
+)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def _number(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
+    return "-" if value is None else f"{value / scale:,.{digits}f}"
+
+
+def _percent(fraction: float | None) -> str:
+    return "-" if fraction is None else f"{100 * fraction:.1f} %"
+
+
+def _spec_rows(spec: ChipSpec) -> list[tuple[str, str]]:
+    return [
+        ("chip spec", spec.label),
+        ("HBM per chip (GB)", _number(spec.hbm_bytes, 1e9)),
+        ("HBM bandwidth per chip (GB/s)", _number(spec.hbm_bytes_per_s, 1e9, 0)),
+        ("bf16 peak (TFLOP/s)", _number(spec.bf16_flops_per_s, 1e12)),
+        ("int8 peak (TOP/s)", _number(spec.int8_ops_per_s, 1e12)),
+        ("fp8 peak (TFLOP/s)", _number(spec.fp8_flops_per_s, 1e12)),
+        ("ICI per chip, bidirectional (GB/s)", _number(spec.ici_bytes_per_s, 1e9, 0)),
+        ("on-demand $/chip-hour", _number(spec.price_per_chip_hour, digits=2)),
+    ]
+
+
+def _print_table(title: str, rows: list[tuple[str, str]]) -> None:
+    table = Table(title=title, show_header=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)
+
+
+def env(json_output: JsonFlag = False) -> None:
+    """Show the platform JAX runs on, its devices, the chip's spec and the library versions."""
+    info = detect()
+    spec = get_chip(info["chip"]) if info["chip"] else None
+    if json_output:
+        chip_spec = dataclasses.asdict(spec) if spec else None
+        typer.echo(json.dumps({**info, "chip_spec": chip_spec}, indent=2))
+        return
+    rows = [
+        (key.replace("_", " "), "-" if value is None else str(value)) for key, value in info.items()
+    ]
+    _print_table("claimbench env", rows + (_spec_rows(spec) if spec else []))
+
+
+def _choice(flag: str, value: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        fail(f"{flag} {value!r} is not one of {', '.join(choices)}")
+    return value
+
+
+def _estimate_rows(est: dict[str, Any]) -> list[tuple[str, str]]:
+    return [
+        ("step time (ms)", _number(est["step_s"], 1e-3, 2)),
+        ("  KV load (ms)", _number(est["kv_load_s"], 1e-3, 2)),
+        ("  weight load (ms)", _number(est["weight_load_s"], 1e-3, 2)),
+        ("  matmul compute (ms)", _number(est["compute_s"], 1e-3, 2)),
+        ("  ICI all-reduce (ms)", _number(est["ici_s"], 1e-3, 2)),
+        ("bound", est["bound"]),
+        ("tokens/s", _number(est["tokens_per_s"])),
+        ("tokens/s per chip", _number(est["tokens_per_s_per_chip"])),
+        ("bytes per step (GB)", _number(est["bytes_per_step"], 1e9, 2)),
+        ("KV per token (kB)", _number(est["kv_bytes_per_token"], 1e3, 1)),
+        ("KV for the batch (GB)", _number(est["kv_bytes"], 1e9, 2)),
+        ("weights (GB)", _number(est["weight_bytes"], 1e9, 2)),
+        ("critical batch", _number(est["critical_batch"])),
+        ("max batch in HBM", str(est["max_batch"])),
+        ("batch fits", "yes" if est["fits"] else "no"),
+        ("MFU", _percent(est["mfu"])),
+        ("MFU at max batch", _percent(est["mfu_at_max_batch"])),
+        ("prefill of one context (ms)", _number(est["prefill_s"], 1e-3, 1)),
+        ("$ per million tokens", _number(est["usd_per_million_tokens"], digits=3)),
+    ]
+
+
+def roofline(
+    model: Annotated[str, typer.Option(help=f"Model preset: {', '.join(PRESET_NAMES)}.")] = (
+        "llama-3.1-8b"
+    ),
+    chip: Annotated[str, typer.Option(help=f"Chip: {', '.join(CHIPS)}.")] = "v5e",
+    chips: Annotated[int, typer.Option(help="Chips the model is tensor-parallel over.")] = 1,
+    batch: Annotated[int, typer.Option(help="Sequences decoded per step.")] = 32,
+    context: Annotated[int, typer.Option(help="Cached tokens per sequence.")] = 4096,
+    weights: Annotated[str, typer.Option(help="Weight storage dtype: bf16, int8, fp8.")] = "bf16",
+    kv: Annotated[str, typer.Option(help="KV cache dtype: bf16, int8, fp8.")] = "bf16",
+    compute: Annotated[str, typer.Option(help="Matmul dtype: bf16, int8, fp8.")] = "bf16",
+    ici: Annotated[bool, typer.Option(help="Add the per-layer ICI all-reduce time.")] = False,
+    reserve: Annotated[
+        float, typer.Option(help="Fraction of HBM held back from weights and KV.")
+    ] = DEFAULT_HBM_RESERVE,
+    json_output: JsonFlag = False,
+) -> None:
+    """Estimate decode step time, throughput, capacity and MFU from the chip spec table."""
+    _choice("--model", model, PRESET_NAMES)
+    _choice("--chip", chip, tuple(CHIPS))
+    _choice("--weights", weights, tuple(BYTES_PER_ELEMENT))
+    _choice("--kv", kv, tuple(BYTES_PER_ELEMENT))
+    _choice("--compute", compute, COMPUTE_DTYPES)
+    for flag, value in (("--chips", chips), ("--batch", batch), ("--context", context)):
+        if value <= 0:
+            fail(f"{flag} must be > 0, got {value}")
+    if not 0.0 <= reserve < 1.0:
+        fail(f"--reserve must be in [0, 1), got {reserve}")
+    try:
+        setup = ServingSetup(
+            model=get_preset(model),
+            chip=get_chip(chip),
+            num_chips=chips,
+            batch=batch,
+            context=context,
+            weight_dtype=weights,
+            kv_dtype=kv,
+            compute_dtype=compute,
+            include_ici=ici,
+            hbm_reserve_fraction=reserve,
+        )
+    except ValueError as err:
+        fail(str(err))
+    est = estimate(setup).to_dict()
+    inputs = {
+        "model": model,
+        "chip": chip,
+        "chips": chips,
+        "batch": batch,
+        "context": context,
+        "weights": weights,
+        "kv": kv,
+        "compute": compute,
+        "ici": ici,
+        "reserve": reserve,
+    }
+    if json_output:
+        typer.echo(json.dumps({"inputs": inputs, "estimate": est}, indent=2))
+        return
+    title = (
+        f"{model} on {chips} x {chip}: batch {batch}, context {context}, "
+        f"weights {weights}, KV {kv}, math {compute}"
+    )
+    _print_table(title, _estimate_rows(est))
