@@ -104,9 +104,10 @@ def _numeric(path: Path, frame: pd.DataFrame, column: str) -> np.ndarray:
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         original = raw.iloc[row]
-        problem = "a missing value" if pd.isna(original) else f"non-numeric value {original!r}"
+        shown = repr(original) if isinstance(original, str) else str(original)
+        problem = "a missing value" if pd.isna(original) else f"non-numeric value {shown}"
         if not pd.isna(original) and np.isinf(values[row]):
-            problem = f"non-finite value {original!r}"
+            problem = f"non-finite value {shown}"
         raise ValueError(f"trace {path}: column {column!r} has {problem} at data row {row + 1}")
     return values
 
