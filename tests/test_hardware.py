@@ -68,6 +68,7 @@ def test_get_chip_unknown():
         ("tpu", "TPU v4", None),
         ("gpu", "NVIDIA H100 80GB HBM3", "h100"),
         ("gpu", "NVIDIA H200", "h200"),
+        ("cuda", "NVIDIA H200", "h200"),
         ("gpu", "NVIDIA H100 PCIe", None),
         ("gpu", "NVIDIA H200 NVL", None),
         ("gpu", "NVIDIA A100-SXM4-80GB", None),

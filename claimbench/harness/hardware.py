@@ -188,7 +188,7 @@ def chip_for_device(platform: str, device_kind: str) -> str | None:
     """
     if platform == "tpu":
         return _TPU_KINDS.get(device_kind)
-    if platform == "gpu":
+    if platform in ("gpu", "cuda"):  # some JAX versions name NVIDIA devices by runtime
         kind = device_kind.upper()
         if "PCIE" in kind or "NVL" in kind:
             return None
