@@ -140,3 +140,8 @@ def test_rate_needs_two_distinct_times(tmp_path):
     load = TenantLoad("a", arrival="trace", trace_path=str(_write(tmp_path, "csv", rows)))
     with pytest.raises(ValueError, match=r"1 arrival\(s\) over 0.0 s define no rate"):
         scale_rates(WorkloadSpec((load,)), 2.0)
+
+
+def test_priorities_must_name_trace_tenants(tmp_path):
+    with pytest.raises(ValueError, match=r"priorities name tenant\(s\) \['7'\] not in the trace"):
+        tenants_from_trace(_write(tmp_path, "csv"), priorities={"7": 1})

@@ -69,7 +69,7 @@ def build_requests(spec: WorkloadSpec, token_source: TokenSource) -> list[Worklo
     prompts = []
     for i, (load, schedule) in enumerate(zip(spec.tenants, schedules, strict=True)):
         system_prompt = _system_prompt(spec, i, token_source)
-        rng = _rng(spec.seed, (_TENANT_KEY, i, _TENANT_STREAMS.index("tokens")))
+        rng = _tenant_rng(spec.seed, i, "tokens")
         prompts.append(
             [
                 system_prompt + _draw_tokens(token_source, rng, int(length), load.tenant)
@@ -109,21 +109,18 @@ def _schedule(spec: WorkloadSpec, index: int, traces: dict[str, pd.DataFrame]) -
             prompt_len=rows["prompt_len"].to_numpy()[:keep],
             output_len=rows["output_len"].to_numpy()[:keep],
         )
-    streams = {
-        name: _rng(spec.seed, (_TENANT_KEY, index, k)) for k, name in enumerate(_TENANT_STREAMS)
-    }
     times = arrival_times(
         load.arrival,
         load.rate,
-        streams["arrivals"],
+        _tenant_rng(spec.seed, index, "arrivals"),
         burstiness=load.burstiness,
         num_requests=num_requests,
         duration_s=duration_s,
     )
     return _Schedule(
         arrival_s=times,
-        prompt_len=load.prompt_len.sample(streams["prompt_len"], len(times)),
-        output_len=load.output_len.sample(streams["output_len"], len(times)),
+        prompt_len=load.prompt_len.sample(_tenant_rng(spec.seed, index, "prompt_len"), len(times)),
+        output_len=load.output_len.sample(_tenant_rng(spec.seed, index, "output_len"), len(times)),
     )
 
 
@@ -132,7 +129,7 @@ def _system_prompt(spec: WorkloadSpec, index: int, token_source: TokenSource) ->
     if load.system_prompt_len == 0:
         return ()
     if load.system_prompt_group is None:
-        rng = _rng(spec.seed, (_TENANT_KEY, index, _TENANT_STREAMS.index("system_prompt")))
+        rng = _tenant_rng(spec.seed, index, "system_prompt")
         return _draw_tokens(token_source, rng, load.system_prompt_len, load.tenant)
     # Every member draws the group's longest prompt from the group's own seed and keeps its
     # prefix, so members agree on the shared tokens without consulting one another.
@@ -142,7 +139,9 @@ def _system_prompt(spec: WorkloadSpec, index: int, token_source: TokenSource) ->
         if other.system_prompt_group == load.system_prompt_group
     )
     group_key = zlib.crc32(load.system_prompt_group.encode())
-    rng = _rng(spec.seed, (_GROUP_KEY, group_key, 0))
+    rng = np.random.default_rng(
+        np.random.SeedSequence(spec.seed, spawn_key=(_GROUP_KEY, group_key))
+    )
     shared = _draw_tokens(token_source, rng, group_len, load.tenant)
     return shared[: load.system_prompt_len]
 
@@ -164,5 +163,6 @@ def _tightest(own: float | None, overall: float | None) -> float | None:
     return min(bounds) if bounds else None
 
 
-def _rng(seed: int, spawn_key: tuple[int, int, int]) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=spawn_key))
+def _tenant_rng(seed: int, index: int, stream: str) -> np.random.Generator:
+    key = (_TENANT_KEY, index, _TENANT_STREAMS.index(stream))
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
