@@ -88,3 +88,9 @@ def test_roofline_bad_input(args, message):
     assert message in result.output
     assert "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_roofline_tiny_model():
+    result = runner.invoke(app, ["roofline", "--model", "claimbench-tiny", "--chip", "h200"])
+    assert result.exit_code == 0, result.output
+    assert "claimbench-tiny on 1 x h200" in result.output

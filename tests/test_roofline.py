@@ -8,7 +8,7 @@ import json
 import pytest
 
 from claimbench.harness.hardware import CHIPS
-from claimbench.harness.model_presets import PRESETS, get_preset, tiny_shape
+from claimbench.harness.model_presets import PRESETS, get_preset, shape_from_config, tiny_shape
 from claimbench.harness.roofline import (
     ServingSetup,
     all_reduce_s,
@@ -181,8 +181,33 @@ def test_tiny_shape_from_config(tmp_path):
     # Embeddings (tied) + 2 layers of attention, MLP and 2 norms + the final norm.
     attention = 64 * (64 + 2 * 32) + 64 * 64
     assert shape.num_params == 512 * 64 + 2 * (attention + 3 * 64 * 128 + 2 * 64) + 64
-    with pytest.raises(ValueError, match="no config.json"):
-        tiny_shape(tmp_path / "missing")
+    # Before `claimbench model train` has written config.json: the config it trains from.
+    from claimbench.models.train import TARGET_CONFIG
+
+    fallback = tiny_shape(tmp_path / "missing")
+    assert fallback == shape_from_config("claimbench-tiny", TARGET_CONFIG)
+
+
+@pytest.mark.parametrize("architecture", ["LlamaForCausalLM", "Qwen2ForCausalLM"])
+def test_param_count_matches_the_engine_model(architecture):
+    from flax import nnx
+
+    from claimbench.models.config import ModelConfig
+    from claimbench.models.llama import LlamaForCausalLM, param_count
+
+    cfg = ModelConfig(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=48,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=8,
+        attention_bias=architecture == "LlamaForCausalLM",
+        architecture=architecture,
+    )
+    model = LlamaForCausalLM(cfg, rngs=nnx.Rngs(0))
+    assert shape_from_config("t", cfg).num_params == param_count(model)
 
 
 def test_unknown_preset():

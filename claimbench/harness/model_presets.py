@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import claimbench.models
+from claimbench.models.config import ModelConfig
 
 TINY_NAME = "claimbench-tiny"
 TINY_DIR = Path(claimbench.models.__file__).parent / "assets" / TINY_NAME
@@ -158,11 +159,8 @@ PRESETS: dict[str, ModelShape] = {
 PRESET_NAMES = (*PRESETS, TINY_NAME)
 
 
-def shape_from_hf_config(name: str, config: dict) -> ModelShape:
-    """A ModelShape from a Llama / Qwen2 config.json dict (the fields ModelConfig reads)."""
-    from claimbench.models.config import ModelConfig
-
-    cfg = ModelConfig.from_hf(config)
+def shape_from_config(name: str, cfg: ModelConfig) -> ModelShape:
+    """The ModelShape of an engine ModelConfig (a dense Llama / Qwen2 decoder)."""
     return ModelShape(
         name=name,
         num_layers=cfg.num_layers,
@@ -179,14 +177,16 @@ def shape_from_hf_config(name: str, config: dict) -> ModelShape:
 
 
 def tiny_shape(model_dir: Path = TINY_DIR) -> ModelShape:
-    """The shipped claimbench-tiny's shape, read from its config.json."""
+    """The shipped claimbench-tiny's shape: its config.json, else the config it is trained from."""
     config_path = model_dir / "config.json"
-    if not config_path.is_file():
-        raise ValueError(
-            f"{TINY_NAME} has no config.json at {config_path}; build it with "
-            "`claimbench model train`"
-        )
-    return shape_from_hf_config(TINY_NAME, json.loads(config_path.read_text()))
+    if config_path.is_file():
+        cfg = ModelConfig.from_hf(json.loads(config_path.read_text()))
+    else:
+        # Not built yet: the dims `claimbench model train` gives it (train imports JAX: late).
+        from claimbench.models import train
+
+        cfg = train.TARGET_CONFIG
+    return shape_from_config(TINY_NAME, cfg)
 
 
 def get_preset(name: str) -> ModelShape:
