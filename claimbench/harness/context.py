@@ -25,10 +25,10 @@ DEFAULT_TRIALS = 3  # the fewest trials scoring accepts for a verdict
 
 @dataclass
 class TrialProgress:
-    """Trials finished so far; ``on_change(completed)`` drives the CLI's progress bar."""
+    """Trials finished so far; ``on_change(completed, total)`` drives the CLI's progress bar."""
 
     total: int
-    on_change: Callable[[int], None] | None = None
+    on_change: Callable[[int, int], None] | None = None
     completed: int = 0
 
     def advance(self, num_trials: int = 1) -> None:
@@ -41,7 +41,7 @@ class TrialProgress:
         if completed > self.completed:
             self.completed = completed
             if self.on_change is not None:
-                self.on_change(completed)
+                self.on_change(completed, self.total)
 
 
 @dataclass
@@ -169,7 +169,7 @@ def run_claim(
     seed: int,
     dtype: str,
     model_option: Path | None = None,
-    on_progress: Callable[[int], None] | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> Path:
     """Run ``module.run(ctx)`` for ``claim`` and store the run; return its directory.
 
@@ -192,6 +192,8 @@ def run_claim(
         model_option=model_option,
         progress=TrialProgress(total=num_trials, on_change=on_progress),
     )
+    if on_progress is not None:
+        on_progress(0, num_trials)
     t0 = time.perf_counter()
     module.run(ctx)
     wall_s = time.perf_counter() - t0

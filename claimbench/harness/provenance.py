@@ -21,35 +21,16 @@ def evidence_class(platform_name: str) -> str:
         raise ValueError(f"unknown platform {platform_name!r}") from None
 
 
-def _jax_devices() -> dict[str, Any]:
-    import jax
-
-    devices = jax.devices()
-    return {
-        "platform": evidence_class(devices[0].platform),
-        "device_kind": devices[0].device_kind,
-        "device_count": len(devices),
-        "chip": None,
-        "price_per_hour": 0.0,
-    }
-
-
 def detect_hardware() -> dict[str, Any]:
-    """``claimbench.harness.hardware.detect()``, or the bare JAX device list where that is absent.
+    """hardware.detect() with platform as an evidence class and price_per_hour a number.
 
-    The dict holds at least platform (cpu | gpu | tpu), device_kind, device_count and
-    price_per_hour (USD per device-hour of the whole machine; 0 when unknown).
+    price_per_hour is USD per hour for the whole visible machine; 0 where unpriced (a CPU).
     """
-    try:
-        from claimbench.harness.hardware import detect
-    except ModuleNotFoundError as err:
-        if err.name != "claimbench.harness.hardware":
-            raise
-        return _jax_devices()
+    from claimbench.harness.hardware import detect  # imports JAX: only when a run starts
+
     info = dict(detect())
     info["platform"] = evidence_class(str(info["platform"]))
-    info.setdefault("price_per_hour", 0.0)
-    info["price_per_hour"] = float(info["price_per_hour"] or 0.0)
+    info["price_per_hour"] = float(info.get("price_per_hour") or 0.0)
     return info
 
 

@@ -29,6 +29,13 @@ def has_experiment(root: Path, claim: Claim) -> bool:
     return experiment_path(root, claim).is_file()
 
 
+def claim_status(root: Path, claim: Claim, verdict: str) -> str:
+    """What a listing shows: the verdict once run, else "not run" or "no experiment yet"."""
+    if verdict != "not-run":
+        return verdict
+    return "not run" if has_experiment(root, claim) else NO_EXPERIMENT
+
+
 def load_experiment(root: Path, claim: Claim) -> ModuleType:
     """Import the claim's experiment from its file.
 

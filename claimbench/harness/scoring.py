@@ -22,6 +22,7 @@ MIN_TRIALS = 3
 CONFIDENCE_LEVEL = 0.95
 NUM_RESAMPLES = 2000
 COIN_BRIER = 0.25  # Brier score of always saying 0.5
+COIN_LOG_SCORE = math.log(0.5)  # log score of always saying 0.5
 MEASURED = ("tpu", "gpu", "cpu")
 IN_SCOPE = {
     "any": {"cpu", "gpu", "tpu", "analytic"},
@@ -282,6 +283,13 @@ def verdict_counts(scores: list[ClaimScore]) -> dict[str, int]:
     for score in scores:
         counts[score.verdict] += 1
     return counts
+
+
+def format_value(x: float | None) -> str:
+    """A number for people: three significant digits, thousands without exponent."""
+    if x is None:
+        return "-"
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
 
 
 def _number(x: float | None) -> float:

@@ -1,0 +1,37 @@
+"""`claimbench site`: render the self-contained scoreboard (site/index.html + claim pages)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from claimbench.cli import project
+from claimbench.cli.common import console, fail, global_options
+
+
+def site(
+    ctx: typer.Context,
+    out: Annotated[
+        Path | None, typer.Option(help="Output directory (default: <root>/site).")
+    ] = None,
+    results_dir: Annotated[
+        Path | None, typer.Option(help="Results store (default: <root>/results).")
+    ] = None,
+) -> None:
+    """Render the scoreboard from the stored runs; open index.html from disk or publish it."""
+    from claimbench.site.render import render_site
+
+    root = global_options(ctx).root
+    claims = project.open_claims(root)
+    runs = project.read_results(project.results_dir(root, results_dir))
+    out_dir = (out if out is not None else root / project.SITE_DIR).resolve()
+    if out_dir.exists() and not out_dir.is_dir():
+        fail(f"--out {out_dir} exists and is not a directory")
+    index = render_site(root, claims, runs, out_dir)
+    console.print(
+        f"wrote {index} and {len(claims)} claim pages from {len(runs)} run(s)",
+        highlight=False,
+        markup=False,
+    )

@@ -1,0 +1,177 @@
+"""The scoreboard site: index.html (claim table, calibration, totals, budget) + one page per claim.
+
+Self-contained: CSS inline, charts as inline SVG, links relative, so it works opened from disk
+and published as-is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
+
+from claimbench.harness import registry, results, scoring
+from claimbench.harness.claims import Claim
+from claimbench.site import charts
+
+BUDGET_USD = 100.0
+TEMPLATES = Path(__file__).parent / "templates"
+CLAIMS_SUBDIR = "claims"
+# An experiment's figure must not pull anything from the network.
+_EXTERNAL_REF = re.compile(
+    r"""(?:href|src)\s*=\s*["']\s*(?:[a-z][a-z0-9+.-]*:)?//|url\(\s*["']?\s*(?:https?:)?//""",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure shown on a claim's page (or the reason it could not be)."""
+
+    title: str
+    svg: Markup | None
+    error: str | None = None
+
+
+def format_time(iso: str | None) -> str:
+    """``2026-11-29 10:15 UTC`` from an ISO timestamp."""
+    if not iso:
+        return "-"
+    try:
+        return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    except ValueError:
+        return iso
+
+
+def _hardware_text(meta: dict[str, Any]) -> str:
+    hw = meta.get("hardware") or {}
+    kind = hw.get("device_kind") or ""
+    count = hw.get("device_count")
+    return f"{hw.get('platform', '?')} · {kind} ×{count}" if count else str(hw.get("platform"))
+
+
+def _figures(root: Path, claim: Claim, run_dirs: list[Path]) -> list[Figure]:
+    """The experiment's optional ``figures(run_dirs)``; a failing hook becomes a note."""
+    if not run_dirs or not registry.has_experiment(root, claim):
+        return []
+    try:
+        hook = registry.figures_hook(registry.load_experiment(root, claim))
+        if hook is None:
+            return []
+        made = hook(run_dirs)
+    except Exception as err:
+        return [Figure("figures", None, f"the experiment's figures() failed: {err!r}")]
+    shown = []
+    for title, svg in made:
+        if _EXTERNAL_REF.search(svg):
+            shown.append(Figure(title, None, "left out: it references an external URL"))
+        else:
+            shown.append(Figure(title, Markup(svg)))
+    return shown
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(TEMPLATES),
+        autoescape=select_autoescape(["html"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["num"] = scoring.format_value
+    env.filters["when"] = format_time
+    env.filters["tojson_pretty"] = lambda x: json.dumps(x, indent=2, sort_keys=True, default=str)
+    return env
+
+
+def _claim_row(
+    root: Path, score: scoring.ClaimScore, runs: list[results.StoredRun]
+) -> dict[str, Any]:
+    """What the index shows for one claim."""
+    own = [run for run in runs if run.claim_id == score.claim.id]
+    shown = score.headline or (score.groups[0] if score.groups else None)
+    meta = next((r.meta for r in own if shown and r.run_id == shown.run_id), {})
+    return {
+        "score": score,
+        "claim": score.claim,
+        "shown": shown,
+        "indicative": score.headline is None and shown is not None,
+        "hardware": _hardware_text(meta) if meta else "-",
+        "last_run": own[-1].meta.get("end") if own else None,
+        "num_runs": len(own),
+        "status": registry.claim_status(root, score.claim, score.verdict),
+    }
+
+
+def render_site(
+    root: Path,
+    claims: list[Claim],
+    runs: list[results.StoredRun],
+    out_dir: Path,
+    *,
+    now: datetime | None = None,
+) -> Path:
+    """Write ``out_dir/index.html`` and ``out_dir/claims/<id>.html``; return the index path.
+
+    ``runs`` come from results.read_runs (oldest first); ``root`` is the claims project whose
+    experiments may contribute figures.
+    """
+    env = _environment()
+    scores = scoring.score_claims(claims, runs)
+    cal = scoring.calibration(scores)
+    spent = results.total_cost_usd(runs)
+    generated = (now or datetime.now(UTC)).isoformat()
+    rows = [_claim_row(root, score, runs) for score in scores]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / CLAIMS_SUBDIR).mkdir(exist_ok=True)
+
+    index = out_dir / "index.html"
+    index.write_text(
+        env.get_template("index.html").render(
+            rows=rows,
+            calibration=cal,
+            calibration_svg=Markup(charts.calibration_svg(cal)),
+            coin_log_score=scoring.COIN_LOG_SCORE,
+            totals=scoring.verdict_counts(scores),
+            spent=spent,
+            budget=BUDGET_USD,
+            spent_pct=min(100.0, 100.0 * spent / BUDGET_USD),
+            num_runs=len(runs),
+            generated=generated,
+        ),
+        encoding="utf-8",
+    )
+    for row in rows:
+        claim = row["claim"]
+        own = [run for run in runs if run.claim_id == claim.id]
+        conditions = []
+        for i, condition in enumerate(claim.prediction):
+            group_rows = [(g, g.conditions[i]) for g in row["score"].groups]
+            chart = None
+            if group_rows:
+                labels = [
+                    (f"{g.evidence}{'' if g.in_scope else ' (indicative)'}", cs)
+                    for g, cs in group_rows
+                ]
+                chart = Markup(charts.condition_svg(condition, labels))
+            conditions.append({"condition": condition, "groups": group_rows, "chart": chart})
+        page = out_dir / CLAIMS_SUBDIR / f"{claim.id}.html"
+        page.write_text(
+            env.get_template("claim.html").render(
+                row=row,
+                conditions=conditions,
+                runs=list(reversed(own)),
+                hardware_text=_hardware_text,
+                has_experiment=registry.has_experiment(root, claim),
+                experiment=registry.experiment_path(root, claim).relative_to(root),
+                figures=_figures(root, claim, [run.path for run in own]),
+                generated=generated,
+            ),
+            encoding="utf-8",
+        )
+    return index
