@@ -46,3 +46,10 @@ from claimbench.cli import hardware_cmd  # noqa: E402
 
 app.command("env")(hardware_cmd.env)
 app.command("roofline")(hardware_cmd.roofline)
+from claimbench.cli import claims_cmd, run_cmd, score_cmd, site_cmd  # noqa: E402
+
+app.command("list")(claims_cmd.list_claims)
+app.command("show")(claims_cmd.show_claim)
+app.command("run")(run_cmd.run)
+app.command("score")(score_cmd.score)
+app.command("site")(site_cmd.site)
