@@ -1,0 +1,106 @@
+"""`claimbench model ...`: train the shipped models, describe a model."""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from claimbench.cli.common import console, fail, global_options
+
+app = typer.Typer(help="Train the shipped models; print a model's size and held-out quality.")
+
+
+class Which(StrEnum):
+    target = "target"
+    draft = "draft"
+    both = "both"
+
+
+@app.command()
+def train(
+    out: Annotated[
+        Path | None, typer.Option(help="Assets directory (default: the package's models/assets).")
+    ] = None,
+    steps: Annotated[int, typer.Option(help="Optimizer steps for the target model.")] = 3000,
+    draft_steps: Annotated[
+        int | None, typer.Option(help="Optimizer steps for the draft (default: --steps).")
+    ] = None,
+    which: Annotated[
+        Which, typer.Option(help="target / both train a new tokenizer; draft reuses it.")
+    ] = Which.both,
+    seed: Annotated[int, typer.Option(help="Seed for init and batch order.")] = 0,
+) -> None:
+    """Train claimbench-tiny and its draft on this interpreter's stdlib source (HF format)."""
+    from claimbench.models.checkpoint import ASSETS_DIR
+    from claimbench.models.train import train_shipped
+
+    if steps <= 0 or (draft_steps is not None and draft_steps <= 0):
+        fail(f"--steps and --draft-steps must be > 0, got {steps}, {draft_steps}")
+    out_dir = ASSETS_DIR if out is None else out
+    if which == Which.draft and not (out_dir / "claimbench-tiny" / "tokenizer.json").is_file():
+        fail(f"--which draft needs the target's tokenizer in {out_dir / 'claimbench-tiny'}")
+    train_shipped(
+        out_dir,
+        which=which.value,
+        target_steps=steps,
+        draft_steps=steps if draft_steps is None else draft_steps,
+        seed=seed,
+        console=console,
+    )
+
+
+@app.command()
+def info(
+    ctx: typer.Context,
+    model: Annotated[
+        Path | None,
+        typer.Option(help="Model directory (default: --model, else both shipped models)."),
+    ] = None,
+    windows: Annotated[int, typer.Option(help="Held-out windows of 256 tokens to score.")] = 64,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Parameters, weight bytes and held-out loss / perplexity per token and per byte."""
+    from rich.table import Table
+
+    from claimbench.models.checkpoint import ModelLoadError, default_draft_path
+    from claimbench.models.checkpoint import default_model_path as default_path
+    from claimbench.models.describe import describe_model
+
+    if windows <= 0:
+        fail(f"--windows must be > 0, got {windows}")
+    opts = global_options(ctx)
+    chosen = model or opts.model
+    paths = [chosen] if chosen is not None else [default_path(), default_draft_path()]
+    try:
+        rows = [describe_model(p, dtype=opts.dtype, num_windows=windows) for p in paths]
+    except (ModelLoadError, FileNotFoundError, ValueError) as e:
+        fail(str(e))
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(
+        "model",
+        "params",
+        "weight bytes",
+        "loss/token",
+        "ppl/token",
+        "bits/byte",
+        "ppl/byte",
+        "held-out tokens",
+    )
+    for r in rows:
+        table.add_row(
+            r["name"],
+            f"{r['params']:,}",
+            f"{r['weight_bytes']:,}",
+            f"{r['loss_per_token']:.4f}",
+            f"{r['ppl_per_token']:.3f}",
+            f"{r['bits_per_byte']:.4f}",
+            f"{r['ppl_per_byte']:.4f}",
+            f"{r['num_tokens']:,}",
+        )
+    console.print(table)

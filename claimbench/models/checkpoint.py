@@ -1,0 +1,178 @@
+"""Load and save Hugging Face-format checkpoints (config.json + safetensors) for the NNX model.
+
+Only local directories: loading never downloads anything. Every failure a user can cause
+(missing directory or file, unsupported architecture, shape mismatch, unknown dtype)
+raises ``ModelLoadError`` whose message is one line naming the problem.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from safetensors import safe_open
+from safetensors.flax import save_file
+
+from claimbench.models.config import ModelConfig
+from claimbench.models.llama import LlamaForCausalLM
+
+ASSETS_DIR = Path(__file__).parent / "assets"
+DTYPES = {
+    "bfloat16": jnp.bfloat16,
+    "bf16": jnp.bfloat16,
+    "float32": jnp.float32,
+    "f32": jnp.float32,
+    "float16": jnp.float16,
+}
+# safetensors dtype tags we can read; anything else (e.g. pre-quantized int4) is refused.
+STORED_DTYPES = ("F32", "BF16", "F16")
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+
+
+class ModelLoadError(ValueError):
+    """A checkpoint that cannot be loaded; the message is one line naming why."""
+
+
+def default_model_path() -> Path:
+    """The shipped claimbench-tiny checkpoint directory."""
+    return ASSETS_DIR / "claimbench-tiny"
+
+
+def default_draft_path() -> Path:
+    """The shipped claimbench-tiny-draft checkpoint directory (same tokenizer)."""
+    return ASSETS_DIR / "claimbench-tiny-draft"
+
+
+def resolve_dtype(dtype: Any) -> jnp.dtype:
+    """A dtype name ("bfloat16", "float32", ...) or jnp dtype -> jnp.dtype."""
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise ModelLoadError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+        return jnp.dtype(DTYPES[dtype])
+    try:
+        resolved = jnp.dtype(dtype)
+    except TypeError as e:
+        raise ModelLoadError(f"unknown dtype {dtype!r}") from e
+    if resolved not in {jnp.dtype(d) for d in DTYPES.values()}:
+        raise ModelLoadError(f"unsupported model dtype {resolved}; expected bfloat16 or float32")
+    return resolved
+
+
+def read_config(path: Path) -> ModelConfig:
+    """Parse ``path/config.json`` into a ModelConfig (ModelLoadError on any problem)."""
+    if not path.is_dir():
+        raise ModelLoadError(f"model directory {path} does not exist")
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise ModelLoadError(f"{config_file} is missing")
+    try:
+        return ModelConfig.from_hf(json.loads(config_file.read_text()))
+    except json.JSONDecodeError as e:
+        raise ModelLoadError(f"{config_file} is not valid JSON: {e}") from e
+    except (KeyError, TypeError, ValueError) as e:
+        detail = f"missing field {e}" if isinstance(e, KeyError) else str(e)
+        raise ModelLoadError(f"{config_file}: {detail}") from e
+
+
+def hf_name(path: tuple) -> tuple[str, bool]:
+    """An NNX param path -> (transformers tensor name, whether the matrix is transposed).
+
+    nnx.Linear keeps kernel [in, out]; transformers keeps weight [out, in].
+    """
+    parts = [str(p) for p in path]
+    transpose = parts[-1] == "kernel"
+    if parts[-1] in ("kernel", "embedding"):
+        parts[-1] = "weight"
+    name = ".".join(parts)
+    return (name if parts[0] == "lm_head" else f"model.{name}"), transpose
+
+
+def _weight_files(path: Path) -> dict[str, Path]:
+    """Tensor name -> safetensors file holding it (single file or sharded index)."""
+    single, index = path / SINGLE_FILE, path / INDEX_FILE
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError) as e:
+            raise ModelLoadError(f"{index} has no valid weight_map") from e
+        files = {name: path / shard for name, shard in weight_map.items()}
+        for shard in sorted(set(files.values())):
+            if not shard.is_file():
+                raise ModelLoadError(f"{shard} (listed in {INDEX_FILE}) is missing")
+        return files
+    if single.is_file():
+        with safe_open(single, framework="flax") as f:
+            return {name: single for name in f.keys()}  # noqa: SIM118 (safe_open has no iter)
+    raise ModelLoadError(f"{path} has neither {SINGLE_FILE} nor {INDEX_FILE}")
+
+
+def _read_tensor(file: Path, name: str, shape: tuple[int, ...], transpose: bool, dtype):
+    with safe_open(file, framework="flax") as f:
+        tensor_slice = f.get_slice(name)
+        stored_dtype = tensor_slice.get_dtype()
+        if stored_dtype not in STORED_DTYPES:
+            raise ModelLoadError(
+                f"tensor {name} has unknown dtype {stored_dtype}; expected {STORED_DTYPES}"
+            )
+        stored_shape = tuple(tensor_slice.get_shape())
+        expected = tuple(reversed(shape)) if transpose else shape
+        if stored_shape != expected:
+            raise ModelLoadError(
+                f"shape mismatch for tensor {name}: checkpoint {stored_shape}, model {expected}"
+            )
+        value = f.get_tensor(name)
+    return (value.T if transpose else value).astype(dtype)
+
+
+def load_model(path: str | Path, dtype: Any = jnp.bfloat16) -> tuple[LlamaForCausalLM, ModelConfig]:
+    """Load a local HF Llama / Qwen2 directory into a LlamaForCausalLM with params in ``dtype``."""
+    path = Path(path)
+    dtype = resolve_dtype(dtype)
+    cfg = read_config(path)
+    files = _weight_files(path)
+    # Build the module abstractly (no random init of a possibly large model), then fill it.
+    abstract = nnx.eval_shape(lambda: LlamaForCausalLM(cfg, dtype=dtype, rngs=nnx.Rngs(0)))
+    graphdef, state = nnx.split(abstract)
+    flat = nnx.to_flat_state(state)
+    values = []
+    for param_path, variable in flat:
+        name, transpose = hf_name(param_path)
+        if name not in files:
+            raise ModelLoadError(f"tensor {name} is missing from {path}")
+        shape = tuple(variable.value.shape)
+        values.append(
+            (param_path, variable.replace(_read_tensor(files[name], name, shape, transpose, dtype)))
+        )
+    model = nnx.merge(graphdef, nnx.from_flat_state(values))
+    return model, cfg
+
+
+def hf_state_dict(model: LlamaForCausalLM, dtype: Any | None = None) -> dict[str, jax.Array]:
+    """The model's params under transformers' tensor names, optionally cast to ``dtype``."""
+    tensors = {}
+    for param_path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        name, transpose = hf_name(param_path)
+        value = variable.value.T if transpose else variable.value
+        tensors[name] = jnp.asarray(value if dtype is None else value.astype(dtype))
+    return tensors
+
+
+def save_model(
+    model: LlamaForCausalLM, cfg: ModelConfig, path: str | Path, *, dtype: Any | None = None
+) -> None:
+    """Write config.json + model.safetensors (in ``dtype``, default the params' own) to ``path``.
+
+    The tokenizer is written separately (``Tokenizer.save``), as transformers does.
+    """
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    save_dtype = model.dtype if dtype is None else resolve_dtype(dtype)
+    tensors = hf_state_dict(model, save_dtype)
+    config = cfg.to_hf(torch_dtype=jnp.dtype(save_dtype).name)
+    (path / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    save_file(tensors, str(path / SINGLE_FILE), metadata={"format": "pt"})
