@@ -53,3 +53,6 @@ app.command("show")(claims_cmd.show_claim)
 app.command("run")(run_cmd.run)
 app.command("score")(score_cmd.score)
 app.command("site")(site_cmd.site)
+from claimbench.cli import model_cmd  # noqa: E402
+
+app.add_typer(model_cmd.app, name="model")
