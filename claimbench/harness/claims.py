@@ -99,6 +99,8 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     """Pydantic's error location as ``prediction[1].op``."""
     path = ""
     for part in loc:
+        if part == "[key]":  # pydantic's marker for "the key itself", not a field
+            continue
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     return path
 

@@ -111,7 +111,10 @@ def bootstrap_ci(
     means = values[picks].mean(axis=1)
     tail = (1.0 - CONFIDENCE_LEVEL) / 2 * 100
     lo, hi = np.percentile(means, [tail, 100 - tail])
-    return float(lo), float(hi)
+    # A mean never leaves the data's range; clipping removes float drift (mean of [1.9] * 3 is
+    # 1.8999999999999997), which would otherwise move a CI off a threshold it sits on.
+    low, high = values.min(), values.max()
+    return float(np.clip(lo, low, high)), float(np.clip(hi, low, high))
 
 
 def interval_status(condition: Condition, lo: float, hi: float) -> str:
@@ -231,7 +234,9 @@ def reliability_bins(
 ) -> tuple[ReliabilityBin, ...]:
     """Equal-width bins over [0, 1] of stated confidence; only non-empty bins are returned."""
     confidences, outcomes = _check_forecasts(confidences, outcomes)
-    index = np.minimum((confidences * num_bins).astype(int), num_bins - 1)
+    # Rounded first so a confidence on a bin edge (0.7 * 10 = 7.000000000000001) lands in the
+    # bin it names whatever the float error.
+    index = np.minimum(np.floor(np.round(confidences * num_bins, 9)).astype(int), num_bins - 1)
     bins = []
     for b in range(num_bins):
         mask = index == b

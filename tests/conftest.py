@@ -1,0 +1,179 @@
+"""Shared fixtures: a tiny claims project in a temp dir, with fake experiments (no engine)."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from claimbench.harness.results import StoredRun
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+FAKE_CLAIMS = """\
+- id: fake-pass
+  part: 1
+  title: Fake claim that holds
+  statement: The fake score is at least 1.
+  confidence: 0.8
+  scope: any
+  prediction:
+    - {metric: score, op: ">=", value: 1.0}
+  refuted_if: The fake score is confidently below 1.
+  experiment: fake
+  params: {quick: {base: 2.0}, full: {base: 2.0, trials: 4}}
+- id: fake-fail
+  part: 1
+  title: Fake claim that fails
+  statement: The fake score is at least 1.
+  confidence: 0.6
+  scope: any
+  prediction:
+    - {metric: score, op: ">=", value: 1.0}
+  refuted_if: The fake score is confidently below 1.
+  experiment: fake
+  params: {quick: {base: 0.5}}
+- id: fake-tpu
+  part: 2
+  title: Fake claim about TPUs
+  statement: The fake score is at least 1 on a TPU.
+  confidence: 0.7
+  scope: tpu
+  prediction:
+    - {metric: score, op: ">=", value: 1.0}
+  refuted_if: The fake score is confidently below 1 on a TPU.
+  experiment: fake
+  params: {quick: {base: 2.0}}
+- id: fake-broken
+  part: 2
+  title: Fake claim whose experiment raises
+  statement: Never measured.
+  confidence: 0.5
+  scope: any
+  prediction:
+    - {metric: score, op: ">=", value: 1.0}
+  refuted_if: Never.
+  experiment: broken
+- id: fake-unwritten
+  part: 3
+  title: Fake claim without an experiment
+  statement: Nobody has written its experiment.
+  confidence: 0.9
+  scope: any
+  prediction:
+    - {metric: score, op: ">=", value: 1.0}
+  refuted_if: Never.
+"""
+
+FAKE_EXPERIMENT = '''\
+"""A fake experiment: score = params["base"] + 0.01 * trial."""
+
+import pandas as pd
+
+
+def run(ctx):
+    base = ctx.params["base"]
+    for trial in range(ctx.trials):
+        ctx.record("score", base + 0.01 * trial, trial=trial, unit="x")
+        ctx.record("bytes_moved", 1000.0, trial=trial, evidence="analytic", kind="model")
+    requests = pd.DataFrame({"request_id": ["r0", "r1"], "ttft_s": [0.1, 0.2]})
+    steps = pd.DataFrame({"step": [0, 1], "num_tokens": [16, 1]})
+    ctx.save_frames(requests=requests, steps=steps, mode="fcfs")
+    ctx.save_frames(requests=requests, mode="vtc")
+
+
+def figures(run_dirs):
+    return [
+        (
+            "Fake figure",
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="60" height="20">'
+            f"<text x='0' y='15'>runs={len(run_dirs)}</text></svg>",
+        )
+    ]
+'''
+
+BROKEN_EXPERIMENT = """\
+def run(ctx):
+    ctx.record("score", 1.0, trial=0)
+    raise RuntimeError("the fake engine fell over\\nsecond line")
+"""
+
+INTERRUPTED_EXPERIMENT = """\
+def run(ctx):
+    ctx.record("score", 1.0, trial=0)
+    raise KeyboardInterrupt
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A claims project: five claims, fake experiments, no results yet."""
+    root = tmp_path / "project"
+    (root / "experiments").mkdir(parents=True)
+    (root / "claims.yaml").write_text(FAKE_CLAIMS)
+    (root / "experiments" / "fake.py").write_text(FAKE_EXPERIMENT)
+    (root / "experiments" / "broken.py").write_text(BROKEN_EXPERIMENT)
+    return root
+
+
+@pytest.fixture
+def interrupting_project(project: Path) -> Path:
+    """The project, with fake-broken's experiment replaced by one that is Ctrl-C'd mid-run."""
+    (project / "experiments" / "broken.py").write_text(INTERRUPTED_EXPERIMENT)
+    return project
+
+
+def write_claims(root: Path, text: str) -> Path:
+    """Write ``text`` (dedented) as root/claims.yaml."""
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / "claims.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+Row = tuple[str, int, float, str]  # (metric, trial, value, evidence)
+
+
+@pytest.fixture
+def make_run() -> Callable[..., StoredRun]:
+    """Build an in-memory StoredRun from (metric, trial, value, evidence) rows."""
+
+    def make(run_id: str, claim_id: str, rows: list[Row], profile: str = "quick") -> StoredRun:
+        frame = pd.DataFrame(
+            [
+                {
+                    "run_id": run_id,
+                    "claim_id": claim_id,
+                    "trial": trial,
+                    "metric": metric,
+                    "value": value,
+                    "unit": "",
+                    "evidence": evidence,
+                    "labels": "{}",
+                }
+                for metric, trial, value, evidence in rows
+            ],
+            columns=[
+                "run_id",
+                "claim_id",
+                "trial",
+                "metric",
+                "value",
+                "unit",
+                "evidence",
+                "labels",
+            ],
+        )
+        meta = {
+            "run_id": run_id,
+            "claim": claim_id,
+            "profile": profile,
+            "end": f"2026-11-29T{run_id[9:11]}:00:00+00:00",
+        }
+        return StoredRun(path=Path("/nonexistent") / run_id, meta=meta, measurements=frame)
+
+    return make
