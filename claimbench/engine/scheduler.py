@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 from claimbench.engine.block_manager import BlockManager
 from claimbench.engine.config import EngineConfig
-from claimbench.engine.policies import get_victim_policy, make_ordering
+from claimbench.engine.policies import PoolView, get_victim_policy, make_ordering
 from claimbench.engine.request import Request, RequestStatus
+from claimbench.engine.tenants import TenantTable
 
 
 @dataclass
@@ -33,6 +34,7 @@ class Scheduler:
         self.block_manager = block_manager
         self.ordering = make_ordering(cfg.scheduling_policy)
         self.pick_victim = get_victim_policy(cfg.victim_policy)
+        self.tenants = TenantTable()
         self.waiting: list[Request] = []
         self.running: list[Request] = []
 
@@ -97,7 +99,10 @@ class Scheduler:
         """Preempt until the request's pages fit; False if it was itself the victim."""
         while not self.block_manager.can_allocate(request, num_tokens):
             candidates = [r for r in self.running if r.request_id not in scheduled_ids]
-            victim = self.pick_victim(candidates)
+            pool = PoolView(
+                self.block_manager.tenant_pages, self.block_manager.num_usable_pages, self.tenants
+            )
+            victim = self.pick_victim(candidates, pool)
             self.preempt(victim)
             out.preempted.append(victim)
             if victim is request:
