@@ -36,7 +36,7 @@ FAKE_CLAIMS = """\
     - {metric: score, op: ">=", value: 1.0}
   refuted_if: The fake score is confidently below 1.
   experiment: fake
-  params: {quick: {base: 0.5}}
+  params: {quick: {base: 0.5}, full: {base: 0.5}}
 - id: fake-tpu
   part: 2
   title: Fake claim about TPUs

@@ -214,6 +214,15 @@ def test_measured_group_falls_back_on_same_runs_analytic_values(make_run):
     assert score.verdict == "confirmed"
 
 
+def test_side_metrics_are_not_evidence(make_run):
+    data = rows("speedup", [2.0, 2.0, 2.0]) + rows("weight_bytes", [8, 8, 8], "analytic")
+    score = scoring.score_claim(
+        claim(scope="tpu"), [make_run("20261129T100000Z-c-0000", "c", data)]
+    )
+    assert [g.evidence for g in score.groups] == ["cpu"]
+    assert score.verdict == "indicative-only"
+
+
 def test_score_claims_keeps_file_order_and_counts(make_run):
     claims = [claim(id="a"), claim(id="b"), claim(id="c", scope="tpu")]
     runs = [

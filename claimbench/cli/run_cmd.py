@@ -128,6 +128,7 @@ def run(
                 raise typer.Exit(130) from None
             except Exception as err:
                 failed.append(c.id)
+                progress.remove_task(task)
                 progress.console.print(
                     f"[red]error:[/] {c.id} failed, not stored: {escape(_one_line(err))}",
                     highlight=False,

@@ -189,13 +189,16 @@ def score_claim(claim: Claim, runs: list[StoredRun], *, seed: int = 0) -> ClaimS
     Headline: the in-scope groups, measured preferred over analytic, then the most recent run.
     With only out-of-scope evidence the verdict is indicative-only; with none, not-run.
     """
+    metrics = {condition.metric for condition in claim.prediction}
     latest: dict[str, StoredRun] = {}
     for run in sorted(runs, key=lambda r: r.run_id):
         if run.claim_id != claim.id:
             continue
-        for evidence in run.measurements.loc[
-            run.measurements["claim_id"] == claim.id, "evidence"
-        ].unique():
+        m = run.measurements
+        # Only values of the predicted metrics are evidence; side metrics (byte counts behind a
+        # ratio, say) recorded as analytic must not open an analytic group of their own.
+        relevant = m[(m["claim_id"] == claim.id) & m["metric"].isin(metrics)]
+        for evidence in relevant["evidence"].unique():
             latest[str(evidence)] = run
     order = [*MEASURED, "analytic"]
     groups = tuple(

@@ -1,0 +1,90 @@
+"""`claimbench score`: the table, --json, scores.parquet, and skipped files."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+from test_cli_claims import invoke
+
+
+def run_fakes(project) -> None:
+    result = invoke("--root", str(project), "run", "--claim", "fake-pass", "--claim", "fake-fail")
+    assert result.exit_code == 0, result.output
+    result = invoke("--root", str(project), "run", "--claim", "fake-tpu")
+    assert result.exit_code == 0, result.output
+
+
+def test_score_json(project):
+    run_fakes(project)
+    result = invoke("--root", str(project), "score", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    verdicts = {c["id"]: c["verdict"] for c in data["claims"]}
+    assert verdicts == {
+        "fake-pass": "confirmed",
+        "fake-fail": "refuted",
+        "fake-tpu": "indicative-only",
+        "fake-broken": "not-run",
+        "fake-unwritten": "not-run",
+    }
+    statuses = {c["id"]: c["status"] for c in data["claims"]}
+    assert statuses["fake-unwritten"] == "no experiment yet"
+    assert statuses["fake-broken"] == "not run"
+    assert data["totals"] == {
+        "confirmed": 1,
+        "refuted": 1,
+        "inconclusive": 0,
+        "indicative-only": 1,
+        "not-run": 2,
+    }
+    cal = data["calibration"]
+    # fake-pass (0.8) confirmed, fake-fail (0.6) refuted: ((0.2)^2 + (0.6)^2) / 2 = 0.2.
+    assert cal["num_decided"] == 2
+    assert abs(cal["brier"] - 0.2) < 1e-9 and cal["coin_brier"] == 0.25
+    assert data["cost_usd"] == 0.0
+
+
+def test_score_table_and_parquet(project):
+    run_fakes(project)
+    result = invoke("--root", str(project), "score")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    for fragment in ("fake-pass", "confirmed", "refuted", "indicative-only", "Brier 0.200"):
+        assert fragment in out
+    frame = pd.read_parquet(project / "results" / "scores.parquet")
+    assert set(frame["claim_id"]) == {
+        "fake-pass",
+        "fake-fail",
+        "fake-tpu",
+        "fake-broken",
+        "fake-unwritten",
+    }
+    passed = frame[frame["claim_id"] == "fake-pass"].iloc[0]
+    assert passed["verdict"] == "confirmed" and passed["evidence"] == "cpu"
+    assert abs(passed["estimate"] - 2.01) < 1e-9
+    assert passed["num_trials"] == 3
+
+
+def test_score_with_no_runs(project):
+    result = invoke("--root", str(project), "score")
+    assert result.exit_code == 0, result.output
+    assert "5 not-run" in result.stdout
+    assert "no decided claims yet" in result.stdout
+    assert (project / "results" / "scores.parquet").is_file()
+
+
+def test_score_reports_and_skips_corrupt_and_foreign_files(project):
+    run_fakes(project)
+    runs = project / "results" / "runs"
+    (project / "results" / "notes.md").write_text("my notes")
+    bad = runs / "20261129T000000Z-fake-pass-dead"
+    bad.mkdir()
+    (bad / "meta.json").write_text("{broken")
+    result = invoke("--root", str(project), "score", "--json")
+    assert result.exit_code == 0, result.output
+    assert "skipped" in result.stderr and "notes.md" in result.stderr
+    assert "meta.json is not valid JSON" in result.stderr
+    data = json.loads(result.stdout)  # stdout stays clean JSON
+    assert {c["id"]: c["verdict"] for c in data["claims"]}["fake-pass"] == "confirmed"
+    assert (project / "results" / "notes.md").exists() and bad.exists()
