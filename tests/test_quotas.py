@@ -1,0 +1,64 @@
+import pytest
+from engine_helpers import make_request
+
+from claimbench.engine.quotas import KVQuotas
+from claimbench.engine.tenants import Tenant, TenantTable
+
+
+def quotas(usable=20):
+    # quiet: 6 guaranteed, no burst; noisy: 2 guaranteed, burst capped at 8; others: defaults.
+    tenants = TenantTable(
+        [
+            Tenant("quiet", guaranteed_pages=6, burst_pages=0),
+            Tenant("noisy", guaranteed_pages=2, burst_pages=8),
+        ]
+    )
+    return KVQuotas(tenants, usable)
+
+
+def test_burst_region_is_what_guarantees_leave():
+    q = quotas()
+    assert q.num_burst_pages == 12  # 20 - 6 - 2
+    assert q.max_pages("quiet") == 6 and q.max_pages("noisy") == 10 and q.max_pages("x") == 12
+
+
+def test_guarantee_is_reserved_against_other_tenants():
+    q = quotas()
+    pages = {"noisy": 10, "x": 4}  # noisy: 8 burst (its cap); x: 4 burst -> region full
+    assert q.num_free_burst_pages(pages) == 0
+    assert q.headroom("x", pages) == 0
+    assert q.headroom("noisy", pages) == 0
+    assert q.headroom("quiet", pages) == 6  # untouched by the others' burst use
+    assert q.can_take("quiet", 6, pages) and not q.can_take("quiet", 7, pages)
+
+
+def test_burst_cap_limits_a_tenant_even_with_free_burst_pages():
+    q = quotas()
+    pages = {"noisy": 9}  # 7 over its guarantee, cap 8
+    assert q.num_free_burst_pages(pages) == 5
+    assert q.headroom("noisy", pages) == 1
+    assert q.headroom("y", pages) == 5
+
+
+def test_usage_below_guarantee_does_not_touch_the_burst_region():
+    q = quotas()
+    assert q.over_guarantee("quiet", {"quiet": 4}) == 0
+    assert q.num_free_burst_pages({"quiet": 4, "noisy": 1}) == 12
+    assert q.headroom("noisy", {"noisy": 1}) == 1 + 8
+
+
+def test_victim_candidates_are_tenants_over_their_guarantee():
+    q = quotas()
+    pages = {"noisy": 6, "x": 8, "quiet": 3}  # noisy 4 over, x 8 over: region full
+    quiet_r, noisy_r, x_r = (make_request(4, tenant=t) for t in ("quiet", "noisy", "x"))
+    cands = [quiet_r, noisy_r, x_r]
+    assert q.victim_candidates("x", cands, pages) == [noisy_r, x_r]
+    # noisy at its burst cap can only make room by giving up its own pages.
+    capped = {"noisy": 10}
+    assert q.victim_candidates("noisy", cands, capped) == [noisy_r]
+
+
+def test_guarantees_beyond_the_pool_are_refused():
+    tenants = TenantTable([Tenant("a", guaranteed_pages=8), Tenant("b", guaranteed_pages=8)])
+    with pytest.raises(ValueError, match="add up to 16, more than the 12 usable pages"):
+        KVQuotas(tenants, 12)
