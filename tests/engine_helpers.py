@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from claimbench.engine.request import Request
@@ -49,5 +52,44 @@ def make_request(
     )
 
 
+@functools.cache
 def tiny_model(seed: int = 0, cfg: ModelConfig = TINY_MODEL) -> LlamaForCausalLM:
+    """Built once per session: tests only read it, and eager init is slow on a busy CPU."""
     return LlamaForCausalLM(cfg, dtype=jnp.float32, rngs=nnx.Rngs(seed))
+
+
+def tiny_engine(model=None, **overrides):
+    """An f32 engine over the tiny model: 8-token pages, buckets (16, 32) x (8,)."""
+    from claimbench.engine.config import EngineConfig
+    from claimbench.engine.engine import LLMEngine
+    from claimbench.engine.kv_cache import kv_bytes_per_token
+
+    num_pages = overrides.pop("num_pages", 64)
+    page_size = overrides.get("page_size", 8)
+    pool = num_pages * page_size * kv_bytes_per_token(TINY_MODEL, jnp.float32)
+    cfg = dict(
+        dtype="float32",
+        kv_pool_bytes=pool,
+        page_size=page_size,
+        max_num_seqs=8,
+        max_num_batched_tokens=32,
+        max_model_len=128,
+    )
+    return LLMEngine(EngineConfig(**{**cfg, **overrides}), model=model or tiny_model())
+
+
+DENSE_LEN = 128
+
+
+@functools.cache
+def _dense_forward(model):
+    graphdef, state = nnx.split(model)
+    return jax.jit(lambda ids: nnx.merge(graphdef, state).forward_dense(ids))
+
+
+def dense_logits(model, token_ids):
+    """Naive full forward over one sequence: f32[len, vocab]. Padded at the end to one
+    length (causal attention never looks right), so it compiles once."""
+    ids = np.zeros((1, DENSE_LEN), np.int32)
+    ids[0, : len(token_ids)] = token_ids
+    return np.asarray(_dense_forward(model)(ids)[0, : len(token_ids)])

@@ -1,0 +1,147 @@
+"""The flattened step batch: scheduler output -> padded host arrays for the jitted step.
+
+Sequences are laid out decode-only first (one token each), then prefill-only (chunks
+starting at position 0), then mixed (chunks continuing a cached prefix), the order
+AttentionMetadata.distribution describes. Token and sequence counts are padded to a
+compiled bucket; padded tokens write into the null page and padded sequence slots
+have kv_len 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+
+from claimbench.engine.buckets import pick_pair
+from claimbench.engine.config import EngineConfig
+from claimbench.engine.request import Request
+from claimbench.engine.sampler import SamplingBatch
+from claimbench.kernels.metadata import NULL_PAGE, AttentionMetadata
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class StepInputs:
+    """Everything the device step reads. ``T`` = token bucket, ``N`` = sequence bucket."""
+
+    token_ids: np.ndarray  # i32[T]
+    positions: np.ndarray  # i32[T]
+    md: AttentionMetadata
+    logits_indices: np.ndarray  # i32[N] flat index of each sequence's last scheduled token
+    sampling: SamplingBatch
+    target_ids: np.ndarray  # i32[T] the prompt token following each position (prompt logprobs)
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """A built step: the inputs plus the host-side map from slots back to requests."""
+
+    inputs: StepInputs
+    requests: list[Request]  # slot order
+    num_tokens: list[int]  # scheduled tokens per slot
+    num_decode: int
+    num_prefill: int  # prefill-only sequences (chunk starts at position 0)
+    num_mixed: int
+    token_bucket: int
+    seq_bucket: int
+    wants_prompt_logprobs: bool
+
+    @property
+    def num_scheduled_tokens(self) -> int:
+        return sum(self.num_tokens)
+
+
+def empty_inputs(cfg: EngineConfig, num_tokens: int, num_seqs: int) -> StepInputs:
+    """All-padding inputs of one bucket's shapes (for compiling ahead of serving)."""
+    i32 = np.int32
+    md = AttentionMetadata(
+        slot_mapping=np.zeros(num_tokens, i32),
+        cu_q_lens=np.zeros(num_seqs + 1, i32),
+        kv_lens=np.zeros(num_seqs, i32),
+        page_indices=np.full((num_seqs, cfg.pages_per_seq), NULL_PAGE, i32),
+        num_seqs=np.zeros(1, i32),
+        distribution=np.zeros(3, i32),
+    )
+    sampling = SamplingBatch(
+        temperature=np.zeros(num_seqs, np.float32),
+        top_k=np.zeros(num_seqs, i32),
+        top_p=np.ones(num_seqs, np.float32),
+        seeds=np.zeros(num_seqs, np.uint32),
+        output_index=np.zeros(num_seqs, i32),
+        all_greedy=np.asarray(True),
+    )
+    return StepInputs(
+        token_ids=np.zeros(num_tokens, i32),
+        positions=np.zeros(num_tokens, i32),
+        md=md,
+        logits_indices=np.zeros(num_seqs, i32),
+        sampling=sampling,
+        target_ids=np.zeros(num_tokens, i32),
+    )
+
+
+def build_step(cfg: EngineConfig, scheduled: list[tuple[Request, int]]) -> StepPlan:
+    """Flatten (request, num_tokens) pairs into one padded batch."""
+    decode = [(r, n) for r, n in scheduled if n == 1]
+    prefill = [(r, n) for r, n in scheduled if n > 1 and r.num_computed_tokens == 0]
+    mixed = [(r, n) for r, n in scheduled if n > 1 and r.num_computed_tokens > 0]
+    ordered = decode + prefill + mixed
+    total = sum(n for _, n in ordered)
+    token_bucket, seq_bucket = pick_pair(cfg, total, len(ordered))
+    inputs = empty_inputs(cfg, token_bucket, seq_bucket)
+    md, sp = inputs.md, inputs.sampling
+    page_size = cfg.page_size
+    wants_prompt_logprobs = False
+    offset = 0
+    for i, (request, n) in enumerate(ordered):
+        start = request.num_computed_tokens
+        end = start + n
+        table = request.block_table
+        md.page_indices[i, : len(table)] = table
+        positions = np.arange(start, end, dtype=np.int32)
+        inputs.token_ids[offset : offset + n] = request.token_ids(start, end)
+        inputs.positions[offset : offset + n] = positions
+        md.slot_mapping[offset : offset + n] = (
+            md.page_indices[i, positions // page_size] * page_size + positions % page_size
+        )
+        md.kv_lens[i] = end
+        md.cu_q_lens[i + 1] = offset + n
+        inputs.logits_indices[i] = offset + n - 1
+        params = request.sampling
+        sp.temperature[i] = params.temperature
+        sp.top_k[i] = params.top_k
+        sp.top_p[i] = params.top_p
+        sp.seeds[i] = request.seed
+        sp.output_index[i] = request.num_output_tokens
+        if params.prompt_logprobs and start + 1 < request.num_prompt_tokens:
+            wants_prompt_logprobs = True
+            targets = request.token_ids(start + 1, min(end + 1, request.num_prompt_tokens))
+            inputs.target_ids[offset : offset + len(targets)] = targets
+        offset += n
+    md.cu_q_lens[len(ordered) + 1 :] = offset
+    md.num_seqs[0] = len(ordered)
+    md.distribution[:] = (len(decode), len(decode) + len(prefill), len(ordered))
+    all_greedy = all(r.sampling.greedy for r, _ in ordered)
+    inputs = StepInputs(
+        inputs.token_ids,
+        inputs.positions,
+        md,
+        inputs.logits_indices,
+        SamplingBatch(
+            sp.temperature, sp.top_k, sp.top_p, sp.seeds, sp.output_index, np.asarray(all_greedy)
+        ),
+        inputs.target_ids,
+    )
+    return StepPlan(
+        inputs=inputs,
+        requests=[r for r, _ in ordered],
+        num_tokens=[n for _, n in ordered],
+        num_decode=len(decode),
+        num_prefill=len(prefill),
+        num_mixed=len(mixed),
+        token_bucket=token_bucket,
+        seq_bucket=seq_bucket,
+        wants_prompt_logprobs=wants_prompt_logprobs,
+    )

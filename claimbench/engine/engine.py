@@ -1,0 +1,298 @@
+"""LLMEngine: requests in, timestamped events out; each step is schedule -> run -> postprocess."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+import jax
+import numpy as np
+import pandas as pd
+
+from claimbench.engine.batch import StepPlan, build_step
+from claimbench.engine.block_manager import BlockManager
+from claimbench.engine.config import EngineConfig
+from claimbench.engine.metrics import StepRecord, requests_frame, steps_frame
+from claimbench.engine.outputs import (
+    Event,
+    FinishEvent,
+    RejectEvent,
+    RequestOutput,
+    RunResult,
+    TokenEvent,
+)
+from claimbench.engine.request import Request, RequestStatus
+from claimbench.engine.runner import ModelRunner, StepOutput
+from claimbench.engine.sampler import SamplingParams
+from claimbench.engine.scheduler import Scheduler
+from claimbench.engine.workload_items import WorkItem, as_work_items
+from claimbench.models.llama import LlamaForCausalLM
+from claimbench.models.tokenizer import Tokenizer
+
+
+class LLMEngine:
+    """A continuous-batching engine over one model and one paged KV pool.
+
+    ``model`` (and ``tokenizer``) may be given already built; otherwise both are loaded
+    from ``config.model_path`` (default: the shipped claimbench-tiny).
+    """
+
+    def __init__(
+        self,
+        config: EngineConfig | None = None,
+        *,
+        model: LlamaForCausalLM | None = None,
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
+        config = config or EngineConfig()
+        if model is None:
+            from claimbench.models.checkpoint import default_model_path, load_model
+
+            path = config.model_path or default_model_path()
+            model, _ = load_model(path, config.dtype)
+            tokenizer = tokenizer or Tokenizer.from_dir(path)
+        if config.max_model_len > model.cfg.max_position_embeddings:
+            raise ValueError(
+                f"max_model_len={config.max_model_len} exceeds the model's "
+                f"max_position_embeddings={model.cfg.max_position_embeddings}"
+            )
+        self.config = config
+        self.model_cfg = model.cfg
+        self.tokenizer = tokenizer
+        self.eos_token_id = model.cfg.eos_token_id
+        self.runner = ModelRunner(config, model)
+        self.block_manager = BlockManager(self.runner.num_pages, config.page_size)
+        self.scheduler = Scheduler(config, self.block_manager)
+        self.requests: dict[str, Request] = {}
+        self.step_records: list[StepRecord] = []
+        self._pending: list[Event] = []  # rejections and aborts, reported by the next step
+        self._seq_no = itertools.count()
+        self.start_time = time.perf_counter()
+
+    # -- requests -------------------------------------------------------------------------
+
+    def add_request(
+        self,
+        prompt: str | Sequence[int],
+        sampling: SamplingParams | None = None,
+        tenant: str = "default",
+        priority: int = 0,
+        arrival_time: float | None = None,
+    ) -> str:
+        """Queue a request (text needs a tokenizer); returns its id. A request that can never
+        be served is rejected: its RejectEvent comes with the next ``step()``."""
+        sampling = sampling or SamplingParams()
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("a text prompt needs a tokenizer; pass token ids instead")
+            token_ids = self.tokenizer.encode(prompt)
+        else:
+            token_ids = [int(t) for t in prompt]
+        seq_no = next(self._seq_no)
+        now = time.perf_counter()
+        seed = sampling.seed
+        if seed is None:
+            seed = int(np.random.SeedSequence([self.config.seed, seq_no]).generate_state(1)[0])
+        request = Request(
+            f"req-{seq_no}",
+            seq_no,
+            token_ids,
+            sampling,
+            seed=seed,
+            tenant=tenant,
+            priority=priority,
+            arrival_time=now if arrival_time is None else arrival_time,
+        )
+        self.requests[request.request_id] = request
+        reason = self._invalid_tokens(token_ids) or self.scheduler.admit(request)
+        if reason is None:
+            self.scheduler.add(request)
+        else:
+            request.status = RequestStatus.REJECTED
+            request.rejected_reason = reason
+            request.finish_reason = "rejected"
+            request.finish_time = now
+            self._pending.append(RejectEvent(request.request_id, reason, now))
+        return request.request_id
+
+    def _invalid_tokens(self, token_ids: list[int]) -> str | None:
+        vocab = self.model_cfg.vocab_size
+        bad = [t for t in token_ids if not 0 <= t < vocab]
+        return f"token ids {bad[:5]} outside the vocabulary of {vocab}" if bad else None
+
+    def abort(self, request_id: str, reason: str = "abort") -> None:
+        """Stop a request now and free its pages (no-op if it already finished)."""
+        request = self.requests[request_id]
+        if request.is_finished:
+            return
+        self.scheduler.finish(request)
+        self._finish(request, reason, time.perf_counter(), self._pending)
+
+    def _finish(self, request: Request, reason: str, now: float, events: list[Event]) -> None:
+        request.status = RequestStatus.FINISHED
+        request.finish_reason = reason
+        request.finish_time = now
+        events.append(FinishEvent(request.request_id, reason, now))
+
+    @property
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished
+
+    # -- the step -------------------------------------------------------------------------
+
+    def step(self) -> list[Event]:
+        """Schedule, run one batched forward pass, sample, and report what happened."""
+        events, self._pending = self._pending, []
+        t0 = time.perf_counter()
+        scheduled = self.scheduler.schedule(t0)
+        if not scheduled.scheduled:
+            return events
+        plan = build_step(self.config, scheduled.scheduled)
+        t1 = time.perf_counter()
+        out = jax.block_until_ready(self.runner.execute(plan.inputs, plan.wants_prompt_logprobs))
+        t2 = time.perf_counter()
+        self._postprocess(plan, out, t2, events)
+        t3 = time.perf_counter()
+        self._record_step(plan, len(scheduled.preempted), t0, t3 - t0 - (t2 - t1), t2 - t1)
+        return events
+
+    def _postprocess(self, plan: StepPlan, out: StepOutput, now: float, events: list) -> None:
+        tokens = np.asarray(out.tokens).tolist()
+        logprobs = np.asarray(out.logprobs).tolist()
+        prompt_logprobs = (
+            np.asarray(out.prompt_logprobs).tolist() if plan.wants_prompt_logprobs else None
+        )
+        offset = 0
+        for i, (request, n) in enumerate(zip(plan.requests, plan.num_tokens, strict=True)):
+            start = request.num_computed_tokens
+            if prompt_logprobs is not None and request.sampling.prompt_logprobs:
+                # Position p predicts prompt token p + 1, stored at index p.
+                stop = min(start + n, request.num_prompt_tokens - 1)
+                for p in range(start, stop):
+                    request.prompt_logprobs[p] = prompt_logprobs[offset + p - start]
+            offset += n
+            request.num_computed_tokens += n
+            if request.num_uncomputed_tokens:
+                continue  # mid-prefill: the sampled token is not the next one
+            request.append_output(tokens[i], logprobs[i], now)
+            lp = logprobs[i] if request.sampling.logprobs else None
+            index = request.num_output_tokens - 1
+            events.append(TokenEvent(request.request_id, tokens[i], index, now, lp))
+            reason = request.stop_reason(self.eos_token_id)
+            if reason is not None:
+                self.scheduler.finish(request)
+                self._finish(request, reason, now, events)
+
+    def _record_step(
+        self, plan: StepPlan, num_preempted: int, t0: float, host_s: float, device_s: float
+    ) -> None:
+        num_decode_tokens = plan.num_decode
+        self.step_records.append(
+            StepRecord(
+                step=len(self.step_records),
+                start_s=t0 - self.start_time,
+                num_seqs=len(plan.requests),
+                num_decode_seqs=plan.num_decode,
+                num_prefill_seqs=plan.num_prefill + plan.num_mixed,
+                num_scheduled_tokens=plan.num_scheduled_tokens,
+                num_decode_tokens=num_decode_tokens,
+                num_prefill_tokens=plan.num_scheduled_tokens - num_decode_tokens,
+                token_bucket=plan.token_bucket,
+                seq_bucket=plan.seq_bucket,
+                num_padding_tokens=plan.token_bucket - plan.num_scheduled_tokens,
+                num_preempted=num_preempted,
+                pages_used=self.block_manager.num_used_pages,
+                pages_free=self.block_manager.num_free_pages,
+                host_s=host_s,
+                device_s=device_s,
+            )
+        )
+
+    # -- drivers --------------------------------------------------------------------------
+
+    def precompile(self, prompt_logprobs: bool = False) -> tuple[int, float]:
+        """Compile every bucket ahead of serving: (number compiled, seconds)."""
+        return self.runner.precompile(prompt_logprobs)
+
+    def generate(
+        self,
+        prompts: Sequence[str | Sequence[int]],
+        sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
+        """Serve every prompt to completion; outputs in prompt order."""
+        if sampling is None or isinstance(sampling, SamplingParams):
+            sampling = [sampling or SamplingParams()] * len(prompts)
+        if len(sampling) != len(prompts):
+            raise ValueError(f"{len(sampling)} SamplingParams for {len(prompts)} prompts")
+        ids = [self.add_request(p, s) for p, s in zip(prompts, sampling, strict=True)]
+        while self.has_unfinished:
+            self.step()
+        self._pending = []
+        return [self.output(i) for i in ids]
+
+    def run(
+        self,
+        workload: Iterable[WorkItem | object],
+        timeout_s: float = 600.0,
+        *,
+        sampling: SamplingParams | None = None,
+        on_step: Callable[[list[Event]], None] | None = None,
+    ) -> RunResult:
+        """Inject each item at its arrival offset (wall clock) and step until all finish.
+
+        Items are (arrival_offset_s, prompt_token_ids, SamplingParams, tenant, priority)
+        tuples or workload requests (``arrival_s``, ``prompt_token_ids``, ``max_tokens``,
+        ``tenant``, ``priority``), served with ``sampling`` and their own max_tokens.
+        Requests still unfinished at ``timeout_s`` are aborted with reason "timeout".
+        """
+        items = sorted(as_work_items(workload, sampling), key=lambda w: w.arrival_offset_s)
+        start = time.perf_counter()
+        ids: list[str] = []
+        next_item = 0
+        timed_out = False
+        while next_item < len(items) or self.has_unfinished:
+            now = time.perf_counter()
+            while next_item < len(items) and start + items[next_item].arrival_offset_s <= now:
+                w = items[next_item]
+                arrival = start + w.arrival_offset_s
+                ids.append(
+                    self.add_request(w.prompt_token_ids, w.sampling, w.tenant, w.priority, arrival)
+                )
+                next_item += 1
+            if now - start > timeout_s:
+                timed_out = True
+                for request in [*self.scheduler.running, *self.scheduler.waiting]:
+                    self.abort(request.request_id, "timeout")
+                break
+            if self.has_unfinished:
+                events = self.step()
+            else:
+                gap = start + items[next_item].arrival_offset_s - now
+                time.sleep(max(min(gap, start + timeout_s - now), 0.0))
+                events, self._pending = self._pending, []
+            if on_step is not None:
+                on_step(events)
+        return RunResult(ids, time.perf_counter() - start, timed_out)
+
+    # -- records --------------------------------------------------------------------------
+
+    def output(self, request_id: str) -> RequestOutput:
+        r = self.requests[request_id]
+        text = self.tokenizer.decode(r.output_token_ids) if self.tokenizer else None
+        return RequestOutput(
+            request_id=r.request_id,
+            prompt_token_ids=r.prompt_token_ids,
+            token_ids=list(r.output_token_ids),
+            text=text,
+            finish_reason=r.finish_reason,
+            rejected_reason=r.rejected_reason,
+            logprobs=list(r.output_logprobs) if r.sampling.logprobs else None,
+            prompt_logprobs=list(r.prompt_logprobs) if r.sampling.prompt_logprobs else None,
+        )
+
+    def requests_frame(self) -> pd.DataFrame:
+        return requests_frame(self.requests.values(), self.start_time)
+
+    def steps_frame(self) -> pd.DataFrame:
+        return steps_frame(self.step_records)

@@ -1,0 +1,157 @@
+"""Per-request and per-step records as DataFrames, and serving metrics with vLLM's definitions.
+
+TTFT = first token - arrival; E2EL = finish - arrival; TPOT = (E2EL - TTFT) / (output - 1);
+ITL = every gap between consecutive tokens of a request, pooled over requests.
+Throughputs divide by the run's duration (first arrival to last finish). Goodput counts
+requests per second that meet every SLO given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from claimbench.engine.request import Request
+
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    step: int
+    start_s: float  # relative to the engine's start
+    num_seqs: int
+    num_decode_seqs: int
+    num_prefill_seqs: int  # prefill-only and mixed chunks
+    num_scheduled_tokens: int
+    num_decode_tokens: int
+    num_prefill_tokens: int
+    token_bucket: int  # padded token count the step ran at
+    seq_bucket: int
+    num_padding_tokens: int
+    num_preempted: int
+    pages_used: int
+    pages_free: int
+    host_s: float  # scheduling, batch building, postprocessing
+    device_s: float  # dispatch until the outputs were ready
+
+
+def _rel(t: float | None, t0: float) -> float:
+    return np.nan if t is None else t - t0
+
+
+def requests_frame(requests: Iterable[Request], t0: float) -> pd.DataFrame:
+    """One row per request; times in seconds since t0; NaN where an event never happened."""
+    rows = []
+    for r in requests:
+        arrival, first = r.arrival_time - t0, _rel(r.first_token_time, t0)
+        finish = _rel(r.finish_time, t0)
+        n_out = r.num_output_tokens
+        ttft = first - arrival
+        e2el = finish - arrival
+        completed = r.finish_reason in ("stop", "length")
+        rows.append(
+            {
+                "request_id": r.request_id,
+                "tenant": r.tenant,
+                "priority": r.priority,
+                "arrival_s": arrival,
+                "first_scheduled_s": _rel(r.first_scheduled_time, t0),
+                "first_token_s": first,
+                "finish_s": finish,
+                "token_times_s": [t - t0 for t in r.token_times],
+                "prompt_tokens": r.num_prompt_tokens,
+                "output_tokens": n_out,
+                "num_preemptions": r.num_preemptions,
+                "finish_reason": r.finish_reason,
+                "rejected_reason": r.rejected_reason,
+                "completed": completed,
+                "ttft_s": ttft if completed else np.nan,
+                "e2el_s": e2el if completed else np.nan,
+                "tpot_s": (e2el - ttft) / (n_out - 1) if completed and n_out > 1 else np.nan,
+            }
+        )
+    return pd.DataFrame(rows, columns=list(rows[0]) if rows else None)
+
+
+def steps_frame(steps: Iterable[StepRecord]) -> pd.DataFrame:
+    return pd.DataFrame([asdict(s) for s in steps])
+
+
+def _itl(requests: pd.DataFrame) -> np.ndarray:
+    gaps = [np.diff(t) for t in requests["token_times_s"] if len(t) > 1]
+    return np.concatenate(gaps) if gaps else np.array([])
+
+
+def _distribution(name: str, values: np.ndarray) -> dict[str, float]:
+    values = values[~np.isnan(values)]
+    if len(values) == 0:
+        return {f"mean_{name}": np.nan} | {f"p{p}_{name}": np.nan for p in PERCENTILES}
+    out = {f"mean_{name}": float(np.mean(values))}
+    for p in PERCENTILES:
+        out[f"p{p}_{name}"] = float(np.percentile(values, p))
+    return out
+
+
+def summarize(
+    requests: pd.DataFrame,
+    steps: pd.DataFrame | None = None,
+    *,
+    duration_s: float | None = None,
+    slo_ttft_s: float | None = None,
+    slo_tpot_s: float | None = None,
+    slo_e2el_s: float | None = None,
+) -> dict[str, float]:
+    """Serving metrics over a requests frame (and KV headroom from a steps frame).
+
+    ``duration_s`` overrides the span the throughputs divide by (default: first arrival
+    to last finish of these requests).
+    """
+    done = requests[requests["completed"]]
+    duration = duration_s if duration_s is not None else _span(requests)
+    per_s = (lambda x: x / duration) if duration > 0 else (lambda x: np.nan)
+    out: dict[str, float] = {
+        "num_requests": float(len(requests)),
+        "num_completed": float(len(done)),
+        "num_rejected": float(requests["rejected_reason"].notna().sum()),
+        "duration_s": duration,
+        "request_throughput": per_s(len(done)),
+        "output_throughput": per_s(float(done["output_tokens"].sum())),
+        "total_token_throughput": per_s(
+            float((done["prompt_tokens"] + done["output_tokens"]).sum())
+        ),
+    }
+    good = np.ones(len(done), bool)
+    for column, slo in (("ttft_s", slo_ttft_s), ("tpot_s", slo_tpot_s), ("e2el_s", slo_e2el_s)):
+        if slo is not None:
+            # A single-token request has no TPOT; it cannot miss a TPOT SLO.
+            good &= ~(done[column].to_numpy() > slo)
+    if any(s is not None for s in (slo_ttft_s, slo_tpot_s, slo_e2el_s)):
+        out["goodput"] = per_s(float(good.sum()))
+    for name in ("ttft_s", "tpot_s", "e2el_s"):
+        out |= _distribution(name, done[name].to_numpy(dtype=float))
+    out |= _distribution("itl_s", _itl(done))
+    if steps is not None and len(steps):
+        usable = steps["pages_used"] + steps["pages_free"]
+        out["min_kv_headroom"] = float((steps["pages_free"] / usable).min())
+        out["total_preemptions"] = float(requests["num_preemptions"].sum())
+    return out
+
+
+def summarize_by_tenant(requests: pd.DataFrame, **slos: float | None) -> pd.DataFrame:
+    """``summarize`` per tenant, one row each; throughputs over the whole run's span, so
+    the tenants' throughputs add up to the run's."""
+    duration = _span(requests)
+    rows = {
+        tenant: summarize(group, duration_s=duration, **slos)
+        for tenant, group in requests.groupby("tenant", sort=True)
+    }
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def _span(requests: pd.DataFrame) -> float:
+    done = requests[requests["completed"]]
+    return float(done["finish_s"].max() - requests["arrival_s"].min()) if len(done) else 0.0

@@ -1,0 +1,110 @@
+"""The device side: KV cache, the jitted step, compiling every bucket ahead of serving.
+
+One pure function, step(weights, kv_caches, inputs) -> (StepOutput, kv_caches), runs the
+model over the flattened batch, samples one token per sequence slot and returns the
+updated cache, which is donated so XLA updates it in place. It is jitted once at module
+level with the model's graph as a static argument, so engines over models of the same
+shape share executables. A variant that also returns prompt log-probs for every
+position compiles the first time a request asks for them (or ahead, on request).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax.experimental.compilation_cache import compilation_cache
+
+from claimbench.engine.batch import StepInputs, empty_inputs
+from claimbench.engine.buckets import bucket_pairs
+from claimbench.engine.config import EngineConfig
+from claimbench.engine.kv_cache import allocate_kv_cache, num_pages_for_pool, resolve_kv_dtype
+from claimbench.engine.sampler import sample
+from claimbench.kernels.backend import AttentionBackend, get_backend
+from claimbench.kernels.kv_quant import LayerKV
+from claimbench.models.llama import LlamaForCausalLM
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class StepOutput:
+    tokens: jax.Array  # i32[N] sampled token per sequence slot
+    logprobs: jax.Array  # f32[N] the model's log-prob of each sampled token
+    prompt_logprobs: jax.Array | None  # f32[T] log p(target_ids[t] | tokens <= t), or None
+
+
+@partial(jax.jit, static_argnums=(0, 1, 2, 3), donate_argnums=(5,))
+def _step(
+    graphdef: nnx.GraphDef,
+    treedef: jax.tree_util.PyTreeDef,
+    attention: AttentionBackend,
+    with_prompt_logprobs: bool,
+    weights: list[jax.Array],
+    kv_caches: list[LayerKV],
+    inputs: StepInputs,
+) -> tuple[StepOutput, list[LayerKV]]:
+    # Weights travel as a flat list: flattening a list per call is cheaper than nnx.State.
+    model = nnx.merge(graphdef, jax.tree.unflatten(treedef, weights))
+    hidden, kv_caches = model(
+        inputs.token_ids, inputs.positions, kv_caches, inputs.md, attention=attention
+    )
+    # Only the last token of each sequence needs the vocabulary projection for sampling.
+    logits = model.logits(hidden[inputs.logits_indices])
+    tokens, logprobs = sample(logits, inputs.sampling)
+    prompt_logprobs = None
+    if with_prompt_logprobs:
+        all_logprobs = jax.nn.log_softmax(model.logits(hidden), axis=-1)
+        prompt_logprobs = jnp.take_along_axis(all_logprobs, inputs.target_ids[:, None], -1)[:, 0]
+    return StepOutput(tokens, logprobs, prompt_logprobs), kv_caches
+
+
+class ModelRunner:
+    """Owns the model weights and the KV cache; runs steps at compiled bucket shapes."""
+
+    def __init__(self, cfg: EngineConfig, model: LlamaForCausalLM) -> None:
+        if cfg.compilation_cache_dir is not None:
+            compilation_cache.set_cache_dir(str(cfg.compilation_cache_dir))
+            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+            compilation_cache.reset_cache()
+        self.cfg = cfg
+        graphdef, state = nnx.split(model)
+        self.weights, treedef = jax.tree.flatten(state)
+        self.kv_dtype = resolve_kv_dtype(cfg.kv_dtype, model.dtype)
+        self.num_pages = num_pages_for_pool(
+            model.cfg, self.kv_dtype, cfg.page_size, cfg.kv_pool_bytes
+        )
+        self.kv_caches = allocate_kv_cache(model.cfg, self.num_pages, cfg.page_size, self.kv_dtype)
+        self._static = (graphdef, treedef, get_backend(cfg.attention_backend))
+        self._warm: set[tuple[int, int, bool]] = set()
+        self.num_compilations = 0  # bucket variants first run by this runner
+        self.compile_time_s = 0.0
+
+    def precompile(self, prompt_logprobs: bool = False) -> tuple[int, float]:
+        """Run an all-padding step at every bucket pair (padding only touches the null page),
+        so serving never compiles. Returns (bucket variants compiled now, seconds)."""
+        before_n, before_s = self.num_compilations, self.compile_time_s
+        for num_tokens, num_seqs in bucket_pairs(self.cfg):
+            for flag in (False, True) if prompt_logprobs else (False,):
+                if (num_tokens, num_seqs, flag) not in self._warm:
+                    inputs = empty_inputs(self.cfg, num_tokens, num_seqs)
+                    jax.block_until_ready(self.execute(inputs, flag))
+        return self.num_compilations - before_n, self.compile_time_s - before_s
+
+    def execute(self, inputs: StepInputs, prompt_logprobs: bool) -> StepOutput:
+        """Dispatch one step (asynchronously); the cache is replaced by the step's output."""
+        key = (len(inputs.token_ids), len(inputs.logits_indices), prompt_logprobs)
+        first = key not in self._warm
+        start = time.perf_counter()
+        out, self.kv_caches = _step(
+            *self._static, prompt_logprobs, self.weights, self.kv_caches, inputs
+        )
+        if first:
+            jax.block_until_ready(out)
+            self.compile_time_s += time.perf_counter() - start
+            self.num_compilations += 1
+            self._warm.add(key)
+        return out
