@@ -59,7 +59,7 @@ def test_list_shows_verdicts_after_a_run(project):
 def test_show(project):
     result = invoke("--root", str(project), "show", "fake-tpu")
     assert result.exit_code == 0, result.output
-    for fragment in ("Fake claim about TPUs", "score >= 1", "refuted if:", "scope tpu"):
+    for fragment in ("Fake claim about TPUs", "score >= 1", "refuted if:", "scope tpu", "no runs"):
         assert fragment in result.stdout
 
 

@@ -125,6 +125,13 @@ def test_bad_input_exits_2_and_runs_nothing(project, args, fragment):
     assert run_dirs(project / "results") == []
 
 
+def test_missing_model_dir(project, tmp_path):
+    assert_one_line_error(
+        invoke("--root", str(project), "--model", str(tmp_path / "nope"), "run", "--all"),
+        "is not a directory",
+    )
+
+
 def test_bad_global_dtype(project):
     assert_one_line_error(
         invoke("--root", str(project), "--dtype", "fp7", "run", "--claim", "fake-pass"),

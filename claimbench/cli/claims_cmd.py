@@ -80,6 +80,8 @@ def show_claim(
     console.print(f"experiment: {experiment.relative_to(root)}", **plain)
     for profile, params in claim.params.items():
         console.print(f"params ({profile}): {json.dumps(params)}", **plain)
+    if not score.groups:
+        console.print("\nno runs yet", highlight=False)
     for group in score.groups:
         scope_note = "" if group.in_scope else " (outside scope: indicative)"
         console.print(

@@ -80,6 +80,8 @@ def run(
         fail(f"--profile {profile!r} is not one of {', '.join(PROFILES)}")
     if trials is not None and trials < 1:
         fail(f"--trials must be >= 1, got {trials}")
+    if opts.model is not None and not opts.model.is_dir():
+        fail(f"--model {opts.model} is not a directory")
     claims = project.open_claims(opts.root)
     selected = _select(opts.root, claims, claim or [], all_claims)
     if not selected:

@@ -60,13 +60,15 @@ class RunContext:
     hardware: dict[str, Any]  # provenance.detect_hardware()
     dtype: str  # model compute dtype: bfloat16 | float32
     model_option: Path | None = None  # --model; None = the shipped claimbench-tiny
-    progress: TrialProgress = field(default_factory=lambda: TrialProgress(total=1))
+    progress: TrialProgress | None = None  # None: a silent one over ``trials``
     _rows: list[dict[str, Any]] = field(default_factory=list, repr=False)
     _frames: dict[str, list[pd.DataFrame]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.trials < 1:
             raise ValueError(f"trials must be >= 1, got {self.trials}")
+        if self.progress is None:
+            self.progress = TrialProgress(total=self.trials)
 
     @property
     def model_path(self) -> Path:
