@@ -16,6 +16,7 @@ from claimbench.models.quantize import (
     QuantizedEmbedding,
     QuantizedLinear,
     quantize_weights,
+    weight_format,
 )
 
 
@@ -66,9 +67,8 @@ def test_dequantized_error_within_rounding_bound(qtype):
 
 
 def _quantized_pair(weights: str, cfg=TINY_MODEL):
-    model = tiny_model(cfg=cfg)
     reference = tiny_model(cfg=cfg)
-    return reference, quantize_weights(model, weights)
+    return reference, quantize_weights(reference, weights)
 
 
 @pytest.mark.parametrize(("weights", "tied"), [("int8", False), ("fp8", True)])
@@ -125,20 +125,23 @@ def test_untied_head_quantized_logits_f32_and_jittable():
     assert float(jnp.linalg.norm(out - ref) / jnp.linalg.norm(ref)) < 0.02
 
 
-def test_bf16_is_a_no_op_and_bad_input_raises():
+def test_input_untouched_format_reported_and_bad_input_raises():
     model = tiny_model()
     assert quantize_weights(model, "bf16") is model
-    assert isinstance(model.embed_tokens.embedding, nnx.Param)
+    assert weight_format(model) == "bf16"
     with pytest.raises(ValueError, match="int4"):
         quantize_weights(model, "int4")
-    quantize_weights(model, "fp8")
-    with pytest.raises(ValueError, match="already quantized"):
-        quantize_weights(model, "int8")
+    fp8 = quantize_weights(model, "fp8")
+    assert weight_format(fp8) == "fp8"
+    assert isinstance(model.embed_tokens.embedding, nnx.Param)  # the input is unchanged
+    assert weight_format(model) == "bf16"
+    with pytest.raises(ValueError, match="already quantized to fp8"):
+        quantize_weights(fp8, "int8")
 
 
 def test_bf16_model_stays_bf16_after_quantization():
     model = LlamaForCausalLM(TINY_MODEL, dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
-    quantize_weights(model, "int8")
+    model = quantize_weights(model, "int8")
     tokens = jnp.arange(8, dtype=jnp.int32)[None]
     hidden = model.hidden_dense(tokens)
     assert hidden.dtype == jnp.bfloat16

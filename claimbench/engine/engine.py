@@ -62,7 +62,9 @@ class LLMEngine:
         self.tokenizer = tokenizer
         self.eos_token_id = model.cfg.eos_token_id
         self.runner = ModelRunner(config, model)
-        self.block_manager = BlockManager(self.runner.num_pages, config.page_size)
+        self.block_manager = BlockManager(
+            self.runner.num_pages, config.page_size, config.prefix_caching
+        )
         self.scheduler = Scheduler(config, self.block_manager)
         self.requests: dict[str, Request] = {}
         self.step_records: list[StepRecord] = []
@@ -79,9 +81,11 @@ class LLMEngine:
         tenant: str = "default",
         priority: int = 0,
         arrival_time: float | None = None,
+        cache_salt: str | None = None,
     ) -> str:
         """Queue a request (text needs a tokenizer); returns its id. A request that can never
-        be served is rejected: its RejectEvent comes with the next ``step()``."""
+        be served is rejected: its RejectEvent comes with the next ``step()``. ``cache_salt``
+        separates its prefix-cache blocks when ``prefix_caching="salted"``."""
         sampling = sampling or SamplingParams()
         if isinstance(prompt, str):
             if self.tokenizer is None:
@@ -103,6 +107,7 @@ class LLMEngine:
             tenant=tenant,
             priority=priority,
             arrival_time=now if arrival_time is None else arrival_time,
+            cache_salt=cache_salt,
         )
         self.requests[request.request_id] = request
         reason = self._invalid_tokens(token_ids) or self.scheduler.admit(request)
@@ -160,9 +165,10 @@ class LLMEngine:
     def _postprocess(self, plan: StepPlan, out: StepOutput, now: float, events: list) -> None:
         tokens = np.asarray(out.tokens).tolist()
         logprobs = np.asarray(out.logprobs).tolist()
-        prompt_logprobs = (
-            np.asarray(out.prompt_logprobs).tolist() if plan.wants_prompt_logprobs else None
-        )
+        prompt_logprobs = prompt_top1 = None
+        if plan.wants_prompt_logprobs:
+            prompt_logprobs = np.asarray(out.prompt_logprobs).tolist()
+            prompt_top1 = np.asarray(out.prompt_top1).tolist()
         offset = 0
         for i, (request, n) in enumerate(zip(plan.requests, plan.num_tokens, strict=True)):
             start = request.num_computed_tokens
@@ -171,6 +177,7 @@ class LLMEngine:
                 stop = min(start + n, request.num_prompt_tokens - 1)
                 for p in range(start, stop):
                     request.prompt_logprobs[p] = prompt_logprobs[offset + p - start]
+                    request.prompt_top1[p] = prompt_top1[offset + p - start]
             offset += n
             request.num_computed_tokens += n
             if request.num_uncomputed_tokens:
@@ -289,6 +296,7 @@ class LLMEngine:
             rejected_reason=r.rejected_reason,
             logprobs=list(r.output_logprobs) if r.sampling.logprobs else None,
             prompt_logprobs=list(r.prompt_logprobs) if r.sampling.prompt_logprobs else None,
+            prompt_top1=list(r.prompt_top1) if r.sampling.prompt_logprobs else None,
         )
 
     def requests_frame(self) -> pd.DataFrame:

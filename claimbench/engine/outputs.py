@@ -41,6 +41,7 @@ class RequestOutput:
     rejected_reason: str | None
     logprobs: list[float] | None  # per output token, when asked for
     prompt_logprobs: list[float] | None  # log p(prompt[i] | prompt[:i]) for i = 1..n-1
+    prompt_top1: list[int] | None  # argmax p(. | prompt[:i]) for i = 1..n-1, with prompt_logprobs
 
 
 @dataclass(frozen=True)

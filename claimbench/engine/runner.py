@@ -35,6 +35,7 @@ class StepOutput:
     tokens: jax.Array  # i32[N] sampled token per sequence slot
     logprobs: jax.Array  # f32[N] the model's log-prob of each sampled token
     prompt_logprobs: jax.Array | None  # f32[T] log p(target_ids[t] | tokens <= t), or None
+    prompt_top1: jax.Array | None  # i32[T] the most likely next token at each position, or None
 
 
 @partial(jax.jit, static_argnums=(0, 1, 2, 3), donate_argnums=(5,))
@@ -55,11 +56,12 @@ def _step(
     # Only the last token of each sequence needs the vocabulary projection for sampling.
     logits = model.logits(hidden[inputs.logits_indices])
     tokens, logprobs = sample(logits, inputs.sampling)
-    prompt_logprobs = None
+    prompt_logprobs = prompt_top1 = None
     if with_prompt_logprobs:
         all_logprobs = jax.nn.log_softmax(model.logits(hidden), axis=-1)
         prompt_logprobs = jnp.take_along_axis(all_logprobs, inputs.target_ids[:, None], -1)[:, 0]
-    return StepOutput(tokens, logprobs, prompt_logprobs), kv_caches
+        prompt_top1 = jnp.argmax(all_logprobs, axis=-1).astype(jnp.int32)
+    return StepOutput(tokens, logprobs, prompt_logprobs, prompt_top1), kv_caches
 
 
 class ModelRunner:

@@ -133,20 +133,31 @@ def _set_child(root: nnx.Module, path: tuple, child: nnx.Module) -> None:
         setattr(parent, path[-1], child)
 
 
-def quantize_weights(model: LlamaForCausalLM, weights: str) -> LlamaForCausalLM:
-    """Quantize ``model``'s matrices in place to ``weights`` ("int8" | "fp8"); returns it.
+def weight_format(model: LlamaForCausalLM) -> str:
+    """The model's weight format: "bf16" (unquantized), "int8" or "fp8"."""
+    for _, module in nnx.iter_modules(model):
+        if isinstance(module, QuantizedLinear | QuantizedEmbedding):
+            dtype = module.qvalue[...].dtype
+            return next(name for name, qtype in QTYPES.items() if jnp.dtype(qtype) == dtype)
+    return "bf16"
 
-    "bf16" leaves the model as loaded. A model already quantized raises ValueError.
+
+def quantize_weights(model: LlamaForCausalLM, weights: str) -> LlamaForCausalLM:
+    """A copy of ``model`` with its matrices quantized to ``weights`` ("int8" | "fp8").
+
+    ``model`` itself is left as it was (the copy shares its unquantized arrays: norms,
+    biases). "bf16" returns ``model``; quantizing a quantized model raises ValueError.
     """
     if weights not in WEIGHT_FORMATS:
         raise ValueError(f"weights {weights!r} is not one of {WEIGHT_FORMATS}")
     if weights == "bf16":
         return model
+    current = weight_format(model)
+    if current != "bf16":
+        raise ValueError(f"model is already quantized to {current}")
     qtype = jnp.dtype(QTYPES[weights])
-    targets = list(nnx.iter_modules(model))
-    if any(isinstance(m, QuantizedLinear | QuantizedEmbedding) for _, m in targets):
-        raise ValueError("model is already quantized")
-    for path, module in targets:
+    model = nnx.clone(model)
+    for path, module in list(nnx.iter_modules(model)):
         if isinstance(module, nnx.Linear):
             _set_child(model, path, QuantizedLinear.from_linear(module, qtype))
         elif isinstance(module, Embedding):
