@@ -1,0 +1,367 @@
+"""Ragged paged attention as one Pallas TPU kernel per layer, with the KV write fused in.
+
+The TPU counterpart of ``reference.ragged_paged_attention`` (same arguments, same
+results), in the manner of Ragged Paged Attention v3: the flattened mixed batch of
+decode tokens and prefill chunks goes through one ``pallas_call`` whose grid has one step
+per real sequence. The metadata sits in SMEM (scalar prefetch); each sequence's KV pages
+stream HBM -> VMEM through its block table in double-buffered async copies; the softmax is
+online and in f32; a GQA group of query heads shares each KV head's tile; decode
+sequences (the first ``distribution[0]``) take a path with a single query row and no
+query-block loop. The step's new K/V are quantized to the page format here (the same
+``kv_quant.quantize_rows`` as the XLA path, so the cache bits agree), and the kernel
+writes them into the pages from VMEM while it attends, with the cache aliased in place.
+The kernel body is ``rpa_kernel.py``; block sizes per chip are in ``rpa_blocks.py``.
+
+Off TPU the kernel runs in Pallas TPU interpret mode (slow, for tests).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV, interleave_kv, quantize_rows
+from claimbench.kernels.metadata import AttentionMetadata
+from claimbench.kernels.rpa_blocks import chip_generation, default_block_sizes
+from claimbench.kernels.rpa_kernel import (
+    LANES,
+    NUM_SEM_KINDS,
+    NUM_STATE,
+    KernelConfig,
+    rpa_kernel,
+)
+
+FLOAT_PAGE_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16), jnp.dtype(jnp.float32))
+
+
+def ragged_paged_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    cache: LayerKV,
+    md: AttentionMetadata,
+    *,
+    sm_scale: float,
+    sliding_window: int | None = None,
+    soft_cap: float | None = None,
+    num_kv_pages_per_block: int | None = None,
+    num_queries_per_block: int | None = None,
+    vmem_limit_bytes: int | None = None,
+    interpret: bool | pltpu.InterpretParams | None = None,
+) -> tuple[jax.Array, LayerKV]:
+    """Write the step's new K/V into the cache and attend every token over its sequence.
+
+    q: f[T, num_q_heads, D]; k, v: f[T, num_kv_heads, D]; cache.pages:
+    [num_pages, page_size, 2 * num_kv_heads, D] in bf16/f16/f32 (scales None), int8
+    (scales f32[num_pages, page_size, 2 * num_kv_heads]) or fp8 e4m3 (scales f32[2]).
+    md: kv_lens i32[N] (after this step's write), cu_q_lens i32[N + 1], page_indices
+    i32[N, pages_per_seq], num_seqs i32[1], distribution i32[3] (decode-only first).
+    Token t of sequence i sits at position kv_lens[i] - q_len_i + (t - cu_q_lens[i]) and
+    attends to positions <= its own (and > position - sliding_window if set); logits are
+    ``soft_cap * tanh(s / soft_cap)`` if soft_cap is set.
+
+    Returns (f[T, num_q_heads, D], cache with the new rows written). Rows of tokens that
+    belong to no sequence are zero; their K/V are not written (``md.slot_mapping`` is
+    only checked for shape: positions come from kv_lens and cu_q_lens).
+
+    Knobs (keyword-only): ``num_kv_pages_per_block`` pages per KV block,
+    ``num_queries_per_block`` query tokens per block in the prefill/mixed path,
+    ``vmem_limit_bytes`` (defaults per TPU generation, see ``rpa_blocks``);
+    ``interpret``: None runs compiled on TPU and in interpret mode elsewhere, True or an
+    ``InterpretParams`` forces interpret mode, False forces compilation.
+    Shapes and knobs are checked up front (ValueError); metadata values too when they are
+    concrete (called outside jit).
+    """
+    check_inputs(
+        q, k, v, cache, md, sm_scale=sm_scale, sliding_window=sliding_window, soft_cap=soft_cap
+    )
+    num_tokens = q.shape[0]
+    page_size = cache.pages.shape[1]
+    pages_per_seq = md.pages_per_seq
+    defaults = default_block_sizes(chip_generation())
+    if num_kv_pages_per_block is None:
+        num_kv_pages_per_block = min(pages_per_seq, max(1, defaults.kv_tokens // page_size))
+    if num_queries_per_block is None:
+        num_queries_per_block = max(1, min(defaults.q_tokens, num_tokens))
+    if vmem_limit_bytes is None:
+        vmem_limit_bytes = defaults.vmem_limit_bytes
+    check_knobs(num_kv_pages_per_block, num_queries_per_block, vmem_limit_bytes, pages_per_seq)
+    if not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(md)):
+        check_metadata_values(
+            md, num_tokens=num_tokens, num_pages=cache.pages.shape[0], page_size=page_size
+        )
+    if interpret is None:
+        interpret = jax.default_backend() != "tpu"
+    if interpret is True:
+        interpret = pltpu.InterpretParams()
+    elif not isinstance(interpret, (bool, pltpu.InterpretParams)):
+        raise ValueError(f"interpret must be None, a bool or InterpretParams, got {interpret!r}")
+    return _call_kernel(
+        q,
+        k,
+        v,
+        cache,
+        md,
+        sm_scale=float(sm_scale),
+        sliding_window=sliding_window,
+        soft_cap=None if soft_cap is None else float(soft_cap),
+        bkv_pages=num_kv_pages_per_block,
+        bq=num_queries_per_block,
+        vmem_limit_bytes=vmem_limit_bytes,
+        interpret=interpret,
+    )
+
+
+def _quant_mode(pages_dtype: jnp.dtype) -> str:
+    if pages_dtype == jnp.int8:
+        return "int8"
+    if pages_dtype == FP8_DTYPE:
+        return "fp8"
+    return "none"
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=(
+        "sm_scale",
+        "sliding_window",
+        "soft_cap",
+        "bkv_pages",
+        "bq",
+        "vmem_limit_bytes",
+        "interpret",
+    ),
+)
+def _call_kernel(
+    q,
+    k,
+    v,
+    cache: LayerKV,
+    md: AttentionMetadata,
+    *,
+    sm_scale,
+    sliding_window,
+    soft_cap,
+    bkv_pages,
+    bq,
+    vmem_limit_bytes,
+    interpret,
+):
+    num_q_heads, head_dim = q.shape[1:]
+    num_kv_heads = k.shape[1]
+    pages = cache.pages
+    _, page_size, num_rows, _ = pages.shape
+    quant = _quant_mode(pages.dtype)
+    kv_new, new_scales = quantize_rows(interleave_kv(k, v), cache.scales, pages.dtype)
+    cfg = KernelConfig(
+        sm_scale=sm_scale,
+        sliding_window=sliding_window,
+        soft_cap=soft_cap,
+        bq=bq,
+        bkv=bkv_pages * page_size,
+        page_size=page_size,
+        pages_per_seq=md.pages_per_seq,
+        num_kv_heads=num_kv_heads,
+        group=num_q_heads // num_kv_heads,
+        quant=quant,
+    )
+    hbm = pl.BlockSpec(memory_space=pl.ANY)
+    scalars = (md.kv_lens, md.page_indices.reshape(-1), md.cu_q_lens, md.distribution)
+    inputs, in_specs = [q, kv_new], [hbm, hbm]
+    if quant == "int8":
+        inputs.append(new_scales)
+        in_specs.append(hbm)
+    if quant == "fp8":
+        inputs.append(cache.scales.astype(jnp.float32))
+        in_specs.append(pl.BlockSpec(memory_space=pltpu.SMEM))
+    aliases = {len(scalars) + len(inputs): 1}
+    inputs.append(pages)
+    out_shapes = [
+        jax.ShapeDtypeStruct(q.shape, q.dtype),
+        jax.ShapeDtypeStruct(pages.shape, pages.dtype),
+    ]
+    if quant == "int8":
+        aliases[len(scalars) + len(inputs)] = 2
+        inputs.append(cache.scales)
+        out_shapes.append(jax.ShapeDtypeStruct(cache.scales.shape, cache.scales.dtype))
+    # Tokens that belong to no sequence are never visited: their rows stay zero.
+    aliases[len(scalars) + len(inputs)] = 0
+    inputs.append(jnp.zeros_like(q))
+    in_specs += [hbm] * (len(inputs) - len(in_specs))
+
+    rows_per_q_block = bq * cfg.group
+    scratch = [
+        pltpu.VMEM((2, bq, num_q_heads, head_dim), q.dtype),  # q blocks
+        pltpu.VMEM((2, bq, num_q_heads, head_dim), q.dtype),  # output blocks
+        pltpu.VMEM((2, cfg.bkv, num_rows, head_dim), pages.dtype),  # KV blocks
+    ]
+    if quant == "int8":
+        scratch.append(pltpu.VMEM((2, cfg.bkv, num_rows), jnp.float32))  # their row scales
+    scratch += [
+        pltpu.VMEM((num_kv_heads, rows_per_q_block, LANES), jnp.float32),  # running max m
+        pltpu.VMEM((num_kv_heads, rows_per_q_block, LANES), jnp.float32),  # running sum l
+        pltpu.VMEM((num_kv_heads, rows_per_q_block, head_dim), jnp.float32),  # acc
+        pltpu.SemaphoreType.DMA((NUM_SEM_KINDS, 2)),
+        pltpu.SMEM((NUM_STATE,), jnp.int32),
+    ]
+    out_specs = [hbm] * len(out_shapes)
+    results = pl.pallas_call(
+        functools.partial(rpa_kernel, cfg=cfg),
+        grid_spec=pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=len(scalars),
+            in_specs=in_specs,
+            out_specs=out_specs,
+            grid=(md.num_seqs[0],),
+            scratch_shapes=scratch,
+        ),
+        out_shape=out_shapes,
+        input_output_aliases=aliases,
+        # Steps share buffers and in-flight DMAs, so the grid runs in order on one core.
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("arbitrary",), vmem_limit_bytes=vmem_limit_bytes
+        ),
+        interpret=interpret,
+        name="claimbench_ragged_paged_attention",
+    )(*scalars, *inputs)
+    out, new_pages = results[0], results[1]
+    new_scales_out = results[2] if quant == "int8" else cache.scales
+    return out, LayerKV(new_pages, new_scales_out)
+
+
+def check_inputs(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    cache: LayerKV,
+    md: AttentionMetadata,
+    *,
+    sm_scale: float,
+    sliding_window: int | None,
+    soft_cap: float | None,
+) -> None:
+    """Raise ValueError, naming the values, unless the shapes and options fit together."""
+    if q.ndim != 3 or k.ndim != 3 or k.shape != v.shape:
+        raise ValueError(
+            f"expected q [T, Hq, D] and k, v [T, Hkv, D]; got q {q.shape}, k {k.shape}, v {v.shape}"
+        )
+    num_tokens, num_q_heads, head_dim = q.shape
+    if k.shape[0] != num_tokens or k.shape[2] != head_dim:
+        raise ValueError(f"k/v shape {k.shape} does not match q shape {q.shape} on T or D")
+    num_kv_heads = k.shape[1]
+    if num_q_heads % num_kv_heads:
+        raise ValueError(f"num_q_heads={num_q_heads} not a multiple of num_kv_heads={num_kv_heads}")
+    pages = cache.pages
+    if pages.ndim != 4 or pages.shape[2:] != (2 * num_kv_heads, head_dim):
+        raise ValueError(
+            f"cache pages {pages.shape} should be [num_pages, page_size, "
+            f"{2 * num_kv_heads}, {head_dim}] for num_kv_heads={num_kv_heads}, "
+            f"head_dim={head_dim}"
+        )
+    _check_scales(cache)
+    num_seqs_max, pages_per_seq = md.page_indices.shape
+    expected = {
+        "slot_mapping": (num_tokens,),
+        "cu_q_lens": (num_seqs_max + 1,),
+        "kv_lens": (num_seqs_max,),
+        "page_indices": (num_seqs_max, pages_per_seq),
+        "num_seqs": (1,),
+        "distribution": (3,),
+    }
+    for name, shape in expected.items():
+        array = getattr(md, name)
+        if array.shape != shape or array.dtype != jnp.int32:
+            raise ValueError(
+                f"metadata {name} is {array.dtype}{list(array.shape)}, expected int32{list(shape)}"
+            )
+    if not isinstance(sm_scale, (int, float)) or not np.isfinite(sm_scale):
+        raise ValueError(f"sm_scale must be a finite Python number, got {sm_scale!r}")
+    if sliding_window is not None and (not isinstance(sliding_window, int) or sliding_window < 1):
+        raise ValueError(f"sliding_window must be None or an int >= 1, got {sliding_window!r}")
+    if soft_cap is not None and (not isinstance(soft_cap, (int, float)) or not soft_cap > 0):
+        raise ValueError(f"soft_cap must be None or a number > 0, got {soft_cap!r}")
+
+
+def _check_scales(cache: LayerKV) -> None:
+    pages, scales = cache.pages, cache.scales
+    dtype = jnp.dtype(pages.dtype)
+    if dtype == jnp.int8:
+        expected = pages.shape[:3]
+    elif dtype == FP8_DTYPE:
+        expected = (2,)
+    elif dtype in FLOAT_PAGE_DTYPES:
+        if scales is not None:
+            raise ValueError(f"{dtype} pages take no scales, got scales {scales.shape}")
+        return
+    else:
+        raise ValueError(f"unsupported page dtype {dtype}; expected bf16, f16, f32, int8 or fp8")
+    if scales is None or scales.shape != expected or scales.dtype != jnp.float32:
+        got = None if scales is None else f"{scales.dtype}{list(scales.shape)}"
+        raise ValueError(f"{dtype} pages need scales float32{list(expected)}, got {got}")
+
+
+def check_knobs(
+    num_kv_pages_per_block: int,
+    num_queries_per_block: int,
+    vmem_limit_bytes: int | None,
+    pages_per_seq: int,
+) -> None:
+    """Raise ValueError unless the block sizes are usable for this block table."""
+    if not isinstance(num_kv_pages_per_block, int) or not (
+        1 <= num_kv_pages_per_block <= pages_per_seq
+    ):
+        raise ValueError(
+            f"num_kv_pages_per_block={num_kv_pages_per_block!r} must be an int in "
+            f"[1, pages_per_seq={pages_per_seq}]"
+        )
+    if not isinstance(num_queries_per_block, int) or num_queries_per_block < 1:
+        raise ValueError(f"num_queries_per_block={num_queries_per_block!r} must be an int >= 1")
+    if vmem_limit_bytes is not None and (
+        not isinstance(vmem_limit_bytes, int) or vmem_limit_bytes < 1
+    ):
+        raise ValueError(f"vmem_limit_bytes={vmem_limit_bytes!r} must be None or an int >= 1")
+
+
+def check_metadata_values(
+    md: AttentionMetadata, *, num_tokens: int, num_pages: int, page_size: int
+) -> None:
+    """Raise ValueError, naming the values, unless concrete metadata is self-consistent."""
+    kv_lens = np.asarray(md.kv_lens)
+    cu_q_lens = np.asarray(md.cu_q_lens)
+    page_indices = np.asarray(md.page_indices)
+    num_seqs = int(np.asarray(md.num_seqs)[0])
+    decode_end, prefill_end, mixed_end = (int(x) for x in np.asarray(md.distribution))
+    if not 0 <= num_seqs <= md.max_num_seqs:
+        raise ValueError(f"num_seqs={num_seqs} outside [0, max_num_seqs={md.max_num_seqs}]")
+    if not 0 <= decode_end <= prefill_end <= mixed_end == num_seqs:
+        raise ValueError(
+            f"distribution {[decode_end, prefill_end, mixed_end]} must be non-decreasing "
+            f"group ends with the last equal to num_seqs={num_seqs}"
+        )
+    if cu_q_lens[0] != 0 or cu_q_lens[num_seqs] > num_tokens:
+        raise ValueError(
+            f"cu_q_lens must start at 0 and end at most at num_tokens={num_tokens}; "
+            f"got cu_q_lens[0]={cu_q_lens[0]}, cu_q_lens[{num_seqs}]={cu_q_lens[num_seqs]}"
+        )
+    pages_per_seq = md.pages_per_seq
+    for i in range(num_seqs):
+        q_len, kv_len = int(cu_q_lens[i + 1] - cu_q_lens[i]), int(kv_lens[i])
+        if not 1 <= q_len <= kv_len:
+            raise ValueError(f"sequence {i}: need 1 <= q_len={q_len} <= kv_len={kv_len}")
+        if i < decode_end and q_len != 1:
+            raise ValueError(f"sequence {i} is in the decode group but has q_len={q_len}")
+        num_used = -(-kv_len // page_size)
+        if num_used > pages_per_seq:
+            raise ValueError(
+                f"sequence {i}: kv_len={kv_len} needs {num_used} pages of {page_size}, "
+                f"block table has pages_per_seq={pages_per_seq}"
+            )
+        used = page_indices[i, :num_used]
+        if used.min() < 0 or used.max() >= num_pages:
+            raise ValueError(
+                f"sequence {i}: page ids {used.tolist()} outside [0, num_pages={num_pages})"
+            )
