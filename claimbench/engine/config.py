@@ -5,11 +5,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from claimbench.engine.policies import ORDERINGS, VICTIMS
+from claimbench.engine.policies import DEFAULT_AGING_S, ORDERINGS, VICTIMS, PolicyParams
+from claimbench.engine.tenants import Tenant, TenantTable
+from claimbench.engine.vtc import DEFAULT_INPUT_WEIGHT, DEFAULT_OUTPUT_WEIGHT
 from claimbench.kernels.backend import BACKENDS
 
 DTYPES = ("bfloat16", "float32")
 KV_DTYPES = ("auto", "bf16", "f32", "int8", "fp8")
+# Fields only the host reads: LLMEngine.reset may switch them without recompiling.
+HOST_FIELDS = (
+    "scheduling_policy",
+    "victim_policy",
+    "priority_aging_s",
+    "vtc_input_weight",
+    "vtc_output_weight",
+    "tenants",
+    "seed",
+    "prefix_caching",
+)
 MIN_TOKEN_BUCKET = 16  # smallest padded token count a step is compiled for
 MIN_SEQ_BUCKET = 8  # smallest padded sequence-slot count
 
@@ -29,6 +42,10 @@ class EngineConfig:
     attention_backend: str = "auto"  # auto | xla | pallas
     scheduling_policy: str = "fcfs"  # waiting-queue order, see policies.ORDERINGS
     victim_policy: str = "newest"  # preemption victim, see policies.VICTIMS
+    priority_aging_s: float = DEFAULT_AGING_S  # priority-aging: this long a wait = one tier
+    vtc_input_weight: float = DEFAULT_INPUT_WEIGHT  # vtc, wvtc: service per input token
+    vtc_output_weight: float = DEFAULT_OUTPUT_WEIGHT  # vtc, wvtc: service per output token
+    tenants: tuple[Tenant, ...] = ()  # configured tenants; others get Tenant defaults
     seed: int = 0  # seeds requests that bring no seed of their own
     compilation_cache_dir: Path | None = None  # persistent JAX compilation cache
 
@@ -47,6 +64,8 @@ class EngineConfig:
             )
         if self.victim_policy not in VICTIMS:
             raise ValueError(f"victim_policy {self.victim_policy!r} is not one of {tuple(VICTIMS)}")
+        object.__setattr__(self, "tenants", tuple(self.tenants))
+        self.policy_params()  # validates the tenants and the policies' knobs
         for name in (
             "kv_pool_bytes",
             "page_size",
@@ -62,6 +81,15 @@ class EngineConfig:
                 f"max_num_batched_tokens={self.max_num_batched_tokens} < "
                 f"max_num_seqs={self.max_num_seqs}"
             )
+
+    def policy_params(self) -> PolicyParams:
+        """What the orderings and victim policies read from this config."""
+        return PolicyParams(
+            aging_s=self.priority_aging_s,
+            input_weight=self.vtc_input_weight,
+            output_weight=self.vtc_output_weight,
+            tenants=TenantTable(self.tenants),
+        )
 
     @property
     def pages_per_seq(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -12,7 +13,7 @@ import pandas as pd
 
 from claimbench.engine.batch import StepPlan, build_step
 from claimbench.engine.block_manager import BlockManager
-from claimbench.engine.config import EngineConfig
+from claimbench.engine.config import HOST_FIELDS, EngineConfig
 from claimbench.engine.metrics import StepRecord, requests_frame, steps_frame
 from claimbench.engine.outputs import (
     Event,
@@ -62,10 +63,26 @@ class LLMEngine:
         self.tokenizer = tokenizer
         self.eos_token_id = model.cfg.eos_token_id
         self.runner = ModelRunner(config, model)
+        self.reset()
+
+    def reset(self, config: EngineConfig | None = None) -> None:
+        """Forget every request, record and cached prefix and start afresh, under ``config``
+        if given. The compiled steps and the KV pool are kept, so ``config`` may differ only
+        in config.HOST_FIELDS (policies, tenants, seed, prefix caching)."""
+        if config is not None:
+            changed = [
+                f.name
+                for f in dataclasses.fields(config)
+                if getattr(config, f.name) != getattr(self.config, f.name)
+                and f.name not in HOST_FIELDS
+            ]
+            if changed:
+                raise ValueError(f"reset may change only {HOST_FIELDS}, not {changed}")
+            self.config = config
         self.block_manager = BlockManager(
-            self.runner.num_pages, config.page_size, config.prefix_caching
+            self.runner.num_pages, self.config.page_size, self.config.prefix_caching
         )
-        self.scheduler = Scheduler(config, self.block_manager)
+        self.scheduler = Scheduler(self.config, self.block_manager)
         self.requests: dict[str, Request] = {}
         self.step_records: list[StepRecord] = []
         self._pending: list[Event] = []  # rejections and aborts, reported by the next step
@@ -303,4 +320,5 @@ class LLMEngine:
         return requests_frame(self.requests.values(), self.start_time)
 
     def steps_frame(self) -> pd.DataFrame:
-        return steps_frame(self.step_records)
+        """One row per step; the tenants' cumulative service columns (fairness.py) beside."""
+        return steps_frame(self.step_records).join(self.scheduler.service.columns())

@@ -59,16 +59,25 @@ class StepService:
 
 
 class ServiceLedger:
-    """Running per-tenant totals of input and output tokens served, with per-step history."""
+    """Running per-tenant totals of input and output tokens served (and of tokens lost to
+    preemption), with per-step history."""
 
     def __init__(self) -> None:
         self.input_tokens: dict[str, int] = {}
         self.output_tokens: dict[str, int] = {}
+        self.preempted_tokens: dict[str, int] = {}  # computed tokens lost to preemption
         self.history: list[StepService] = []
 
     def charge(self, tenant: str, num_input_tokens: int, num_output_tokens: int) -> None:
         self.input_tokens[tenant] = self.input_tokens.get(tenant, 0) + num_input_tokens
         self.output_tokens[tenant] = self.output_tokens.get(tenant, 0) + num_output_tokens
+
+    def record_preemption(self, request: Request) -> None:
+        """Count the computed tokens a preemption throws away (they will be computed again)."""
+        tenant = request.tenant
+        self.preempted_tokens[tenant] = (
+            self.preempted_tokens.get(tenant, 0) + request.num_computed_tokens
+        )
 
     def record_step(self, backlogged: Iterable[str], running_tokens: int) -> None:
         """Snapshot the totals: call once per engine step, after its charges."""

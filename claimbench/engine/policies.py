@@ -43,7 +43,12 @@ class PolicyParams:
 
     def __post_init__(self) -> None:
         if not self.aging_s > 0:
-            raise ValueError(f"aging_s must be > 0, got {self.aging_s}")
+            raise ValueError(f"priority_aging_s must be > 0, got {self.aging_s}")
+        w_in, w_out = self.input_weight, self.output_weight
+        if not (w_in >= 0 and w_out >= 0 and w_in + w_out > 0):
+            raise ValueError(
+                f"vtc_input_weight={w_in} and vtc_output_weight={w_out} must be >= 0, not both 0"
+            )
 
 
 class Ordering(Protocol):

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from claimbench.engine.tenants import TenantTable
 
 if TYPE_CHECKING:
+    from claimbench.engine.block_manager import BlockManager
     from claimbench.engine.request import Request
 
 
@@ -57,6 +58,15 @@ class KVQuotas:
 
     def can_take(self, tenant: str, num_pages: int, tenant_pages: Mapping[str, int]) -> bool:
         return num_pages <= self.headroom(tenant, tenant_pages)
+
+    def fits(self, block_manager: BlockManager, request: Request, num_new_tokens: int) -> bool:
+        """Whether the pages ``block_manager.allocate(request, num_new_tokens)`` would add to
+        the request's tenant are within its headroom."""
+        num_pages = block_manager.num_new_pages(request, num_new_tokens)
+        if not request.block_table:
+            # A fresh request also takes its cached prefix's pages, by reference.
+            num_pages += block_manager.match_prefix(request) // block_manager.page_size
+        return self.can_take(request.tenant, num_pages, block_manager.tenant_pages)
 
     def max_pages(self, tenant: str) -> int:
         """The most pages the tenant can ever hold (with the rest of the pool idle)."""

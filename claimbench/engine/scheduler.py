@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 
 from claimbench.engine.block_manager import BlockManager
 from claimbench.engine.config import EngineConfig
+from claimbench.engine.admission import AdmissionControl
+from claimbench.engine.fairness import ServiceLedger, service_tokens
 from claimbench.engine.policies import PoolView, get_victim_policy, make_ordering
+from claimbench.engine.quotas import KVQuotas
 from claimbench.engine.request import Request, RequestStatus
-from claimbench.engine.tenants import TenantTable
 
 
 @dataclass
@@ -32,9 +34,17 @@ class Scheduler:
     def __init__(self, cfg: EngineConfig, block_manager: BlockManager) -> None:
         self.cfg = cfg
         self.block_manager = block_manager
-        self.ordering = make_ordering(cfg.scheduling_policy)
+        params = cfg.policy_params()
+        self.tenants = params.tenants
+        self.ordering = make_ordering(cfg.scheduling_policy, params)
         self.pick_victim = get_victim_policy(cfg.victim_policy)
-        self.tenants = TenantTable()
+        self.admission = AdmissionControl(self.tenants)
+        self.service = ServiceLedger()  # per-tenant service, one snapshot per step
+        self.quotas = (
+            KVQuotas(self.tenants, block_manager.num_usable_pages)
+            if self.tenants.has_kv_quotas
+            else None
+        )
         self.waiting: list[Request] = []
         self.running: list[Request] = []
 
@@ -54,9 +64,16 @@ class Scheduler:
                 f"needs {pages} KV pages at full length but the whole pool has "
                 f"{self.block_manager.num_usable_pages}"
             )
-        return None
+        if self.quotas is not None and pages > self.quotas.max_pages(request.tenant):
+            return (
+                f"needs {pages} KV pages at full length but tenant {request.tenant!r} may hold "
+                f"at most {self.quotas.max_pages(request.tenant)}"
+            )
+        return self.admission.admit(request, self.waiting)
 
     def add(self, request: Request) -> None:
+        request.priority = self.tenants.get(request.tenant).tier_for(request.priority)
+        self.ordering.on_arrival(request, self.waiting)
         self.waiting.append(request)
 
     @property
@@ -64,6 +81,21 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def schedule(self, now: float) -> SchedulerOutput:
+        backlogged = {r.tenant for r in self.waiting}
+        out = self._pick(now)
+        if out.scheduled:
+            # Context the running batch holds once this step's tokens are computed.
+            running_tokens = sum(r.num_computed_tokens for r in self.running)
+            self.service.record_step(backlogged, running_tokens + out.num_scheduled_tokens)
+        return out
+
+    def _fits(self, request: Request, num_tokens: int) -> bool:
+        """Whether the request's next pages are free and within its tenant's KV quota."""
+        if not self.block_manager.can_allocate(request, num_tokens):
+            return False
+        return self.quotas is None or self.quotas.fits(self.block_manager, request, num_tokens)
+
+    def _pick(self, now: float) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self.cfg.max_num_batched_tokens
         scheduled_ids: set[str] = set()
@@ -84,8 +116,10 @@ class Scheduler:
             if budget == 0 or len(self.running) >= self.cfg.max_num_seqs:
                 break
             num_tokens = min(request.num_uncomputed_tokens, budget)
-            if not self.block_manager.can_allocate(request, num_tokens):
-                break
+            if not self._fits(request, num_tokens):
+                if self.quotas is None:
+                    break
+                continue  # a tenant at its quota must not block the others behind it
             self.waiting.remove(request)
             self.running.append(request)
             request.status = RequestStatus.RUNNING
@@ -97,8 +131,14 @@ class Scheduler:
         self, request: Request, num_tokens: int, scheduled_ids: set[str], out: SchedulerOutput
     ) -> bool:
         """Preempt until the request's pages fit; False if it was itself the victim."""
-        while not self.block_manager.can_allocate(request, num_tokens):
+        while not self._fits(request, num_tokens):
             candidates = [r for r in self.running if r.request_id not in scheduled_ids]
+            if self.quotas is not None:
+                # Only tenants over their guarantee (or the tenant itself) can make room.
+                helpful = self.quotas.victim_candidates(
+                    request.tenant, candidates, self.block_manager.tenant_pages
+                )
+                candidates = helpful or [request]
             pool = PoolView(
                 self.block_manager.tenant_pages, self.block_manager.num_usable_pages, self.tenants
             )
@@ -118,6 +158,10 @@ class Scheduler:
         scheduled_ids: set[str],
     ) -> None:
         self.block_manager.allocate(request, num_tokens)
+        # After allocate: a cached prefix moves num_computed_tokens, and is not service.
+        num_input, num_output = service_tokens(request, num_tokens)
+        self.ordering.charge(request, num_input, num_output)
+        self.service.charge(request.tenant, num_input, num_output)
         if request.first_scheduled_time is None:
             request.first_scheduled_time = now
         out.scheduled.append((request, num_tokens))
@@ -125,6 +169,7 @@ class Scheduler:
 
     def preempt(self, request: Request) -> None:
         """Free the request's pages and send it back to wait; it will recompute."""
+        self.service.record_preemption(request)
         self.block_manager.free(request)
         self.running.remove(request)
         request.status = RequestStatus.WAITING
