@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from claimbench.engine.policies import DEFAULT_AGING_S, ORDERINGS, VICTIMS, PolicyParams
+from claimbench.engine.prefix_cache import MODES as PREFIX_MODES
 from claimbench.engine.tenants import Tenant, TenantTable
 from claimbench.engine.vtc import DEFAULT_INPUT_WEIGHT, DEFAULT_OUTPUT_WEIGHT
 from claimbench.kernels.backend import BACKENDS
@@ -48,6 +49,7 @@ class EngineConfig:
     tenants: tuple[Tenant, ...] = ()  # configured tenants; others get Tenant defaults
     seed: int = 0  # seeds requests that bring no seed of their own
     compilation_cache_dir: Path | None = None  # persistent JAX compilation cache
+    prefix_caching: str = "per-tenant"  # off | per-tenant | shared | salted (prefix_cache.MODES)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -62,6 +64,8 @@ class EngineConfig:
             raise ValueError(
                 f"scheduling_policy {self.scheduling_policy!r} is not one of {tuple(ORDERINGS)}"
             )
+        if self.prefix_caching not in PREFIX_MODES:
+            raise ValueError(f"prefix_caching {self.prefix_caching!r} is not one of {PREFIX_MODES}")
         if self.victim_policy not in VICTIMS:
             raise ValueError(f"victim_policy {self.victim_policy!r} is not one of {tuple(VICTIMS)}")
         object.__setattr__(self, "tenants", tuple(self.tenants))

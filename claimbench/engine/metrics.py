@@ -66,6 +66,7 @@ def requests_frame(requests: Iterable[Request], t0: float) -> pd.DataFrame:
                 "prompt_tokens": r.num_prompt_tokens,
                 "output_tokens": n_out,
                 "num_preemptions": r.num_preemptions,
+                "prefix_hit_tokens": r.prefix_hit_tokens,
                 "finish_reason": r.finish_reason,
                 "rejected_reason": r.rejected_reason,
                 "completed": completed,
@@ -123,6 +124,10 @@ def summarize(
         "total_token_throughput": per_s(
             float((done["prompt_tokens"] + done["output_tokens"]).sum())
         ),
+        # Share of prompt tokens whose KV came from the prefix cache at admission.
+        "prefix_hit_rate": float(done["prefix_hit_tokens"].sum() / done["prompt_tokens"].sum())
+        if len(done)
+        else np.nan,
     }
     good = np.ones(len(done), bool)
     for column, slo in (("ttft_s", slo_ttft_s), ("tpot_s", slo_tpot_s), ("e2el_s", slo_e2el_s)):

@@ -35,6 +35,7 @@ class Request:
         tenant: str,
         priority: int,
         arrival_time: float,
+        cache_salt: str | None = None,
     ) -> None:
         self.request_id = request_id
         self.seq_no = seq_no  # submission order, breaks ties between equal arrival times
@@ -49,6 +50,8 @@ class Request:
         self.num_computed_tokens = 0
         self.block_table: list[int] = []  # page ids, in token order
         self.num_preemptions = 0
+        self.cache_salt = cache_salt  # prefix-cache salt of "salted" mode; None shares
+        self.prefix_hit_tokens = 0  # prompt tokens served from the prefix cache at admission
         self.first_scheduled_time: float | None = None
         self.first_token_time: float | None = None
         self.token_times: list[float] = []  # one per output token

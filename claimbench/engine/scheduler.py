@@ -115,7 +115,9 @@ class Scheduler:
         for request in self.ordering.order(self.waiting, now):
             if budget == 0 or len(self.running) >= self.cfg.max_num_seqs:
                 break
-            num_tokens = min(request.num_uncomputed_tokens, budget)
+            # A cached prefix is taken by reference: only the tokens after it are computed.
+            num_cached = self.block_manager.match_prefix(request)
+            num_tokens = min(request.num_uncomputed_tokens - num_cached, budget)
             if not self._fits(request, num_tokens):
                 if self.quotas is None:
                     break
