@@ -25,9 +25,9 @@ def train(
     out: Annotated[
         Path | None, typer.Option(help="Assets directory (default: the package's models/assets).")
     ] = None,
-    steps: Annotated[int, typer.Option(help="Optimizer steps for the target model.")] = 3000,
+    steps: Annotated[int, typer.Option(help="Optimizer steps for the target model.")] = 400,
     draft_steps: Annotated[
-        int | None, typer.Option(help="Optimizer steps for the draft (default: --steps).")
+        int | None, typer.Option(help="Optimizer steps for the draft (default: 2 x --steps).")
     ] = None,
     which: Annotated[
         Which, typer.Option(help="target / both train a new tokenizer; draft reuses it.")
@@ -47,7 +47,7 @@ def train(
         out_dir,
         which=which.value,
         target_steps=steps,
-        draft_steps=steps if draft_steps is None else draft_steps,
+        draft_steps=2 * steps if draft_steps is None else draft_steps,
         seed=seed,
         console=console,
     )

@@ -144,7 +144,7 @@ def load_model(path: str | Path, dtype: Any = jnp.bfloat16) -> tuple[LlamaForCau
         name, transpose = hf_name(param_path)
         if name not in files:
             raise ModelLoadError(f"tensor {name} is missing from {path}")
-        shape = tuple(variable.value.shape)
+        shape = tuple(variable.shape)
         values.append(
             (param_path, variable.replace(_read_tensor(files[name], name, shape, transpose, dtype)))
         )
@@ -157,7 +157,7 @@ def hf_state_dict(model: LlamaForCausalLM, dtype: Any | None = None) -> dict[str
     tensors = {}
     for param_path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param)):
         name, transpose = hf_name(param_path)
-        value = variable.value.T if transpose else variable.value
+        value = variable[...].T if transpose else variable[...]
         tensors[name] = jnp.asarray(value if dtype is None else value.astype(dtype))
     return tensors
 

@@ -70,13 +70,16 @@ def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: np.ndarray) -> jax.
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
 
-def _linear(n_in: int, n_out: int, *, bias: bool, dtype, rngs: nnx.Rngs) -> nnx.Linear:
+def _linear(
+    n_in: int, n_out: int, *, bias: bool, dtype, rngs: nnx.Rngs, out_dtype=None
+) -> nnx.Linear:
     return nnx.Linear(
         n_in,
         n_out,
         use_bias=bias,
         dtype=dtype,
         param_dtype=dtype,
+        preferred_element_type=out_dtype,
         kernel_init=nnx.initializers.normal(INIT_STD),
         rngs=rngs,
     )
@@ -91,7 +94,7 @@ class RMSNorm(nnx.Module):
         # Normalize in f32 and scale in the activation dtype, exactly as transformers does.
         xf = x.astype(jnp.float32)
         xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.eps)
-        return self.weight.value * xf.astype(x.dtype)
+        return self.weight[...] * xf.astype(x.dtype)
 
 
 class Embedding(nnx.Module):
@@ -100,7 +103,12 @@ class Embedding(nnx.Module):
         self.embedding = nnx.Param(init(rngs.params(), (vocab_size, dim), dtype))
 
     def __call__(self, token_ids: jax.Array) -> jax.Array:
-        return jnp.take(self.embedding.value, token_ids, axis=0)
+        return jnp.take(self.embedding[...], token_ids, axis=0)
+
+    def attend(self, hidden: jax.Array) -> jax.Array:
+        """Tied output head: f[..., dim] -> logits f32[..., vocab_size]."""
+        emb = self.embedding[...]
+        return jnp.einsum("...d,vd->...v", hidden, emb, preferred_element_type=jnp.float32)
 
 
 class Attention(nnx.Module):
@@ -185,7 +193,14 @@ class LlamaForCausalLM(nnx.Module):
         self.lm_head = (
             None
             if cfg.tie_word_embeddings
-            else _linear(cfg.hidden_size, cfg.vocab_size, bias=False, dtype=dtype, rngs=rngs)
+            else _linear(
+                cfg.hidden_size,
+                cfg.vocab_size,
+                bias=False,
+                dtype=dtype,
+                rngs=rngs,
+                out_dtype=jnp.float32,  # logits in f32
+            )
         )
 
     def __call__(
@@ -213,12 +228,14 @@ class LlamaForCausalLM(nnx.Module):
         return self.norm(x), new_caches
 
     def logits(self, hidden: jax.Array) -> jax.Array:
-        """f[..., hidden_size] (already final-normed) -> f32[..., vocab_size]."""
+        """f[..., hidden_size] (already final-normed) -> f32[..., vocab_size].
+
+        Through the head modules (not their raw matrices), so a quantized head
+        (models/quantize.py) serves as is.
+        """
         if self.lm_head is None:
-            emb = self.embed_tokens.embedding.value
-            return jnp.einsum("...d,vd->...v", hidden, emb, preferred_element_type=jnp.float32)
-        head = self.lm_head.kernel.value
-        return jnp.einsum("...d,dv->...v", hidden, head, preferred_element_type=jnp.float32)
+            return self.embed_tokens.attend(hidden)
+        return self.lm_head(hidden)
 
     def hidden_dense(self, token_ids: jax.Array, valid: jax.Array | None = None) -> jax.Array:
         """token_ids i32[B, S] -> final-normed hidden f[B, S, hidden_size] (causal, dense)."""

@@ -77,7 +77,7 @@ class TrainConfig:
     seq_len: int = 512
     peak_lr: float = 2e-3
     end_lr_fraction: float = 0.1  # cosine decays to peak_lr * this
-    warmup_steps: int = 100
+    warmup_steps: int = 40
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     seed: int = 0
@@ -221,8 +221,8 @@ def train_shipped(
     out_dir: Path = ASSETS_DIR,
     *,
     which: str = "both",
-    target_steps: int = 3000,
-    draft_steps: int = 3000,
+    target_steps: int = 400,
+    draft_steps: int = 800,
     seed: int = 0,
     console: Console | None = None,
 ) -> dict[str, Path]:
@@ -248,8 +248,8 @@ def train_shipped(
     stream = token_stream(tokenizer, train_texts)
     console.log(f"training stream: {len(stream)} tokens")
     written = {}
-    plan = [(TARGET_NAME, TARGET_CONFIG, target_dir, target_steps, 2e-3)]
-    plan.append((DRAFT_NAME, DRAFT_CONFIG, draft_dir, draft_steps, 3e-3))
+    plan = [(TARGET_NAME, TARGET_CONFIG, target_dir, target_steps, 3e-3)]
+    plan.append((DRAFT_NAME, DRAFT_CONFIG, draft_dir, draft_steps, 4e-3))
     for name, cfg, path, steps, lr in plan:
         if which not in ("both", "target" if name == TARGET_NAME else "draft"):
             continue

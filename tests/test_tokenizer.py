@@ -1,0 +1,80 @@
+"""Tokenizer wrapper: BOS/EOS handling, round trips, streaming multi-byte characters."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from claimbench.models.tokenizer import Tokenizer
+from claimbench.models.train import save_tokenizer, train_tokenizer
+
+TEXTS = [
+    "def add(a, b):\n    return a + b\n",
+    "class Point:\n    x: int = 0\n    y: int = 0\n",
+    "# café, naïve, 日本語, emoji 🐍 and ∑ symbols\n",
+    "for i in range(10):\n    print(i)\n",
+] * 5
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    # A vocab barely above the 256 bytes: multi-byte characters stay split across tokens.
+    return train_tokenizer(TEXTS, vocab_size=300)
+
+
+def test_bos_eos_ids_and_add_bos(tokenizer: Tokenizer) -> None:
+    assert (tokenizer.bos_id, tokenizer.eos_id) == (0, 1)
+    ids = tokenizer.encode("x = 1")
+    assert ids[0] == tokenizer.bos_id and tokenizer.bos_id not in ids[1:]
+    assert tokenizer.encode("x = 1", add_bos=False) == ids[1:]
+
+
+@pytest.mark.parametrize("text", TEXTS[:4] + ["  leading spaces", "", "\n\n\t"])
+def test_round_trip(tokenizer: Tokenizer, text: str) -> None:
+    assert tokenizer.decode(tokenizer.encode(text)) == text
+
+
+def test_decode_drops_special_unless_asked(tokenizer: Tokenizer) -> None:
+    ids = [*tokenizer.encode("pass"), tokenizer.eos_id]
+    assert tokenizer.decode(ids) == "pass"
+    assert tokenizer.decode(ids, skip_special=False) == "<|bos|>pass<|eos|>"
+
+
+def test_stream_decoder_never_emits_partial_characters(tokenizer: Tokenizer) -> None:
+    text = TEXTS[2]
+    ids = tokenizer.encode(text, add_bos=False)
+    # The test only means something if some character spans several tokens.
+    assert any("\ufffd" in tokenizer.decode([i]) for i in ids)
+    stream = tokenizer.stream_decoder()
+    pieces = [stream.push(i) for i in ids]
+    assert all("\ufffd" not in p for p in pieces)
+    assert "".join(pieces) + stream.flush() == text
+    assert "" in pieces  # held back at least once mid-character
+
+
+def test_stream_decoder_flushes_truncated_character(tokenizer: Tokenizer) -> None:
+    ids = tokenizer.encode("ok 🐍", add_bos=False)
+    stream = tokenizer.stream_decoder()
+    emitted = "".join(stream.push(i) for i in ids[:-1])
+    assert emitted == "ok "
+    assert stream.flush() == tokenizer.decode(ids[:-1])[len("ok ") :]
+
+
+def test_from_dir_reads_ids_from_config(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    save_tokenizer(tokenizer, tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": [0]}))
+    loaded = Tokenizer.from_dir(tmp_path)
+    assert (loaded.bos_id, loaded.eos_id) == (1, 0)
+    assert loaded.encode("a", add_bos=False) == tokenizer.encode("a", add_bos=False)
+
+
+def test_from_dir_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="tokenizer.json is missing"):
+        Tokenizer.from_dir(tmp_path)
+
+
+def test_special_id_outside_vocab_rejected(tokenizer: Tokenizer) -> None:
+    with pytest.raises(ValueError, match="eos_id=5000 outside the tokenizer's vocab of 300"):
+        Tokenizer(tokenizer.tokenizer, 0, 5000)
