@@ -11,8 +11,9 @@ from claimbench.engine.tenants import Tenant, TenantTable
 from claimbench.engine.vtc import DEFAULT_INPUT_WEIGHT, DEFAULT_OUTPUT_WEIGHT
 from claimbench.kernels.backend import BACKENDS
 
-DTYPES = ("bfloat16", "float32")
+DTYPES = ("bfloat16", "float32", "float16")
 KV_DTYPES = ("auto", "bf16", "f32", "int8", "fp8")
+WEIGHT_FORMATS = ("bf16", "int8", "fp8")  # bf16 = unquantized, in the model dtype
 # Fields only the host reads: LLMEngine.reset may switch them without recompiling.
 HOST_FIELDS = (
     "scheduling_policy",
@@ -33,8 +34,10 @@ class EngineConfig:
     """Everything that shapes the engine; variants via ``dataclasses.replace``."""
 
     model_path: Path | None = None  # local HF model directory; None = shipped claimbench-tiny
-    dtype: str = "bfloat16"  # model compute dtype: bfloat16 | float32
+    dtype: str = "bfloat16"  # model compute dtype: bfloat16 | float32 | float16
     kv_dtype: str = "auto"  # auto (= dtype) | bf16 | f32 | int8 | fp8
+    kv_scale: str | float = 1.0  # fp8 KV tensor scale: a number, or "calibrate" (held-out)
+    weights: str = "bf16"  # weight-only quantization: bf16 (none) | int8 | fp8, per channel
     kv_pool_bytes: int = 256 * 2**20  # KV budget: pages + scales, null page included
     page_size: int = 16  # tokens per KV page
     max_num_seqs: int = 32  # sequences in flight (running) at once
@@ -56,6 +59,10 @@ class EngineConfig:
             raise ValueError(f"dtype {self.dtype!r} is not one of {DTYPES}")
         if self.kv_dtype not in KV_DTYPES:
             raise ValueError(f"kv_dtype {self.kv_dtype!r} is not one of {KV_DTYPES}")
+        if self.weights not in WEIGHT_FORMATS:
+            raise ValueError(f"weights {self.weights!r} is not one of {WEIGHT_FORMATS}")
+        if self.kv_scale != "calibrate" and not 0 < _as_float(self.kv_scale) < float("inf"):
+            raise ValueError(f"kv_scale {self.kv_scale!r} is neither 'calibrate' nor a number > 0")
         if self.attention_backend not in BACKENDS:
             raise ValueError(
                 f"attention_backend {self.attention_backend!r} is not one of {BACKENDS}"
@@ -99,3 +106,10 @@ class EngineConfig:
     def pages_per_seq(self) -> int:
         """Block-table width: pages of a max_model_len request (fixed, so shapes are static)."""
         return -(-self.max_model_len // self.page_size)
+
+
+def _as_float(value: str | float) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")

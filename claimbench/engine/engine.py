@@ -14,6 +14,7 @@ import pandas as pd
 from claimbench.engine.batch import StepPlan, build_step
 from claimbench.engine.block_manager import BlockManager
 from claimbench.engine.config import HOST_FIELDS, EngineConfig
+from claimbench.engine.kv_cache import resolve_kv_dtype
 from claimbench.engine.metrics import StepRecord, requests_frame, steps_frame
 from claimbench.engine.outputs import (
     Event,
@@ -28,7 +29,10 @@ from claimbench.engine.runner import ModelRunner, StepOutput
 from claimbench.engine.sampler import SamplingParams
 from claimbench.engine.scheduler import Scheduler
 from claimbench.engine.workload_items import WorkItem, as_work_items
+from claimbench.kernels.kv_quant import FP8_DTYPE
+from claimbench.models.kv_calibration import resolve_fp8_kv_scales
 from claimbench.models.llama import LlamaForCausalLM
+from claimbench.models.quantize import with_weight_format
 from claimbench.models.tokenizer import Tokenizer
 
 
@@ -53,6 +57,7 @@ class LLMEngine:
             path = config.model_path or default_model_path()
             model, _ = load_model(path, config.dtype)
             tokenizer = tokenizer or Tokenizer.from_dir(path)
+        model = with_weight_format(model, config.weights)
         if config.max_model_len > model.cfg.max_position_embeddings:
             raise ValueError(
                 f"max_model_len={config.max_model_len} exceeds the model's "
@@ -62,7 +67,13 @@ class LLMEngine:
         self.model_cfg = model.cfg
         self.tokenizer = tokenizer
         self.eos_token_id = model.cfg.eos_token_id
-        self.runner = ModelRunner(config, model)
+        fp8_kv_scales = (1.0, 1.0)
+        if resolve_kv_dtype(config.kv_dtype, model.dtype) == FP8_DTYPE:
+            fp8_kv_scales = resolve_fp8_kv_scales(
+                config.kv_scale, model, tokenizer, config.max_model_len
+            )
+        self.fp8_kv_scales = fp8_kv_scales  # (k, v); used only by an fp8 cache
+        self.runner = ModelRunner(config, model, fp8_kv_scales)
         self.reset()
 
     def reset(self, config: EngineConfig | None = None) -> None:

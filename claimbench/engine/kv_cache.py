@@ -62,9 +62,14 @@ def resolve_kv_dtype(kv_dtype: str, compute_dtype: str) -> jnp.dtype:
 
 
 def allocate_kv_cache(
-    cfg: ModelConfig, num_pages: int, page_size: int, storage_dtype: jnp.dtype
+    cfg: ModelConfig,
+    num_pages: int,
+    page_size: int,
+    storage_dtype: jnp.dtype,
+    fp8_scales: tuple[float, float] = (1.0, 1.0),
 ) -> list[LayerKV]:
-    """One zeroed LayerKV per layer; int8 scales start at 1, fp8 tensor scales at 1.0."""
+    """One zeroed LayerKV per layer; int8 scales start at 1, fp8 tensor scales at fp8_scales
+    (k_scale, v_scale), the same for every layer."""
     storage_dtype = jnp.dtype(storage_dtype)
     shape = (num_pages, page_size, 2 * cfg.num_kv_heads, cfg.head_dim)
     caches = []
@@ -72,7 +77,7 @@ def allocate_kv_cache(
         if storage_dtype == jnp.int8:
             scales = jnp.ones(shape[:3], jnp.float32)
         elif storage_dtype == FP8_DTYPE:
-            scales = jnp.ones((2,), jnp.float32)
+            scales = jnp.asarray(fp8_scales, jnp.float32)
         else:
             scales = None
         caches.append(LayerKV(jnp.zeros(shape, storage_dtype), scales))

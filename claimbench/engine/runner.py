@@ -22,7 +22,12 @@ from jax.experimental.compilation_cache import compilation_cache
 from claimbench.engine.batch import StepInputs, empty_inputs
 from claimbench.engine.buckets import bucket_pairs
 from claimbench.engine.config import EngineConfig
-from claimbench.engine.kv_cache import allocate_kv_cache, num_pages_for_pool, resolve_kv_dtype
+from claimbench.engine.kv_cache import (
+    allocate_kv_cache,
+    num_pages_for_pool,
+    pool_bytes,
+    resolve_kv_dtype,
+)
 from claimbench.engine.sampler import sample
 from claimbench.kernels.backend import AttentionBackend, get_backend
 from claimbench.kernels.kv_quant import LayerKV
@@ -67,7 +72,12 @@ def _step(
 class ModelRunner:
     """Owns the model weights and the KV cache; runs steps at compiled bucket shapes."""
 
-    def __init__(self, cfg: EngineConfig, model: LlamaForCausalLM) -> None:
+    def __init__(
+        self,
+        cfg: EngineConfig,
+        model: LlamaForCausalLM,
+        fp8_kv_scales: tuple[float, float] = (1.0, 1.0),
+    ) -> None:
         if cfg.compilation_cache_dir is not None:
             compilation_cache.set_cache_dir(str(cfg.compilation_cache_dir))
             jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -75,11 +85,16 @@ class ModelRunner:
         self.cfg = cfg
         graphdef, state = nnx.split(model)
         self.weights, treedef = jax.tree.flatten(state)
+        # What the weights really occupy: quantized values and their scales included.
+        self.weight_bytes = sum(int(w.nbytes) for w in self.weights)
         self.kv_dtype = resolve_kv_dtype(cfg.kv_dtype, model.dtype)
         self.num_pages = num_pages_for_pool(
             model.cfg, self.kv_dtype, cfg.page_size, cfg.kv_pool_bytes
         )
-        self.kv_caches = allocate_kv_cache(model.cfg, self.num_pages, cfg.page_size, self.kv_dtype)
+        self.kv_caches = allocate_kv_cache(
+            model.cfg, self.num_pages, cfg.page_size, self.kv_dtype, fp8_kv_scales
+        )
+        self.kv_cache_bytes = pool_bytes(model.cfg, self.kv_dtype, cfg.page_size, self.num_pages)
         self._static = (graphdef, treedef, get_backend(cfg.attention_backend))
         self._warm: set[tuple[int, int, bool]] = set()
         self.num_compilations = 0  # bucket variants first run by this runner

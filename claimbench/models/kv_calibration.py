@@ -58,3 +58,14 @@ def calibration_windows(tokenizer: Tokenizer, max_len: int) -> np.ndarray:
     """The calibration batch: i32[CALIBRATION_WINDOWS, min(CALIBRATION_LENGTH, max_len)]."""
     length = min(CALIBRATION_LENGTH, max_len)
     return heldout_token_windows(tokenizer, CALIBRATION_WINDOWS, length, CALIBRATION_SEED)
+
+
+def resolve_fp8_kv_scales(
+    kv_scale: str | float, model: LlamaForCausalLM, tokenizer: Tokenizer | None, max_len: int
+) -> tuple[float, float]:
+    """(k_scale, v_scale) for an fp8 cache: the number given for both, or calibrated."""
+    if kv_scale != "calibrate":
+        return float(kv_scale), float(kv_scale)
+    if tokenizer is None:
+        raise ValueError("kv_scale='calibrate' needs the model's tokenizer to read held-out text")
+    return fp8_kv_scales(model, calibration_windows(tokenizer, max_len))

@@ -163,3 +163,16 @@ def quantize_weights(model: LlamaForCausalLM, weights: str) -> LlamaForCausalLM:
         elif isinstance(module, Embedding):
             _set_child(model, path, QuantizedEmbedding.from_embedding(module, qtype))
     return model
+
+
+def with_weight_format(model: LlamaForCausalLM, weights: str) -> LlamaForCausalLM:
+    """``model`` if it already holds ``weights``, else a quantized copy of an unquantized one.
+
+    A model quantized to another format raises ValueError naming both.
+    """
+    current = weight_format(model)
+    if current == weights:
+        return model
+    if current != "bf16":
+        raise ValueError(f"model holds {current} weights; cannot serve them as {weights}")
+    return quantize_weights(model, weights)
