@@ -1,0 +1,249 @@
+"""prefix-leak: a tenant learns other tenants' prompts from its own time to first token.
+
+Per trial the same traffic is served twice, on one engine reset between modes: with the prefix
+cache shared across tenants, and salted per tenant (engine mode "per-tenant": the tenant id
+salts each chain's first block). The traffic:
+
+1. The victim sends ``victim_rounds_before`` rounds; each round has one request per secret
+   (``num_secrets`` random ``prefix_len``-token prefixes), each followed by a fresh
+   ``suffix_len``-token suffix, the round's requests served together.
+2. The attacker calibrates with its own requests only: it primes half of ``num_calibration``
+   fresh prefixes (one request each), then probes all of them. Its threshold is the TTFT that
+   best separates primed (hit) from unprimed (miss) probes: the midpoint between neighbouring
+   sorted TTFTs with the highest calibration accuracy (the lowest such midpoint on ties).
+3. The attacker probes ``num_probes`` candidate prefixes, half of them secrets the victim
+   sent and half never sent, in random order, each with a fresh suffix, and classifies a
+   probe as "sent" when its TTFT is below the threshold. Every candidate is probed once, so
+   its own probe never primes it. Calibration and probes run one at a time on an otherwise
+   idle engine: the attacker's best case.
+4. The victim sends ``victim_rounds_after`` more rounds.
+
+Metrics: attack accuracy (% of probes classified correctly; 50% is guessing) per mode, and
+the victim's own prefix-hit rate (cached prompt tokens / prompt tokens over all its requests)
+salted as a percentage of shared. Token ids are drawn uniformly from the vocabulary (ids below
+3 excluded: special tokens); the cache and the timing depend only on lengths and equality.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from claimbench.engine.sampler import SamplingParams
+
+if TYPE_CHECKING:
+    from claimbench.engine.engine import LLMEngine
+    from claimbench.harness.context import RunContext
+
+DEFAULT_PARAMS: dict[str, Any] = {
+    "prefix_len": 256,
+    "suffix_len": 16,
+    "num_secrets": 8,
+    "victim_rounds_before": 2,
+    "victim_rounds_after": 1,
+    "num_calibration": 8,
+    "num_probes": 16,
+}
+ENGINE_MODES = {"shared": "shared", "salted": "per-tenant"}  # claim's name -> engine mode
+FIRST_TOKEN = SamplingParams(max_tokens=1, ignore_eos=True)  # TTFT is all the attacker reads
+VICTIM, ATTACKER = "victim", "attacker"
+MIN_TOKEN_ID = 3
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One trial's prompts, identical in both modes."""
+
+    victim_rounds: list[list[list[int]]]  # [round][request] prompt ids
+    num_rounds_before: int
+    primes: list[list[int]]  # attacker's priming requests
+    calibration: list[list[int]]  # attacker's calibration probes
+    calibration_primed: list[bool]  # per calibration probe
+    probes: list[list[int]]  # attacker's candidate probes
+    probe_sent: list[bool]  # per probe: did the victim send that prefix
+
+
+@dataclass(frozen=True)
+class ModeResult:
+    attack_acc_pct: float
+    victim_hit_rate_pct: float
+    threshold_s: float
+    requests: pd.DataFrame  # the engine's requests frame plus role and truth columns
+
+
+def draw_plan(params: dict[str, Any], rng: np.random.Generator, vocab_size: int) -> Plan:
+    """Secrets, candidates and every request's prompt for one trial."""
+
+    def tokens(n: int) -> list[int]:
+        return rng.integers(MIN_TOKEN_ID, vocab_size, size=n).tolist()
+
+    prefix_len, suffix_len = params["prefix_len"], params["suffix_len"]
+    secrets = [tokens(prefix_len) for _ in range(params["num_secrets"])]
+    rounds = params["victim_rounds_before"] + params["victim_rounds_after"]
+    victim_rounds = [[s + tokens(suffix_len) for s in secrets] for _ in range(rounds)]
+
+    own = [tokens(prefix_len) for _ in range(params["num_calibration"])]
+    primed = rng.permutation(len(own)) < len(own) // 2
+    primes = [p + tokens(suffix_len) for p, is_primed in zip(own, primed, strict=True) if is_primed]
+    calibration = [p + tokens(suffix_len) for p in own]
+
+    num_sent = params["num_probes"] // 2
+    sent = [secrets[i] for i in rng.choice(len(secrets), size=num_sent, replace=False)]
+    unsent = [tokens(prefix_len) for _ in range(params["num_probes"] - num_sent)]
+    order = rng.permutation(params["num_probes"])
+    candidates = sent + unsent
+    return Plan(
+        victim_rounds=victim_rounds,
+        num_rounds_before=params["victim_rounds_before"],
+        primes=primes,
+        calibration=calibration,
+        calibration_primed=[bool(x) for x in primed],
+        probes=[candidates[i] + tokens(suffix_len) for i in order],
+        probe_sent=[bool(i < num_sent) for i in order],
+    )
+
+
+def best_threshold(ttft_s: np.ndarray, is_hit: np.ndarray) -> float:
+    """The TTFT cut (predict hit below it) with the best accuracy on a labelled set:
+    f[n] seconds, b[n] labels -> seconds."""
+    if len(ttft_s) == 0 or is_hit.all() or not is_hit.any():
+        raise ValueError(f"calibration needs hits and misses, got labels {is_hit.tolist()}")
+    values = np.unique(ttft_s)
+    cuts = np.concatenate([[values[0] - 1.0], (values[:-1] + values[1:]) / 2, [values[-1] + 1.0]])
+    accuracy = [np.mean((ttft_s < cut) == is_hit) for cut in cuts]
+    return float(cuts[int(np.argmax(accuracy))])
+
+
+def serve(engine: LLMEngine, prompts: list[list[int]], tenant: str) -> list[str]:
+    """Submit the prompts together and step until the engine is idle; their request ids."""
+    ids = [engine.add_request(p, FIRST_TOKEN, tenant=tenant) for p in prompts]
+    while engine.has_unfinished:
+        engine.step()
+    return ids
+
+
+def play(engine: LLMEngine, plan: Plan) -> ModeResult:
+    """Serve one trial's traffic on a freshly reset engine; score the attack."""
+    roles: dict[str, tuple[str, bool | None]] = {}  # id -> (role, truth)
+
+    def victim_rounds(rounds: list[list[list[int]]]) -> None:
+        for prompts in rounds:
+            roles.update(dict.fromkeys(serve(engine, prompts, VICTIM), ("victim", None)))
+
+    def one_by_one(prompts: list[list[int]], role: str, truths: list[bool]) -> list[str]:
+        ids = [serve(engine, [p], ATTACKER)[0] for p in prompts]
+        roles.update({i: (role, t) for i, t in zip(ids, truths, strict=True)})
+        return ids
+
+    victim_rounds(plan.victim_rounds[: plan.num_rounds_before])
+    one_by_one(plan.primes, "prime", [True] * len(plan.primes))
+    calibration_ids = one_by_one(plan.calibration, "calibration", plan.calibration_primed)
+    probe_ids = one_by_one(plan.probes, "probe", plan.probe_sent)
+    victim_rounds(plan.victim_rounds[plan.num_rounds_before :])
+
+    frame = engine.requests_frame().set_index("request_id", drop=False)
+    if frame["completed"].sum() != len(frame):
+        raise RuntimeError(f"{len(frame) - frame['completed'].sum()} requests did not complete")
+    ttft = frame["ttft_s"]
+    threshold = best_threshold(
+        ttft[calibration_ids].to_numpy(), np.asarray(plan.calibration_primed)
+    )
+    predicted_sent = ttft[probe_ids].to_numpy() < threshold
+    accuracy = 100.0 * float(np.mean(predicted_sent == np.asarray(plan.probe_sent)))
+    victim = frame[frame["tenant"] == VICTIM]
+    hit_rate = 100.0 * victim["prefix_hit_tokens"].sum() / victim["prompt_tokens"].sum()
+    frame = frame.reset_index(drop=True).assign(
+        role=[roles[i][0] for i in frame["request_id"]],
+        truth=[roles[i][1] for i in frame["request_id"]],
+    )
+    return ModeResult(accuracy, float(hit_rate), threshold, frame)
+
+
+def _params(ctx: RunContext) -> dict[str, Any]:
+    params = DEFAULT_PARAMS | {k: v for k, v in ctx.params.items() if k in DEFAULT_PARAMS}
+    for key, value in params.items():
+        minimum = 0 if key == "victim_rounds_after" else 1
+        if not isinstance(value, int) or value < minimum:
+            raise ValueError(f"param {key} must be an integer >= {minimum}, got {value!r}")
+    if params["num_calibration"] < 2 or params["num_probes"] < 2:
+        raise ValueError(
+            f"num_calibration and num_probes must be >= 2, got {params['num_calibration']} "
+            f"and {params['num_probes']}"
+        )
+    if params["num_probes"] // 2 > params["num_secrets"]:
+        raise ValueError(
+            f"num_probes={params['num_probes']} needs {params['num_probes'] // 2} secrets, "
+            f"num_secrets={params['num_secrets']}"
+        )
+    return params
+
+
+def run(ctx: RunContext) -> None:
+    """Record shared_attack_acc_pct, salted_attack_acc_pct and salted_own_hit_retention_pct."""
+    params = _params(ctx)
+    engine = ctx.engine()
+    engine.precompile()
+    for trial in range(ctx.trials):
+        plan = draw_plan(
+            params, np.random.default_rng([ctx.seed, trial]), engine.model_cfg.vocab_size
+        )
+        results: dict[str, ModeResult] = {}
+        # Alternate which mode goes first, so slow drift on the machine favours neither.
+        for name in list(ENGINE_MODES)[:: 1 if trial % 2 == 0 else -1]:
+            engine.reset(dataclasses.replace(engine.config, prefix_caching=ENGINE_MODES[name]))
+            results[name] = play(engine, plan)
+            ctx.save_frames(requests=results[name].requests, mode=name, trial=trial)
+        for name, result in results.items():
+            ctx.record(f"{name}_attack_acc_pct", result.attack_acc_pct, trial=trial, unit="%")
+            ctx.record(
+                "victim_hit_rate_pct", result.victim_hit_rate_pct, trial=trial, unit="%", mode=name
+            )
+            ctx.record("ttft_threshold_s", result.threshold_s, trial=trial, unit="s", mode=name)
+        shared_rate = results["shared"].victim_hit_rate_pct
+        if shared_rate == 0:
+            raise RuntimeError("the victim never hit the shared cache: the KV pool is too small")
+        retention = 100.0 * results["salted"].victim_hit_rate_pct / shared_rate
+        ctx.record("salted_own_hit_retention_pct", retention, trial=trial, unit="%")
+
+
+def figures(run_dirs: list[Path]) -> list[tuple[str, str]]:
+    """The attacker's TTFTs, cache hits against misses, in each mode (every run pooled)."""
+    from matplotlib import rc_context
+    from matplotlib.figure import Figure
+
+    from claimbench.site.charts import figure_to_svg
+
+    frames = [
+        pd.read_parquet(d / "requests.parquet")
+        for d in run_dirs
+        if (d / "requests.parquet").is_file()
+    ]
+    frames = [f for f in frames if {"role", "mode", "prefix_hit_tokens"} <= set(f.columns)]
+    if not frames:
+        return []
+    attacker = pd.concat(frames, ignore_index=True)
+    attacker = attacker[attacker["role"].isin(["calibration", "probe"])]
+    with rc_context({"svg.fonttype": "none", "font.size": 9}):
+        fig = Figure(figsize=(7.0, 2.8))
+        axes = fig.subplots(1, 2, sharey=True)
+        bins = np.histogram_bin_edges(attacker["ttft_s"] * 1e3, bins=30)
+        for ax, mode in zip(axes, ENGINE_MODES, strict=True):
+            rows = attacker[attacker["mode"] == mode]
+            hit = rows["prefix_hit_tokens"] > 0
+            ax.hist(
+                rows.loc[hit, "ttft_s"] * 1e3, bins=bins, alpha=0.7, label="hit", color="#1b7837"
+            )
+            ax.hist(
+                rows.loc[~hit, "ttft_s"] * 1e3, bins=bins, alpha=0.7, label="miss", color="#b35806"
+            )
+            ax.set_title(f"cache {mode}")
+            ax.set_xlabel("attacker TTFT (ms)")
+        axes[0].set_ylabel("requests")
+        axes[0].legend(frameon=False)
+        svg = figure_to_svg(fig)
+    return [("Attacker time to first token: prefix-cache hits vs misses", svg)]
