@@ -56,3 +56,7 @@ app.command("site")(site_cmd.site)
 from claimbench.cli import model_cmd  # noqa: E402
 
 app.add_typer(model_cmd.app, name="model")
+from claimbench.cli import bench_cmd, generate_cmd  # noqa: E402
+
+app.command("generate")(generate_cmd.generate)
+app.command("bench")(bench_cmd.bench)

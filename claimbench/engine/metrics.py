@@ -119,6 +119,8 @@ def summarize(
         "num_completed": float(len(done)),
         "num_rejected": float(requests["rejected_reason"].notna().sum()),
         "duration_s": duration,
+        "total_input_tokens": float(done["prompt_tokens"].sum()),
+        "total_output_tokens": float(done["output_tokens"].sum()),
         "request_throughput": per_s(len(done)),
         "output_throughput": per_s(float(done["output_tokens"].sum())),
         "total_token_throughput": per_s(
@@ -160,3 +162,46 @@ def summarize_by_tenant(requests: pd.DataFrame, **slos: float | None) -> pd.Data
 def _span(requests: pd.DataFrame) -> float:
     done = requests[requests["completed"]]
     return float(done["finish_s"].max() - requests["arrival_s"].min()) if len(done) else 0.0
+
+
+def format_summary(s: dict[str, float], title: str = "Serving Benchmark Result") -> str:
+    """The summary as vLLM's benchmark_serving prints it (times in ms)."""
+    width = 50
+
+    def rule(name: str, fill: str = "-") -> str:
+        return f"{name:{fill}^{width}}"
+
+    def row(label: str, value: float, digits: int = 2) -> str:
+        return f"{label:<40}{value:<10.{digits}f}"
+
+    lines = [
+        rule(f" {title} ", "="),
+        row("Successful requests:", s["num_completed"], 0),
+        row("Rejected requests:", s["num_rejected"], 0),
+        row("Benchmark duration (s):", s["duration_s"]),
+        row("Total input tokens:", s["total_input_tokens"], 0),
+        row("Total generated tokens:", s["total_output_tokens"], 0),
+        row("Request throughput (req/s):", s["request_throughput"]),
+        row("Output token throughput (tok/s):", s["output_throughput"]),
+        row("Total Token throughput (tok/s):", s["total_token_throughput"]),
+    ]
+    if "goodput" in s:
+        lines.append(row("Request goodput (req/s):", s["goodput"]))
+    sections = (
+        ("Time to First Token", "ttft_s", "TTFT"),
+        ("Time per Output Token (excl. 1st token)", "tpot_s", "TPOT"),
+        ("Inter-token Latency", "itl_s", "ITL"),
+        ("End-to-end Latency", "e2el_s", "E2EL"),
+    )
+    for heading, key, short in sections:
+        lines.append(rule(heading))
+        lines.append(row(f"Mean {short} (ms):", 1000 * s[f"mean_{key}"]))
+        for p in PERCENTILES:
+            label = "Median" if p == 50 else f"P{p}"
+            lines.append(row(f"{label} {short} (ms):", 1000 * s[f"p{p}_{key}"]))
+    if "min_kv_headroom" in s:
+        lines.append(rule("KV cache"))
+        lines.append(row("Min KV headroom (% pages free):", 100 * s["min_kv_headroom"]))
+        lines.append(row("Preemptions:", s["total_preemptions"], 0))
+    lines.append("=" * width)
+    return "\n".join(lines)

@@ -39,3 +39,27 @@ def as_work_items(workload: Iterable[object], sampling: SamplingParams | None) -
         else:
             raise ValueError(f"unsupported workload item {x!r}")
     return items
+
+
+def benchmark_items(
+    prompts: list[list[int]],
+    output_len: int,
+    rate: float,
+    burstiness: float,
+    seed: int,
+) -> list[WorkItem]:
+    """A vLLM-style serving benchmark: the prompts at Poisson (burstiness 1) or gamma
+    arrivals of ``rate`` requests/s (inf = all at once), each generating exactly
+    ``output_len`` greedy tokens."""
+    import numpy as np
+
+    from claimbench.workload.arrivals import arrival_times
+
+    if rate == float("inf"):
+        times = np.zeros(len(prompts))
+    else:
+        kind = "poisson" if burstiness == 1.0 else "gamma"
+        rng = np.random.default_rng(seed)
+        times = arrival_times(kind, rate, rng, burstiness=burstiness, num_requests=len(prompts))
+    params = SamplingParams(max_tokens=output_len, ignore_eos=True)
+    return [WorkItem(float(t), tuple(p), params) for t, p in zip(times, prompts, strict=True)]

@@ -1,0 +1,118 @@
+"""`claimbench bench`: a vLLM-style serving benchmark on held-out prompts.
+
+Prints the summary table (or one JSON object with --json) and saves the engine's
+per-request and per-step records as Parquet.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from claimbench.cli.common import err_console, fail, global_options
+
+
+def bench(
+    ctx: typer.Context,
+    requests: Annotated[int, typer.Option(help="Number of requests.")] = 64,
+    rate: Annotated[float, typer.Option(help="Arrivals per second; inf = all at once.")] = (
+        math.inf
+    ),
+    burstiness: Annotated[
+        float, typer.Option(help="Gamma shape of the gaps: 1 = Poisson, < 1 burstier.")
+    ] = 1.0,
+    input_len: Annotated[int, typer.Option(help="Mean prompt tokens.")] = 256,
+    output_len: Annotated[int, typer.Option(help="Output tokens per request (EOS ignored).")] = 128,
+    range_ratio: Annotated[
+        float, typer.Option(help="Prompt lengths uniform in input_len * [1 - r, 1 + r].")
+    ] = 0.0,
+    max_num_seqs: Annotated[int, typer.Option(help="Sequences in flight at most.")] = 32,
+    max_num_batched_tokens: Annotated[int, typer.Option(help="Token budget per step.")] = 512,
+    kv_pool_mb: Annotated[float, typer.Option(help="KV cache pool in MiB.")] = 256.0,
+    kv_dtype: Annotated[str, typer.Option(help="auto | bf16 | f32 | int8 | fp8.")] = "auto",
+    seed: Annotated[int, typer.Option(help="Seed for prompts and arrivals.")] = 0,
+    timeout_s: Annotated[float, typer.Option(help="Abort what is unfinished after this.")] = 3600,
+    out: Annotated[Path | None, typer.Option(help="Directory for the Parquet records.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Serve a Poisson/gamma workload of held-out prompts and summarize it."""
+    from rich.progress import Progress
+
+    from claimbench.engine.config import EngineConfig
+    from claimbench.engine.engine import LLMEngine
+    from claimbench.engine.metrics import format_summary, summarize
+    from claimbench.engine.outputs import FinishEvent, RejectEvent
+    from claimbench.engine.workload_items import benchmark_items
+    from claimbench.models.checkpoint import default_model_path, read_config
+    from claimbench.models.tokenizer import Tokenizer
+    from claimbench.workload.corpus import heldout_prompts
+
+    opts = global_options(ctx)
+    if requests < 1 or input_len < 2 or output_len < 1 or not 0 <= range_ratio < 1:
+        fail(
+            f"need --requests >= 1, --input-len >= 2, --output-len >= 1, 0 <= --range-ratio < 1; "
+            f"got {requests}, {input_len}, {output_len}, {range_ratio}"
+        )
+    if not rate > 0 or not burstiness > 0:
+        fail(f"--rate and --burstiness must be > 0, got {rate}, {burstiness}")
+    min_len = max(2, int(input_len * (1 - range_ratio)))
+    max_len = int(input_len * (1 + range_ratio))
+    try:
+        path = opts.model or default_model_path()
+        model_cfg = read_config(path)
+        tokenizer = Tokenizer.from_dir(path)
+        if max_len + output_len > model_cfg.max_position_embeddings:
+            fail(
+                f"prompts up to {max_len} + {output_len} output tokens exceed the model's "
+                f"{model_cfg.max_position_embeddings} positions"
+            )
+        config = EngineConfig(
+            model_path=path,
+            dtype=opts.dtype,
+            kv_dtype=kv_dtype,
+            kv_pool_bytes=int(kv_pool_mb * 2**20),
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_model_len=max_len + output_len,
+        )
+        prompts = heldout_prompts(tokenizer, requests, min_len, max_len, seed)
+    except (ValueError, FileNotFoundError) as e:
+        fail(str(e).splitlines()[0])
+    items = benchmark_items(prompts, output_len, rate, burstiness, seed)
+    engine = LLMEngine(config, tokenizer=tokenizer)
+    num_compiled, compile_s = engine.precompile()
+    err_console.print(f"compiled {num_compiled} step shapes in {compile_s:.1f} s", style="dim")
+    with Progress(console=err_console, transient=True) as progress:
+        task = progress.add_task("serving", total=requests)
+
+        def on_step(events) -> None:
+            done = sum(isinstance(e, FinishEvent | RejectEvent) for e in events)
+            progress.advance(task, done)
+
+        result = engine.run(items, timeout_s, on_step=on_step)
+    requests_df, steps_df = engine.requests_frame(), engine.steps_frame()
+    summary = summarize(requests_df, steps_df)
+    summary["host_share_pct"] = float(
+        100 * steps_df["host_s"].sum() / (steps_df["host_s"] + steps_df["device_s"]).sum()
+    )
+    summary["timed_out"] = float(result.timed_out)
+    out_dir = out or opts.root / "results" / "bench" / time.strftime("%Y%m%d-%H%M%S")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    requests_df.to_parquet(out_dir / "requests.parquet")
+    steps_df.to_parquet(out_dir / "steps.parquet")
+    if json_out:
+        clean = {k: None if math.isnan(v) else v for k, v in summary.items()}
+        sys.stdout.write(json.dumps(clean | {"records": str(out_dir)}) + "\n")
+        return
+    print(format_summary(summary))
+    err_console.print(
+        f"host share of step time {summary['host_share_pct']:.1f}% · records in {out_dir}",
+        style="dim",
+        highlight=False,
+    )

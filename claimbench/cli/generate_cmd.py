@@ -1,0 +1,107 @@
+"""`claimbench generate "text"`: stream one completion from the engine.
+
+stdout carries only the generated text (so it pipes); the timing summary goes to
+stderr, or everything goes to stdout as one JSON object with --json.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+
+from claimbench.cli.common import err_console, fail, global_options
+
+MAX_CHUNK_TOKENS = 64  # prefill chunk: three compiled step shapes (16, 32, 64) at most
+
+
+def generate(
+    ctx: typer.Context,
+    text: Annotated[str, typer.Argument(help="The prompt.")],
+    max_tokens: Annotated[int, typer.Option(help="Output tokens at most.")] = 64,
+    temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
+    top_k: Annotated[int, typer.Option(help="Sample from the k most likely; 0 = all.")] = 0,
+    top_p: Annotated[float, typer.Option(help="Nucleus sampling mass, in (0, 1].")] = 1.0,
+    seed: Annotated[int | None, typer.Option(help="Sampling seed (reproducible).")] = None,
+    ignore_eos: Annotated[bool, typer.Option(help="Keep going past end-of-text.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Generate a completion, printing tokens as they are produced."""
+    from claimbench.engine.config import EngineConfig
+    from claimbench.engine.engine import LLMEngine
+    from claimbench.engine.outputs import FinishEvent, TokenEvent
+    from claimbench.engine.sampler import SamplingParams
+    from claimbench.models.checkpoint import default_model_path, read_config
+    from claimbench.models.tokenizer import Tokenizer
+
+    opts = global_options(ctx)
+    try:
+        sampling = SamplingParams(
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            ignore_eos=ignore_eos,
+        )
+        path = opts.model or default_model_path()
+        model_cfg = read_config(path)
+        tokenizer = Tokenizer.from_dir(path)
+    except (ValueError, FileNotFoundError) as e:
+        fail(str(e).splitlines()[0])
+    prompt_ids = tokenizer.encode(text)
+    max_len = model_cfg.max_position_embeddings
+    if len(prompt_ids) + max_tokens > max_len:
+        fail(f"prompt ({len(prompt_ids)} tokens) + --max-tokens {max_tokens} exceeds {max_len}")
+    budget = 16
+    while budget < min(len(prompt_ids), MAX_CHUNK_TOKENS):
+        budget *= 2
+    config = EngineConfig(
+        model_path=path,
+        dtype=opts.dtype,
+        max_num_seqs=1,
+        max_num_batched_tokens=budget,
+        max_model_len=max_len,
+    )
+    engine = LLMEngine(config)
+    num_compiled, compile_s = engine.precompile()
+    request_id = engine.add_request(prompt_ids, sampling)
+    decoder = tokenizer.stream_decoder()
+    stream = not json_out
+    reason = None
+    while engine.has_unfinished:
+        for event in engine.step():
+            if isinstance(event, TokenEvent) and stream:
+                sys.stdout.write(decoder.push(event.token_id))
+                sys.stdout.flush()
+            elif isinstance(event, FinishEvent):
+                reason = event.reason
+    if stream:
+        sys.stdout.write(decoder.flush() + ("\n" if sys.stdout.isatty() else ""))
+        sys.stdout.flush()
+    row = engine.requests_frame().iloc[0]
+    out = engine.output(request_id)
+    timing = {
+        "prompt_tokens": int(row["prompt_tokens"]),
+        "output_tokens": int(row["output_tokens"]),
+        "ttft_s": float(row["ttft_s"]),
+        "tpot_s": None if row["output_tokens"] < 2 else float(row["tpot_s"]),
+        "e2el_s": float(row["e2el_s"]),
+        "output_tokens_per_s": float(row["output_tokens"] / row["e2el_s"]),
+        "compile_s": compile_s,
+        "num_compiled": num_compiled,
+    }
+    if json_out:
+        payload = {"text": out.text, "token_ids": out.token_ids, "finish_reason": reason, **timing}
+        sys.stdout.write(json.dumps(payload) + "\n")
+        return
+    tpot = "-" if timing["tpot_s"] is None else f"{1000 * timing['tpot_s']:.1f} ms"
+    err_console.print(
+        f"[dim]{timing['prompt_tokens']} prompt + {timing['output_tokens']} output tokens "
+        f"({reason}) · TTFT {1000 * timing['ttft_s']:.1f} ms · TPOT {tpot} · "
+        f"{timing['output_tokens_per_s']:.1f} tok/s · compiled {num_compiled} step shapes "
+        f"in {compile_s:.1f} s[/]",
+        highlight=False,
+    )

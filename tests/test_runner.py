@@ -1,0 +1,111 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from engine_helpers import make_request, tiny_engine, tiny_model
+
+from claimbench.engine.batch import build_step
+from claimbench.engine.block_manager import BlockManager
+from claimbench.engine.buckets import bucket_pairs, pick_pair, power_of_two_buckets
+from claimbench.engine.config import EngineConfig
+from claimbench.engine.sampler import SamplingParams
+from claimbench.engine.workload_items import WorkItem
+from claimbench.kernels.metadata import NULL_PAGE
+
+BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+
+
+def test_buckets_are_powers_of_two_capped_by_the_maximum():
+    assert power_of_two_buckets(16, 512) == (16, 32, 64, 128, 256, 512)
+    assert power_of_two_buckets(16, 100) == (16, 32, 64, 100)
+    assert power_of_two_buckets(8, 4) == (4,)
+    cfg = EngineConfig(max_num_seqs=32, max_num_batched_tokens=64)
+    # tokens (16, 32, 64) x seqs (8, 16, 32), keeping seqs <= tokens: 2 + 3 + 3.
+    assert len(bucket_pairs(cfg)) == 8
+    assert all(s <= t for t, s in bucket_pairs(cfg))
+    assert pick_pair(cfg, 17, 3) == (32, 8)
+    assert pick_pair(cfg, 20, 20) == (32, 32)
+    with pytest.raises(ValueError, match="exceeds the largest bucket 64"):
+        pick_pair(cfg, 65, 1)
+
+
+def test_build_step_orders_decode_prefill_mixed_and_pads_into_the_null_page():
+    cfg = EngineConfig(page_size=4, max_num_seqs=8, max_num_batched_tokens=32, max_model_len=32)
+    bm = BlockManager(32, 4)
+    mixed, prefill, decode = make_request(9), make_request(3), make_request(6)
+    # decode has one token left (its sixth); mixed has 4 of 9 cached.
+    for r, num_computed in ((decode, 5), (mixed, 4)):
+        bm.allocate(r, num_computed)
+        r.num_computed_tokens = num_computed
+    scheduled = [(mixed, 5), (prefill, 3), (decode, 1)]
+    for r, n in scheduled:
+        bm.allocate(r, n)
+    plan = build_step(cfg, scheduled)
+    md, x = plan.inputs.md, plan.inputs
+    assert plan.requests == [decode, prefill, mixed]
+    assert (plan.token_bucket, plan.seq_bucket) == (16, 8)
+    assert md.distribution.tolist() == [1, 2, 3] and md.num_seqs.tolist() == [3]
+    assert md.cu_q_lens.tolist() == [0, 1, 4, 9, 9, 9, 9, 9, 9]
+    assert md.kv_lens.tolist() == [6, 3, 9, 0, 0, 0, 0, 0]
+    assert x.positions[:9].tolist() == [5, 0, 1, 2, 4, 5, 6, 7, 8]
+    assert x.token_ids[:9].tolist() == [8, 3, 4, 5, 7, 8, 9, 10, 11]
+    assert x.logits_indices.tolist()[:3] == [0, 3, 8]
+    # Token 5 of the decode request is slot 1 of its second page.
+    assert x.md.slot_mapping[0] == decode.block_table[1] * 4 + 1
+    assert (md.slot_mapping[9:] // 4 == NULL_PAGE).all()
+    assert (md.page_indices[3:] == NULL_PAGE).all()
+    assert md.page_indices[2, :3].tolist() == mixed.block_table
+
+
+def test_precompile_covers_every_step_of_a_workload():
+    engine = tiny_engine(tiny_model())
+    compiled, seconds = engine.precompile()
+    assert compiled == len(bucket_pairs(engine.config)) == 2 and seconds > 0
+    compiles = []
+
+    def listener(event, duration, **kwargs):
+        if event == BACKEND_COMPILE:
+            compiles.append(duration)
+
+    rng = np.random.default_rng(0)
+    workload = [
+        WorkItem(
+            0.002 * i,
+            tuple(rng.integers(3, 97, size=int(rng.integers(1, 70))).tolist()),
+            SamplingParams(max_tokens=int(rng.integers(1, 20)), temperature=float(i % 3) / 2),
+            tenant=f"t{i % 2}",
+        )
+        for i in range(20)
+    ]
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        result = engine.run(workload, timeout_s=120)
+        assert compiles == []
+        jax.jit(lambda x: x * 3 + 1)(jnp.arange(7))  # the listener does see a compile
+        assert compiles
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert not result.timed_out and len(result.request_ids) == 20
+    steps = engine.steps_frame()
+    assert set(zip(steps["token_bucket"], steps["seq_bucket"], strict=True)) <= set(
+        bucket_pairs(engine.config)
+    )
+    assert (steps["num_decode_seqs"] > 0).any() and (steps["num_prefill_seqs"] > 0).any()
+    assert engine.runner.num_compilations == 2
+
+
+def test_persistent_compilation_cache_is_written(tmp_path):
+    previous = jax.config.jax_persistent_cache_min_compile_time_secs
+    try:
+        # A pool size no other test uses, so the step really compiles here.
+        engine = tiny_engine(
+            tiny_model(), num_pages=37, max_num_batched_tokens=16, compilation_cache_dir=tmp_path
+        )
+        assert engine.precompile()[0] == 1
+        assert any(tmp_path.iterdir())
+    finally:
+        from jax.experimental.compilation_cache import compilation_cache
+
+        jax.config.update("jax_compilation_cache_dir", None)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", previous)
+        compilation_cache.reset_cache()
