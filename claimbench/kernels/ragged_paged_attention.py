@@ -70,8 +70,9 @@ def ragged_paged_attention(
     only checked for shape: positions come from kv_lens and cu_q_lens).
 
     Knobs (keyword-only): ``num_kv_pages_per_block`` pages per KV block,
-    ``num_queries_per_block`` query tokens per block in the prefill/mixed path,
-    ``vmem_limit_bytes`` (defaults per TPU generation, see ``rpa_blocks``);
+    ``num_queries_per_block`` query tokens per block in the prefill/mixed path (both
+    default per TPU generation, see ``rpa_blocks``), ``vmem_limit_bytes`` (None: the
+    compiler's default scoped VMEM);
     ``interpret``: None runs compiled on TPU and in interpret mode elsewhere, True or an
     ``InterpretParams`` forces interpret mode, False forces compilation.
     Shapes and knobs are checked up front (ValueError); metadata values too when they are
@@ -88,8 +89,6 @@ def ragged_paged_attention(
         num_kv_pages_per_block = min(pages_per_seq, max(1, defaults.kv_tokens // page_size))
     if num_queries_per_block is None:
         num_queries_per_block = max(1, min(defaults.q_tokens, num_tokens))
-    if vmem_limit_bytes is None:
-        vmem_limit_bytes = defaults.vmem_limit_bytes
     check_knobs(num_kv_pages_per_block, num_queries_per_block, vmem_limit_bytes, pages_per_seq)
     if not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(md)):
         check_metadata_values(

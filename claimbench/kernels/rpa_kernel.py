@@ -329,7 +329,7 @@ def rpa_kernel(*refs, cfg: KernelConfig):
                 attend_block(rows, q_slot, kv_slot, first_pos, kb)
                 return carry
 
-            lax.fori_loop(kb_start, kb_end, kv_block, 0)
+            lax.fori_loop(kb_start, kb_end, kv_block, None)
             o_slot = state[O_SLOT]
             wait_send_out(o_slot)
             finish_q_block(rows, o_slot)
@@ -337,7 +337,10 @@ def rpa_kernel(*refs, cfg: KernelConfig):
             state[O_SLOT] = 1 - o_slot
             return carry
 
-        lax.fori_loop(0, 1 if rows == 1 else num_q_blocks(seq), q_block, 0)
+        if rows == 1:
+            q_block(0, None)
+        else:
+            lax.fori_loop(0, num_q_blocks(seq), q_block, None)
 
     # ---- the grid step -----------------------------------------------------------------------
 
