@@ -1,0 +1,109 @@
+"""continuous-batching: output throughput of continuous vs static batching, same engine and pool.
+
+One engine (prefix caching off, so neither mode reuses the other's prompts) serves the same
+``num_requests`` requests twice per trial, at the same ``max_num_seqs`` (the batch size):
+
+* continuous: every request is queued at once; the scheduler admits a waiting request as soon
+  as a running one finishes, mixing its prefill chunks with the others' decode steps;
+* static: the requests are cut, in order, into batches of ``max_num_seqs``; a batch is queued,
+  stepped until its longest request finishes, and only then is the next one queued.
+
+Lengths are mixed: lognormal prompt and output lengths (``prompt_len``/``output_len``, length
+distribution dicts as the workload package reads them); outputs ignore EOS so both modes
+produce exactly the same tokens. Throughput = output tokens / wall seconds from the first
+request queued to the last finished; the two modes run in alternating order across trials.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from claimbench.engine.sampler import SamplingParams
+from claimbench.workload.build import WorkloadRequest, build_requests
+from claimbench.workload.lengths import length_dist_from_dict
+from claimbench.workload.spec import WorkloadSpec
+from claimbench.workload.tenants import TenantLoad
+from claimbench.workload.tokens import random_token_source
+
+if TYPE_CHECKING:
+    from claimbench.engine.engine import LLMEngine
+    from claimbench.harness.context import RunContext
+
+DEFAULT_PARAMS: dict[str, Any] = {
+    "num_requests": 32,
+    "max_num_seqs": 8,
+    "prompt_len": {"kind": "lognormal", "mean": 128, "sigma": 1.0, "lo": 4, "hi": 384},
+    "output_len": {"kind": "lognormal", "mean": 64, "sigma": 1.0, "lo": 1, "hi": 128},
+}
+
+
+def draw_requests(
+    params: dict[str, Any], seed: int, vocab_size: int, max_model_len: int
+) -> list[WorkloadRequest]:
+    """``num_requests`` requests of the length mix, in a fixed order for both modes."""
+    load = TenantLoad(
+        "default",
+        arrival="constant",  # only the order matters: both modes queue requests themselves
+        rate=1.0,
+        prompt_len=length_dist_from_dict(params["prompt_len"]),
+        output_len=length_dist_from_dict(params["output_len"]),
+        num_requests=params["num_requests"],
+    )
+    requests = build_requests(WorkloadSpec((load,), seed=seed), random_token_source(vocab_size))
+    longest = max(r.prompt_len + r.max_tokens for r in requests)
+    if longest > max_model_len:
+        raise ValueError(
+            f"a request of {longest} prompt + output tokens exceeds max_model_len={max_model_len}"
+        )
+    return requests
+
+
+def serve(engine: LLMEngine, requests: list[WorkloadRequest], batch: int | None) -> float:
+    """Serve the requests (all at once, or static batches of ``batch``); wall seconds."""
+    groups = (
+        [requests]
+        if batch is None
+        else [requests[i : i + batch] for i in range(0, len(requests), batch)]
+    )
+    start = time.perf_counter()
+    for group in groups:
+        for r in group:
+            engine.add_request(
+                list(r.prompt_token_ids), SamplingParams(max_tokens=r.max_tokens, ignore_eos=True)
+            )
+        while engine.has_unfinished:
+            engine.step()
+    return time.perf_counter() - start
+
+
+def _params(ctx: RunContext) -> dict[str, Any]:
+    params = DEFAULT_PARAMS | {k: v for k, v in ctx.params.items() if k in DEFAULT_PARAMS}
+    for key in ("num_requests", "max_num_seqs"):
+        if not isinstance(params[key], int) or params[key] < 1:
+            raise ValueError(f"param {key} must be a positive integer, got {params[key]!r}")
+    return params
+
+
+def run(ctx: RunContext) -> None:
+    """Record throughput_ratio (continuous / static output tokens per second) per trial."""
+    params = _params(ctx)
+    engine = ctx.engine(max_num_seqs=params["max_num_seqs"], prefix_caching="off")
+    engine.precompile()
+    for trial in range(ctx.trials):
+        requests = draw_requests(
+            params, ctx.seed + trial, engine.model_cfg.vocab_size, engine.config.max_model_len
+        )
+        num_output = sum(r.max_tokens for r in requests)
+        throughput = {}
+        modes = {"continuous": None, "static": params["max_num_seqs"]}
+        for mode in list(modes)[:: 1 if trial % 2 == 0 else -1]:
+            engine.reset()
+            throughput[mode] = num_output / serve(engine, requests, modes[mode])
+            served = engine.requests_frame()
+            if int(served["output_tokens"].sum()) != num_output:
+                raise RuntimeError(f"{mode} batching did not produce every output token")
+            ctx.save_frames(requests=served, steps=engine.steps_frame(), mode=mode, trial=trial)
+            ctx.record("output_throughput", throughput[mode], trial=trial, unit="tok/s", mode=mode)
+        ratio = throughput["continuous"] / throughput["static"]
+        ctx.record("throughput_ratio", ratio, trial=trial, unit="x")
