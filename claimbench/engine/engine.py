@@ -28,7 +28,7 @@ from claimbench.engine.request import Request, RequestStatus
 from claimbench.engine.runner import ModelRunner, StepOutput
 from claimbench.engine.sampler import SamplingParams
 from claimbench.engine.scheduler import Scheduler
-from claimbench.engine.workload_items import WorkItem, as_work_items
+from claimbench.engine.workload_items import WorkItem, as_work_items, run_workload
 from claimbench.kernels.kv_quant import FP8_DTYPE
 from claimbench.models.kv_calibration import resolve_fp8_kv_scales
 from claimbench.models.llama import LlamaForCausalLM
@@ -281,34 +281,7 @@ class LLMEngine:
         ``tenant``, ``priority``), served with ``sampling`` and their own max_tokens.
         Requests still unfinished at ``timeout_s`` are aborted with reason "timeout".
         """
-        items = sorted(as_work_items(workload, sampling), key=lambda w: w.arrival_offset_s)
-        start = time.perf_counter()
-        ids: list[str] = []
-        next_item = 0
-        timed_out = False
-        while next_item < len(items) or self.has_unfinished:
-            now = time.perf_counter()
-            while next_item < len(items) and start + items[next_item].arrival_offset_s <= now:
-                w = items[next_item]
-                arrival = start + w.arrival_offset_s
-                ids.append(
-                    self.add_request(w.prompt_token_ids, w.sampling, w.tenant, w.priority, arrival)
-                )
-                next_item += 1
-            if now - start > timeout_s:
-                timed_out = True
-                for request in [*self.scheduler.running, *self.scheduler.waiting]:
-                    self.abort(request.request_id, "timeout")
-                break
-            if self.has_unfinished:
-                events = self.step()
-            else:
-                gap = start + items[next_item].arrival_offset_s - now
-                time.sleep(max(min(gap, start + timeout_s - now), 0.0))
-                events, self._pending = self._pending, []
-            if on_step is not None:
-                on_step(events)
-        return RunResult(ids, time.perf_counter() - start, timed_out)
+        return run_workload(self, as_work_items(workload, sampling), timeout_s, on_step)
 
     # -- records --------------------------------------------------------------------------
 

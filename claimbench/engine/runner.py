@@ -24,6 +24,7 @@ from claimbench.engine.buckets import bucket_pairs
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.kv_cache import (
     allocate_kv_cache,
+    kv_bytes_per_token,
     num_pages_for_pool,
     pool_bytes,
     resolve_kv_dtype,
@@ -95,6 +96,7 @@ class ModelRunner:
             model.cfg, self.num_pages, cfg.page_size, self.kv_dtype, fp8_kv_scales
         )
         self.kv_cache_bytes = pool_bytes(model.cfg, self.kv_dtype, cfg.page_size, self.num_pages)
+        self.kv_bytes_per_token = kv_bytes_per_token(model.cfg, self.kv_dtype)
         self._static = (graphdef, treedef, get_backend(cfg.attention_backend))
         self._warm: set[tuple[int, int, bool]] = set()
         self.num_compilations = 0  # bucket variants first run by this runner

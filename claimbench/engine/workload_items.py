@@ -1,12 +1,18 @@
-"""Workload items for ``LLMEngine.run``: what to send, and when."""
+"""Workload items for ``LLMEngine.run``: what to send and when, and the wall-clock driver."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from claimbench.engine.outputs import Event, RunResult
 from claimbench.engine.sampler import SamplingParams
+
+if TYPE_CHECKING:
+    from claimbench.engine.engine import LLMEngine
 
 
 @dataclass(frozen=True)
@@ -63,3 +69,41 @@ def benchmark_items(
         times = arrival_times(kind, rate, rng, burstiness=burstiness, num_requests=len(prompts))
     params = SamplingParams(max_tokens=output_len, ignore_eos=True)
     return [WorkItem(float(t), tuple(p), params) for t, p in zip(times, prompts, strict=True)]
+
+
+def run_workload(
+    engine: LLMEngine,
+    items: list[WorkItem],
+    timeout_s: float,
+    on_step: Callable[[list[Event]], None] | None = None,
+) -> RunResult:
+    """Add each item when the wall clock reaches its arrival and step until all finish;
+    what is unfinished at ``timeout_s`` is aborted with reason "timeout"."""
+    items = sorted(items, key=lambda w: w.arrival_offset_s)
+    start = time.perf_counter()
+    ids: list[str] = []
+    next_item = 0
+    timed_out = False
+    while next_item < len(items) or engine.has_unfinished:
+        now = time.perf_counter()
+        while next_item < len(items) and start + items[next_item].arrival_offset_s <= now:
+            w = items[next_item]
+            arrival = start + w.arrival_offset_s  # the scheduled time, as vLLM's client sends
+            ids.append(
+                engine.add_request(w.prompt_token_ids, w.sampling, w.tenant, w.priority, arrival)
+            )
+            next_item += 1
+        if now - start > timeout_s:
+            timed_out = True
+            for request in [*engine.scheduler.running, *engine.scheduler.waiting]:
+                engine.abort(request.request_id, "timeout")
+            break
+        if engine.has_unfinished:
+            events = engine.step()
+        else:
+            gap = start + items[next_item].arrival_offset_s - now
+            time.sleep(max(min(gap, start + timeout_s - now), 0.0))
+            events = engine.step()  # reports rejections made while idle
+        if on_step is not None:
+            on_step(events)
+    return RunResult(ids, time.perf_counter() - start, timed_out)
