@@ -12,6 +12,7 @@ greedy token given the same context, without the divergence free-running generat
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,10 +34,16 @@ class PromptPass:
 
     logprobs: np.ndarray  # f32[n, length - 1] log p(window[i + 1] | window[: i + 1])
     top1: np.ndarray  # i32[n, length - 1] argmax next token after window[: i + 1]
+    serve_s: float = float("nan")  # wall time of the pass, first-time compilation excluded
 
     @property
     def num_tokens(self) -> int:
         return int(self.logprobs.size)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Prompt tokens processed per second of serving (compilation excluded)."""
+        return (self.num_tokens + self.logprobs.shape[0]) / self.serve_s
 
     @property
     def perplexity(self) -> float:
@@ -57,7 +64,10 @@ def prompt_pass(engine: LLMEngine, windows: np.ndarray) -> PromptPass:
     """
     if windows.ndim != 2 or windows.shape[1] < 2:
         raise ValueError(f"need windows i32[n, length >= 2], got shape {windows.shape}")
+    compile_s = engine.runner.compile_time_s
+    start = time.perf_counter()
     outputs = engine.generate([w.tolist() for w in windows], PROMPT_PASS)
+    serve_s = time.perf_counter() - start - (engine.runner.compile_time_s - compile_s)
     for out in outputs:
         if out.finish_reason != "length" or None in out.prompt_logprobs:
             raise ValueError(
@@ -68,6 +78,7 @@ def prompt_pass(engine: LLMEngine, windows: np.ndarray) -> PromptPass:
     return PromptPass(
         logprobs=np.asarray([o.prompt_logprobs for o in outputs], np.float32),
         top1=np.asarray([o.prompt_top1 for o in outputs], np.int32),
+        serve_s=serve_s,
     )
 
 
