@@ -1,0 +1,243 @@
+"""headroom-binds: does output throughput stop rising where KV headroom runs out?
+
+A closed-loop sweep: at each offered concurrency N (``concurrencies``) the engine keeps N
+requests in flight, submitting a new request whenever one finishes, until N * (1 +
+``requests_per_slot``) requests have been submitted. Throughput is measured in the steady
+window from the first completion to the last submission (N requests in flight throughout):
+output tokens emitted in that window / its length. The request stream (lognormal prompt and
+output lengths, outputs ignoring EOS) is the same at every level of a trial; each level starts
+from a reset engine with prefix caching off, ``max_num_seqs`` = the largest N, so the sequence
+limit never binds and only compute, the token budget or the KV pool can.
+
+* Throughput knee: the smallest N whose throughput reaches ``knee_fraction`` (0.95) of the
+  largest throughput of the sweep.
+* KV exhaustion: the smallest N at which the KV headroom reaches zero: a running request is
+  preempted, or before some step the first waiting request's next chunk (its uncomputed tokens,
+  capped at the token budget left after one token per running request) does not fit in the
+  free pages, so admission stalls on KV.
+
+The recorded ratio is knee / exhaustion; each level's throughput and minimum KV headroom (free
+pages / usable pages) are recorded too, labelled with the concurrency.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from claimbench.engine.outputs import FinishEvent, TokenEvent
+from claimbench.engine.sampler import SamplingParams
+from claimbench.workload.build import WorkloadRequest, build_requests
+from claimbench.workload.lengths import length_dist_from_dict
+from claimbench.workload.spec import WorkloadSpec
+from claimbench.workload.tenants import TenantLoad
+from claimbench.workload.tokens import random_token_source
+
+if TYPE_CHECKING:
+    from claimbench.engine.engine import LLMEngine
+    from claimbench.harness.context import RunContext
+
+DEFAULT_PARAMS: dict[str, Any] = {
+    "concurrencies": [1, 2, 4, 6, 8, 12, 16],
+    "requests_per_slot": 3,
+    "knee_fraction": 0.95,
+    "prompt_len": {"kind": "lognormal", "mean": 96, "sigma": 0.8, "lo": 4, "hi": 256},
+    "output_len": {"kind": "lognormal", "mean": 48, "sigma": 0.8, "lo": 4, "hi": 128},
+}
+
+
+@dataclass(frozen=True)
+class Level:
+    concurrency: int
+    output_throughput: float  # tokens/s in the steady window
+    min_kv_headroom_pct: float  # lowest free / usable pages over the level's steps
+    num_preemptions: int
+    num_kv_stalls: int  # steps before which the head of the queue did not fit in free pages
+
+    @property
+    def kv_exhausted(self) -> bool:
+        return self.num_preemptions > 0 or self.num_kv_stalls > 0
+
+
+def draw_requests(
+    params: dict[str, Any], seed: int, vocab_size: int, max_model_len: int
+) -> list[WorkloadRequest]:
+    """Enough requests for the largest level, in the order every level submits them."""
+    num = max(params["concurrencies"]) * (1 + params["requests_per_slot"])
+    load = TenantLoad(
+        "default",
+        arrival="constant",  # only the order matters: the closed loop submits them itself
+        rate=1.0,
+        prompt_len=length_dist_from_dict(params["prompt_len"]),
+        output_len=length_dist_from_dict(params["output_len"]),
+        num_requests=num,
+    )
+    requests = build_requests(WorkloadSpec((load,), seed=seed), random_token_source(vocab_size))
+    longest = max(r.prompt_len + r.max_tokens for r in requests)
+    if longest > max_model_len:
+        raise ValueError(
+            f"a request of {longest} prompt + output tokens exceeds max_model_len={max_model_len}"
+        )
+    return requests
+
+
+def kv_stalled(engine: LLMEngine) -> bool:
+    """Whether the next step's first waiting request cannot get its next chunk's pages."""
+    scheduler = engine.scheduler
+    if not scheduler.waiting:
+        return False
+    head = next(iter(scheduler.ordering.order(scheduler.waiting, time.perf_counter())))
+    budget = engine.config.max_num_batched_tokens - len(scheduler.running)
+    num_tokens = min(head.num_uncomputed_tokens, max(budget, 1))
+    return not engine.block_manager.can_allocate(head, num_tokens)
+
+
+def closed_loop(engine: LLMEngine, requests: list[WorkloadRequest], concurrency: int) -> Level:
+    """Keep ``concurrency`` of ``requests`` in flight until all are submitted, then drain."""
+    engine.reset()
+    token_times: list[float] = []
+    in_flight = submitted = stalls = 0
+    window_start = window_end = None
+    while submitted < len(requests) or engine.has_unfinished:
+        while in_flight < concurrency and submitted < len(requests):
+            r = requests[submitted]
+            sampling = SamplingParams(max_tokens=r.max_tokens, ignore_eos=True)
+            engine.add_request(list(r.prompt_token_ids), sampling)
+            in_flight += 1
+            submitted += 1
+            if submitted == len(requests):
+                window_end = time.perf_counter()
+        stalls += kv_stalled(engine)
+        for event in engine.step():
+            if isinstance(event, TokenEvent):
+                token_times.append(event.time_s)
+            elif isinstance(event, FinishEvent):
+                in_flight -= 1
+                window_start = event.time_s if window_start is None else window_start
+    if window_start is None or window_end is None or window_end <= window_start:
+        raise RuntimeError(f"concurrency {concurrency}: no steady window (too few requests)")
+    times = np.asarray(token_times)
+    num_tokens = int(((times >= window_start) & (times < window_end)).sum())
+    steps = engine.steps_frame()
+    headroom = steps["pages_free"] / (steps["pages_used"] + steps["pages_free"])
+    return Level(
+        concurrency=concurrency,
+        output_throughput=num_tokens / (window_end - window_start),
+        min_kv_headroom_pct=100.0 * float(headroom.min()),
+        num_preemptions=int(steps["num_preempted"].sum()),
+        num_kv_stalls=stalls,
+    )
+
+
+def knee_and_exhaustion(levels: list[Level], knee_fraction: float) -> tuple[int, int | None]:
+    """(smallest N reaching knee_fraction of the best throughput, smallest N exhausting KV)."""
+    best = max(level.output_throughput for level in levels)
+    knee = min(lv.concurrency for lv in levels if lv.output_throughput >= knee_fraction * best)
+    exhausted = [lv.concurrency for lv in levels if lv.kv_exhausted]
+    return knee, min(exhausted) if exhausted else None
+
+
+def _params(ctx: RunContext) -> dict[str, Any]:
+    params = DEFAULT_PARAMS | {k: v for k, v in ctx.params.items() if k in DEFAULT_PARAMS}
+    levels = params["concurrencies"]
+    if (
+        not isinstance(levels, list)
+        or not levels
+        or not all(isinstance(n, int) and n >= 1 for n in levels)
+        or levels != sorted(set(levels))
+    ):
+        raise ValueError(
+            f"param concurrencies must be increasing positive integers, got {levels!r}"
+        )
+    if not isinstance(params["requests_per_slot"], int) or params["requests_per_slot"] < 1:
+        raise ValueError(
+            f"param requests_per_slot must be >= 1, got {params['requests_per_slot']!r}"
+        )
+    if not 0 < params["knee_fraction"] <= 1:
+        raise ValueError(f"param knee_fraction must be in (0, 1], got {params['knee_fraction']!r}")
+    return params
+
+
+def run(ctx: RunContext) -> None:
+    """Record knee_over_kv_exhaustion per trial (plus each level's throughput and headroom)."""
+    params = _params(ctx)
+    levels_n = params["concurrencies"]
+    engine = ctx.engine(max_num_seqs=max(levels_n), prefix_caching="off")
+    engine.precompile()
+    for trial in range(ctx.trials):
+        stream = draw_requests(
+            params, ctx.seed + trial, engine.model_cfg.vocab_size, engine.config.max_model_len
+        )
+        levels = []
+        for n in levels_n:
+            level = closed_loop(engine, stream[: n * (1 + params["requests_per_slot"])], n)
+            levels.append(level)
+            ctx.save_frames(steps=engine.steps_frame(), concurrency=n, trial=trial)
+            labels = {"trial": trial, "concurrency": n}
+            ctx.record("output_throughput", level.output_throughput, unit="tok/s", **labels)
+            ctx.record("min_kv_headroom_pct", level.min_kv_headroom_pct, unit="%", **labels)
+            ctx.record("num_preemptions", level.num_preemptions, unit="requests", **labels)
+            ctx.record("num_kv_stalls", level.num_kv_stalls, unit="steps", **labels)
+        knee, exhaustion = knee_and_exhaustion(levels, params["knee_fraction"])
+        if exhaustion is None:
+            raise RuntimeError(
+                f"KV headroom never reached zero up to concurrency {levels_n[-1]}: extend "
+                "concurrencies or shrink the engine's kv_pool_bytes"
+            )
+        ctx.record("knee_concurrency", knee, trial=trial, unit="requests")
+        ctx.record("kv_exhaustion_concurrency", exhaustion, trial=trial, unit="requests")
+        ctx.record("knee_over_kv_exhaustion", knee / exhaustion, trial=trial, unit="x")
+
+
+def figures(run_dirs: list[Path]) -> list[tuple[str, str]]:
+    """Throughput and minimum KV headroom against offered concurrency on one chart: trial
+    values as dots, their mean as a line, the mean knee and exhaustion points as verticals."""
+    from matplotlib import rc_context
+    from matplotlib.figure import Figure
+
+    from claimbench.site.charts import figure_to_svg
+
+    frames = [
+        pd.read_parquet(d / "measurements.parquet")
+        for d in run_dirs
+        if (d / "measurements.parquet").is_file()
+    ]
+    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if rows.empty or "output_throughput" not in set(rows["metric"]):
+        return []
+    levels = rows[rows["metric"].isin(["output_throughput", "min_kv_headroom_pct"])]
+    levels = levels.assign(concurrency=[json.loads(x)["concurrency"] for x in levels["labels"]])
+    with rc_context({"svg.fonttype": "none", "font.size": 9}):
+        fig = Figure(figsize=(6.0, 3.4))
+        ax = fig.add_subplot()
+        right = ax.twinx()
+        for axis, metric, colour, label in (
+            (ax, "output_throughput", "#2166ac", "output throughput (tok/s)"),
+            (right, "min_kv_headroom_pct", "#b35806", "min KV headroom (% of pool)"),
+        ):
+            points = levels[levels["metric"] == metric]
+            axis.scatter(points["concurrency"], points["value"], s=10, color=colour, alpha=0.4)
+            mean = points.groupby("concurrency")["value"].mean()
+            axis.plot(mean.index, mean.to_numpy(), color=colour, marker="o", label=label)
+            axis.set_ylabel(label, color=colour)
+        for metric, style, label in (
+            ("knee_concurrency", "--", "throughput knee"),
+            ("kv_exhaustion_concurrency", ":", "KV exhausted"),
+        ):
+            values = rows.loc[rows["metric"] == metric, "value"]
+            if len(values):
+                ax.axvline(values.mean(), color="#444444", linestyle=style, label=label)
+        right.set_ylim(bottom=0)
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("offered concurrency (requests in flight)")
+        handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
+        ax.legend(handles=handles, loc="lower right", frameon=False)
+        ax.grid(alpha=0.3)
+        svg = figure_to_svg(fig)
+    return [("Throughput and KV headroom against offered concurrency", svg)]
