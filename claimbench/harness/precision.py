@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from claimbench.engine.kv_cache import kv_bytes_per_token
 from claimbench.harness.capacity import fill_capacity
 from claimbench.harness.quality import PromptPass, heldout_windows, prompt_pass
 
@@ -104,7 +103,7 @@ def record_pool(
     ctx: RunContext, engine: LLMEngine, capacity: int, *, trial: int, setting: str
 ) -> None:
     """The pool behind a capacity count: its format's bytes per token, pages and sequences."""
-    per_token = kv_bytes_per_token(engine.model_cfg, engine.runner.kv_dtype)
+    per_token = engine.runner.kv_bytes_per_token
     ctx.record("kv_bytes_per_token", per_token, trial=trial, unit="bytes", setting=setting)
     ctx.record("num_pages", engine.runner.num_pages, trial=trial, unit="pages", setting=setting)
     ctx.record("capacity_seqs", capacity, trial=trial, unit="seqs", setting=setting)
