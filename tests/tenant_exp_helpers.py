@@ -1,0 +1,99 @@
+"""Running the multi-tenant experiments at a tiny size on a random checkpoint."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+from engine_helpers import tiny_model
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+from claimbench.harness.claims import find_claim, load_claims
+from claimbench.harness.context import RunContext
+from claimbench.harness.registry import load_experiment
+from claimbench.models.checkpoint import save_model
+from claimbench.models.config import ModelConfig
+from claimbench.models.tokenizer import Tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Small enough that one run takes seconds; long enough that queues form and drain.
+TINY_PARAMS = {
+    "engine": {
+        "dtype": "float32",
+        "page_size": 8,
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 32,
+        "max_model_len": 128,
+    },
+    "compile_cache": False,
+    "prompt_len": [4, 12],
+    "output_len": [4, 8],
+    "duration_s": 1.5,
+    "drain_s": 1.0,
+    "saturation_requests": 12,
+}
+
+
+def write_checkpoint(path: Path) -> Path:
+    """A 2-layer random model with a 300-token byte-level BPE tokenizer."""
+    hf = HFTokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    hf.train_from_iterator(["def add(a, b):\n    return a + b\n"] * 20, trainer)
+    cfg = ModelConfig(
+        vocab_size=hf.get_vocab_size(),
+        hidden_size=64,
+        intermediate_size=128,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
+        bos_token_id=0,
+        eos_token_id=1,
+    )
+    save_model(tiny_model(0, cfg), cfg, path)
+    Tokenizer(hf, 0, 1).save(path)
+    return path
+
+
+def experiment(claim_id: str):
+    return load_experiment(ROOT, find_claim(load_claims(ROOT), claim_id))
+
+
+def run_tiny(claim_id: str, checkpoint: Path, trials: int = 2, **params) -> RunContext:
+    """Run the claim's experiment with TINY_PARAMS (``params`` override) on ``checkpoint``."""
+    ctx = RunContext(
+        claim_id=claim_id,
+        profile="quick",
+        params=TINY_PARAMS | params,
+        trials=trials,
+        seed=0,
+        hardware={"platform": "cpu"},
+        dtype="float32",
+        model_option=checkpoint,
+    )
+    experiment(claim_id).run(ctx)
+    return ctx
+
+
+def claim_metrics(claim_id: str) -> list[str]:
+    return [c.metric for c in find_claim(load_claims(ROOT), claim_id).prediction]
+
+
+def assert_claim_metrics_recorded(ctx: RunContext) -> pd.DataFrame:
+    """Every metric the claim predicts has one finite value per trial; returns the frame."""
+    frame = ctx.measurements_frame("run")
+    for metric in claim_metrics(ctx.claim_id):
+        rows = frame[frame["metric"] == metric]
+        assert sorted(rows["trial"]) == list(range(ctx.trials)), metric
+        assert all(math.isfinite(v) for v in rows["value"]), (metric, list(rows["value"]))
+    return frame
