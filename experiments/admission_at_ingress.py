@@ -1,7 +1,8 @@
 """admission-at-ingress: does bounded per-tenant admission keep admitted requests' TTFT in check?
 
 ``num_tenants`` equal tenants share one length mix with poisson arrivals. Each trial serves
-three runs: ``base_load`` (50%) of the saturation output throughput measured first, with no
+three runs, in an order that rotates from trial to trial: ``base_load`` (50%) of the
+saturation output throughput measured first, with no
 limits; ``overload`` (2x) with per-tenant ingress limits; and the same overload with no
 limits. The limit caps each tenant's waiting requests so that all tenants together queue at
 most ``queue_batches`` x max_num_seqs requests (at least one each); a request over it is

@@ -5,7 +5,8 @@ what ``max_num_seqs`` requests of the longest kind would need): ``top`` (tier 0)
 ``top_share`` of the requests, the lower-tier ``mid`` and ``bulk`` the rest in the ratio
 ``mid_share`` : 1 - top_share - mid_share. Arrivals are poisson at ``load`` x the saturation
 output throughput measured first on this pool. Each trial serves the same arrivals under the
-``newest`` victim policy (vLLM's) and under ``fair-share``, FCFS ordering both times, and
+``newest`` victim policy (vLLM's) and under ``fair-share`` (the order rotating from trial to
+trial), FCFS ordering both times, and
 counts the tokens preemptions threw away (each must be computed again).
 
 Metrics: recompute_reduction_pct (100 * (newest - fair-share) / newest recomputed tokens) and

@@ -3,7 +3,8 @@
 Two tenants with the same length mix overload the engine together (``load`` x the saturation
 output throughput measured first), the heavy one sending ``heavy_share`` of the requests.
 Each trial serves the same ``duration_s`` seconds of poisson arrivals twice, under FCFS and
-under VTC, and stops when the arrivals stop (the overload window is what is measured).
+under VTC, and stops when the arrivals stop (the overload window is what is measured). The
+modes' order rotates from trial to trial, so a drift in the host's speed favours neither.
 
 Service is w_in * input + w_out * output tokens (``input_weight``, ``output_weight``). The gap
 is the largest difference in service two tenants received over an interval in which both
@@ -18,6 +19,7 @@ Params (claims.yaml, per profile): engine, load, heavy_share, prompt_len and out
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -129,12 +131,13 @@ def run(ctx: RunContext) -> None:
 
 def figures(run_dirs: list[Path]) -> list[tuple[str, str]]:
     """Cumulative service per tenant over time, FCFS beside VTC (newest run, first trial)."""
-    steps = tenant_charts.newest_frame(run_dirs, "steps", ("start_s", "mode"))
-    if steps is None or not any(c.startswith("input_tokens.") for c in steps.columns):
+    found = tenant_charts.newest_frame(run_dirs, "steps", ("start_s", "mode"))
+    if found is None or not any(c.startswith("input_tokens.") for c in found[1].columns):
         return []
+    run_dir, steps = found
+    meta = run_dir / "meta.json"
+    params = DEFAULT_PARAMS | (json.loads(meta.read_text())["params"] if meta.is_file() else {})
     svg = tenant_charts.service_svg(
-        steps,
-        input_weight=DEFAULT_PARAMS["input_weight"],
-        output_weight=DEFAULT_PARAMS["output_weight"],
+        steps, input_weight=params["input_weight"], output_weight=params["output_weight"]
     )
     return [("Cumulative service per tenant: FCFS and VTC", svg)]

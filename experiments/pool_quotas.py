@@ -4,7 +4,8 @@ A quiet tenant sends short requests, a noisy one long requests, into a KV pool t
 ``pool_requests`` of the noisy kind at once, so pages (not the sequence limit) bind. Rates
 are set from the saturation output throughput measured first on the noisy mix: the noisy
 tenant offers ``noisy_load`` x saturation, the quiet one ``quiet_load`` x saturation. Each
-trial serves the same arrivals three times under FCFS: the quiet tenant alone, both in a
+trial serves the same arrivals three times under FCFS, in an order that rotates from trial to
+trial: the quiet tenant alone, both in a
 fully shared pool, and both with quotas: the quiet tenant guaranteed ``quiet_guarantee`` of
 the pool (the rest is the shared burst region, which the noisy tenant may fill). Runs stop
 ``drain_s`` after the last arrival; a quiet request still waiting then counts the time it

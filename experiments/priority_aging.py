@@ -4,7 +4,8 @@ A high-tier tenant (tier 0) offers ``high_load`` and a low-tier tenant (tier 1) 
 as fractions of the saturation output throughput measured first; by default the high tier
 alone nearly saturates the engine and together they overload it, the regime in which strict
 priority starves. Each trial serves the same arrivals three times: the high tier alone,
-both under strict ``priority``, both under ``priority-aging``. Runs stop ``drain_s`` after
+both under strict ``priority``, both under ``priority-aging``, in an order that rotates from
+trial to trial (a drift in the host's speed favours no mode). Runs stop ``drain_s`` after
 the last arrival; a request still waiting then counts the wait it had (a lower bound).
 
 Aging's horizon is ``aging_requests`` requests' worth of saturation time (aging_s =

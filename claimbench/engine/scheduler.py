@@ -109,12 +109,16 @@ class Scheduler:
                 continue
             self._schedule(request, num_tokens, now, out, scheduled_ids)
             budget -= num_tokens
-        if out.preempted:
+        if out.preempted and self.quotas is None:
             # Pages are short: admitting now would only preempt again next step.
             return out
+        # Under quotas pages are short only for the tenants that just lost some.
+        short = {r.tenant for r in out.preempted}
         for request in self.ordering.order(self.waiting, now):
             if budget == 0 or len(self.running) >= self.cfg.max_num_seqs:
                 break
+            if request.tenant in short:
+                continue
             # A cached prefix is taken by reference: only the tokens after it are computed.
             num_cached = self.block_manager.match_prefix(request)
             num_tokens = min(request.num_uncomputed_tokens - num_cached, budget)

@@ -21,16 +21,18 @@ MAX_PANELS = 4
 _RC = {"svg.fonttype": "none", "font.size": 9}  # as charts.py: text stays text
 
 
-def newest_frame(run_dirs: list[Path], name: str, needed: tuple[str, ...]) -> pd.DataFrame | None:
-    """The ``name`` frame of the newest run (``run_dirs`` is oldest first) that has rows and
-    every ``needed`` column; None when no run has one."""
+def newest_frame(
+    run_dirs: list[Path], name: str, needed: tuple[str, ...]
+) -> tuple[Path, pd.DataFrame] | None:
+    """(run dir, its ``name`` frame) for the newest run (``run_dirs`` is oldest first) whose
+    frame has rows and every ``needed`` column; None when no run has one."""
     for run_dir in reversed(run_dirs):
         path = Path(run_dir) / f"{name}.parquet"
         if not path.is_file():
             continue
         frame = pd.read_parquet(path)
         if len(frame) and all(c in frame.columns for c in needed):
-            return frame
+            return Path(run_dir), frame
     return None
 
 
@@ -92,5 +94,5 @@ def service_svg(steps: pd.DataFrame, *, input_weight: float, output_weight: floa
 def ttft_cdf_figures(run_dirs: list[Path], *, title: str) -> list[tuple[str, str]]:
     """[(title, svg)] for the newest run's requests, or [] when none has TTFTs."""
     needed = ("tenant", "arrival_s", "first_token_s", "finish_s", "finish_reason")
-    requests = newest_frame(run_dirs, "requests", needed)
-    return [] if requests is None else [(title, ttft_cdf_svg(requests))]
+    found = newest_frame(run_dirs, "requests", needed)
+    return [] if found is None else [(title, ttft_cdf_svg(found[1]))]
