@@ -12,6 +12,7 @@ greedy token given the same context, without the divergence free-running generat
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,9 +52,16 @@ class PromptPass:
         return float(np.exp(-np.mean(self.logprobs, dtype=np.float64)))
 
 
+@functools.lru_cache(maxsize=8)
 def heldout_windows(model_path: Path, n: int, length: int, seed: int) -> np.ndarray:
-    """i32[n, length]: seeded windows of the shipped held-out text, in the model's tokenizer."""
-    return heldout_token_windows(Tokenizer.from_dir(model_path), n, length, seed)
+    """i32[n, length]: seeded windows of the shipped held-out text, in the model's tokenizer.
+
+    Cached (read-only): tokenizing the held-out text takes seconds, and experiments ask for
+    the same windows again (a warm-up pass, then the trial).
+    """
+    windows = heldout_token_windows(Tokenizer.from_dir(model_path), n, length, seed)
+    windows.setflags(write=False)
+    return windows
 
 
 def prompt_pass(engine: LLMEngine, windows: np.ndarray) -> PromptPass:

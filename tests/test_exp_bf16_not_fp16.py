@@ -1,0 +1,44 @@
+"""bf16-not-fp16 at tiny size: both metrics every trial, agreements against float32."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from precision_helpers import assert_claim_metrics_recorded, run_experiment, write_tiny_model
+
+PARAMS = {
+    "num_windows": 2,
+    "window_len": 32,
+    "decode_batch": 2,
+    "decode_prompt_len": 8,
+    "decode_tokens": 4,
+    "engine": {"kv_pool_bytes": 2**20, "max_num_batched_tokens": 64},
+}
+
+
+@pytest.fixture(scope="module")
+def frame(tmp_path_factory):
+    model_dir = write_tiny_model(tmp_path_factory.mktemp("tiny"))
+    return run_experiment("bf16-not-fp16", PARAMS, model_dir)
+
+
+def test_records_every_claim_metric_per_trial(frame):
+    values = assert_claim_metrics_recorded("bf16-not-fp16", frame)
+    assert all(s > 0 for s in values["fp16_speedup"])
+    agree = frame[frame["metric"] == "top1_vs_f32_pct"]
+    assert set(agree["labels"].map(lambda lb: json.loads(lb)["setting"])) == {"bf16", "fp16"}
+    assert agree["value"].between(50, 100).all()
+    for trial in (0, 1):
+        rows = agree[agree["trial"] == trial]
+        by = {
+            json.loads(lb)["setting"]: v
+            for lb, v in zip(rows["labels"], rows["value"], strict=True)
+        }
+        diff = values["fp16_minus_bf16_top1_pts"][trial]
+        assert diff == pytest.approx(by["fp16"] - by["bf16"])
+
+
+def test_decode_prompts_must_come_from_the_windows(tmp_path):
+    with pytest.raises(ValueError, match="decode_batch"):
+        run_experiment("bf16-not-fp16", {**PARAMS, "decode_batch": 3}, tmp_path)
