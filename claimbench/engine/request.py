@@ -61,6 +61,8 @@ class Request:
         self.output_logprobs: list[float] = []
         # log p(prompt[i] | prompt[:i]) at index i - 1; filled chunk by chunk.
         self.prompt_logprobs: list[float | None] = [None] * max(len(prompt_token_ids) - 1, 0)
+        # argmax of p(. | prompt[:i]) at index i - 1, beside the log-prob (top-1 agreement).
+        self.prompt_top1: list[int | None] = [None] * max(len(prompt_token_ids) - 1, 0)
 
     @property
     def num_prompt_tokens(self) -> int:
