@@ -9,8 +9,9 @@ salts each chain's first block). The traffic:
    ``suffix_len``-token suffix, the round's requests served together.
 2. The attacker calibrates with its own requests only: it primes half of ``num_calibration``
    fresh prefixes (one request each), then probes all of them. Its threshold is the TTFT that
-   best separates primed (hit) from unprimed (miss) probes: the midpoint between neighbouring
-   sorted TTFTs with the highest calibration accuracy (the lowest such midpoint on ties).
+   best separates primed (hit) from unprimed (miss) probes: of the cuts halfway (in log time)
+   between neighbouring sorted TTFTs, the one with the highest calibration accuracy (the
+   lowest such cut on ties).
 3. The attacker probes ``num_probes`` candidate prefixes, half of them secrets the victim
    sent and half never sent, in random order, each with a fresh suffix, and classifies a
    probe as "sent" when its TTFT is below the threshold. Every candidate is probed once, so
@@ -110,11 +111,15 @@ def draw_plan(params: dict[str, Any], rng: np.random.Generator, vocab_size: int)
 
 def best_threshold(ttft_s: np.ndarray, is_hit: np.ndarray) -> float:
     """The TTFT cut (predict hit below it) with the best accuracy on a labelled set:
-    f[n] seconds, b[n] labels -> seconds."""
+    f[n] seconds, b[n] labels -> seconds.
+
+    Cuts lie halfway between neighbouring TTFTs in log time (timing noise is multiplicative:
+    a busy machine stretches every step alike); ties go to the lowest cut.
+    """
     if len(ttft_s) == 0 or is_hit.all() or not is_hit.any():
         raise ValueError(f"calibration needs hits and misses, got labels {is_hit.tolist()}")
     values = np.unique(ttft_s)
-    cuts = np.concatenate([[values[0] - 1.0], (values[:-1] + values[1:]) / 2, [values[-1] + 1.0]])
+    cuts = np.concatenate([[values[0] / 2], np.sqrt(values[:-1] * values[1:]), [values[-1] * 2]])
     accuracy = [np.mean((ttft_s < cut) == is_hit) for cut in cuts]
     return float(cuts[int(np.argmax(accuracy))])
 

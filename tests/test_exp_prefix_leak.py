@@ -40,9 +40,10 @@ def _experiment():
 def test_best_threshold_separates_hits_from_misses():
     best = _experiment().best_threshold
     ttft = np.array([0.01, 0.02, 0.05, 0.06])
-    assert best(ttft, np.array([True, True, False, False])) == pytest.approx(0.035)
-    # Overlap: the cut keeping 3 of 4 right, the lowest such cut.
-    assert best(ttft, np.array([True, False, True, False])) == pytest.approx(0.015)
+    # Halfway in log time between 0.02 and 0.05: sqrt(0.02 * 0.05).
+    assert best(ttft, np.array([True, True, False, False])) == pytest.approx(0.0316, abs=1e-4)
+    # Overlap: 3 of 4 right at sqrt(0.01 * 0.02) or sqrt(0.05 * 0.06); the lower one wins.
+    assert best(ttft, np.array([True, False, True, False])) == pytest.approx(0.0141, abs=1e-4)
     with pytest.raises(ValueError, match="needs hits and misses"):
         best(ttft, np.array([True] * 4))
 
