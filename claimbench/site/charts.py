@@ -75,7 +75,8 @@ def condition_svg(condition: Condition, rows: list[tuple[str, ConditionScore]]) 
         ax.errorbar(
             cs.estimate,
             y,
-            xerr=[[cs.estimate - cs.ci_lo], [cs.ci_hi - cs.estimate]],
+            # Clamped: with identical trials the bootstrap CI and the mean differ by rounding.
+            xerr=[[max(cs.estimate - cs.ci_lo, 0.0)], [max(cs.ci_hi - cs.estimate, 0.0)]],
             fmt="D",
             color=colour,
             capsize=4,
