@@ -28,7 +28,7 @@ class AttentionBackend(Protocol):
 
 
 def resolve_backend_name(name: str) -> str:
-    """"auto" -> "pallas" on TPU, "xla" elsewhere; unknown names raise ValueError."""
+    """ "auto" -> "pallas" on TPU, "xla" elsewhere; unknown names raise ValueError."""
     if name not in BACKENDS:
         raise ValueError(f"unknown attention_backend {name!r}; expected one of {BACKENDS}")
     if name == "auto":

@@ -6,9 +6,10 @@ sequence slot through its block table, never once per query token, so the
 memory traffic is O(num_seqs * max_kv_len), not O(num_tokens * max_kv_len).
 
 Decode-only sequences (the first ``distribution[0]`` slots, one token each)
-are attended in one batched einsum: token t is sequence t. Prefill and mixed
-sequences (few per step under a token budget) are attended one at a time in
-a ``while_loop`` over just those slots.
+are attended together, token t being sequence t, by an online softmax over
+blocks of pages up to the longest decode context: the work follows the real
+lengths, not pages_per_seq. Prefill and mixed sequences (few per step under a
+token budget) are attended one at a time in a loop over just those slots.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from claimbench.kernels.kv_quant import (
 from claimbench.kernels.metadata import AttentionMetadata
 
 MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
+# Decode attention reads the cache this many tokens at a time (small blocks stay in cache).
+DECODE_BLOCK_TOKENS = 64
 
 
 def write_kv(cache: LayerKV, k: jax.Array, v: jax.Array, slot_mapping: jax.Array) -> LayerKV:
@@ -78,6 +81,64 @@ def _softmax_av(s: jax.Array, mask: jax.Array, v: jax.Array) -> jax.Array:
     return jnp.einsum("thgl,lhd->thgd", p / denom, v.astype(jnp.float32))
 
 
+def _decode_attention(
+    qg: jax.Array,
+    cache: LayerKV,
+    md: AttentionMetadata,
+    dtype,
+    sm_scale: float,
+    sliding_window: int | None,
+    soft_cap: float | None,
+) -> jax.Array:
+    """One query per decode-only slot, by online softmax over blocks of pages.
+
+    qg: f[n, Hkv, G, D] for slots 0..n-1 (slots past distribution[0] get zeros).
+    Returns f32[n, Hkv, G, D]. Only blocks below the longest decode kv_len are read, and
+    one block at a time, so the work follows the real context lengths rather than
+    pages_per_seq, and no [n, max_len, 2H, D] copy of the cache is ever materialized.
+    """
+    n = qg.shape[0]
+    page_size = cache.pages.shape[1]
+    block_pages = max(1, DECODE_BLOCK_TOKENS // page_size)
+    block = block_pages * page_size
+    lens = jnp.where(jnp.arange(n) < md.distribution[0], md.kv_lens[:n], 0)
+    table = md.page_indices[:n]
+    pad = -table.shape[1] % block_pages
+    table = jnp.pad(table, ((0, 0), (0, pad)))  # padding points at the null page
+    num_blocks = (jnp.max(lens) + block - 1) // block
+
+    def body(carry):
+        i, m, denom, acc = carry
+        pages = jax.lax.dynamic_slice_in_dim(table, i * block_pages, block_pages, axis=1)
+        keys, values = split_kv(gather_sequences(cache, pages, dtype))  # [n, block, H, D]
+        s = jnp.einsum("nhgd,nlhd->nhgl", qg, keys, preferred_element_type=jnp.float32)
+        s = s * sm_scale
+        if soft_cap is not None:
+            s = soft_cap * jnp.tanh(s / soft_cap)
+        kv_pos = i * block + jnp.arange(block)
+        mask = kv_pos[None, :] < lens[:, None]
+        if sliding_window is not None:
+            mask &= kv_pos[None, :] >= lens[:, None] - sliding_window
+        mask = mask[:, None, None, :]
+        s = jnp.where(mask, s, MASK_VALUE)
+        m_new = jnp.maximum(m, jnp.max(s, axis=-1))
+        p = jnp.where(mask, jnp.exp(s - m_new[..., None]), 0.0)
+        rescale = jnp.exp(m - m_new)
+        denom = denom * rescale + jnp.sum(p, axis=-1)
+        pv = jnp.einsum("nhgl,nlhd->nhgd", p, values.astype(jnp.float32))
+        return i + 1, m_new, denom, acc * rescale[..., None] + pv
+
+    stats = qg.shape[:3]
+    init = (
+        jnp.int32(0),
+        jnp.full(stats, MASK_VALUE, jnp.float32),
+        jnp.zeros(stats, jnp.float32),
+        jnp.zeros(qg.shape, jnp.float32),
+    )
+    _, _, denom, acc = jax.lax.while_loop(lambda c: c[0] < num_blocks, body, init)
+    return acc / jnp.maximum(denom, 1e-30)[..., None]
+
+
 def ragged_paged_attention(
     q: jax.Array,
     k: jax.Array,
@@ -102,39 +163,26 @@ def ragged_paged_attention(
         raise ValueError(f"num_q_heads={num_q_heads} not a multiple of num_kv_heads={num_kv_heads}")
     group = num_q_heads // num_kv_heads
     cache = write_kv(cache, k, v, md.slot_mapping)
-    kv = gather_sequences(cache, md.page_indices, q.dtype)  # [N, L, 2H, D]
-    keys, values = split_kv(kv)  # [N, L, H, D] each
-    max_kv_len = kv.shape[1]
-    kv_pos = jnp.arange(max_kv_len)
+    kv_pos = jnp.arange(md.pages_per_seq * cache.pages.shape[1])
     qg = q.reshape(num_tokens, num_kv_heads, group, head_dim)
 
     # Decode-only slots: token t belongs to sequence t and sits at kv_lens[t] - 1.
     num_decode_slots = min(md.max_num_seqs, num_tokens)
-    dec_lens = md.kv_lens[:num_decode_slots]
-    s = jnp.einsum(
-        "nhgd,nlhd->nhgl", qg[:num_decode_slots], keys[:num_decode_slots],
-        preferred_element_type=jnp.float32,
-    ) * sm_scale
-    if soft_cap is not None:
-        s = soft_cap * jnp.tanh(s / soft_cap)
-    dec_mask = kv_pos[None, :] < dec_lens[:, None]
-    if sliding_window is not None:
-        dec_mask &= kv_pos[None, :] >= dec_lens[:, None] - sliding_window
-    dec_mask = dec_mask[:, None, None, :]
-    s = jnp.where(dec_mask, s, MASK_VALUE)
-    p = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
-    p = jnp.where(dec_mask, p, 0.0)
-    p = p / jnp.maximum(jnp.sum(p, axis=-1, keepdims=True), 1e-30)
-    dec_out = jnp.einsum("nhgl,nlhd->nhgd", p, values[:num_decode_slots].astype(jnp.float32))
+    dec_out = _decode_attention(
+        qg[:num_decode_slots], cache, md, q.dtype, sm_scale, sliding_window, soft_cap
+    )
     is_decode = jnp.arange(num_tokens) < md.distribution[0]
     out = jnp.zeros((num_tokens, num_kv_heads, group, head_dim), jnp.float32)
     out = out.at[:num_decode_slots].set(dec_out)
     out = jnp.where(is_decode[:, None, None, None], out, 0.0)
 
-    # Prefill-only and mixed slots: one sequence per iteration, all tokens masked to it.
+    # Prefill-only and mixed slots (few per step): one sequence per iteration, gathering
+    # just its pages, all tokens masked to it.
     token_idx = jnp.arange(num_tokens)
 
     def body(i, acc):
+        table = jax.lax.dynamic_slice_in_dim(md.page_indices, i, 1, axis=0)
+        keys, values = split_kv(gather_sequences(cache, table, q.dtype)[0])  # [L, H, D]
         start, end = md.cu_q_lens[i], md.cu_q_lens[i + 1]
         q_pos = md.kv_lens[i] - (end - start) + (token_idx - start)  # [T]
         in_seq = (token_idx >= start) & (token_idx < end)
@@ -142,9 +190,7 @@ def ragged_paged_attention(
         if sliding_window is not None:
             mask &= kv_pos[None, :] > q_pos[:, None] - sliding_window
         mask &= in_seq[:, None]
-        seq_out = _softmax_av(
-            _scores(qg, keys[i], sm_scale, soft_cap), mask[:, None, None, :], values[i]
-        )
+        seq_out = _softmax_av(_scores(qg, keys, sm_scale, soft_cap), mask[:, None, None, :], values)
         return jnp.where(in_seq[:, None, None, None], seq_out, acc)
 
     out = jax.lax.fori_loop(md.distribution[0], md.num_seqs[0], body, out)
