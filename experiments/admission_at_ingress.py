@@ -42,10 +42,11 @@ DEFAULT_PARAMS: dict[str, Any] = {
 
 
 def mix(params: dict[str, Any], seed: int) -> WorkloadSpec:
+    lengths = (params["prompt_len"], params["output_len"])
     n = params["num_tenants"]
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"param num_tenants must be an integer >= 1, got {n!r}")
-    tenants = tuple(tr.poisson_tenant(f"t{i}", 1.0 / n, params) for i in range(n))
+    tenants = tuple(tr.poisson_tenant(f"t{i}", 1.0 / n, *lengths) for i in range(n))
     return WorkloadSpec(tenants, seed=seed, max_duration_s=params["duration_s"])
 
 

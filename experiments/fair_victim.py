@@ -42,12 +42,14 @@ MODES = ("newest", "fair-share")
 
 
 def mix(params: dict[str, Any], seed: int) -> WorkloadSpec:
+    lengths = (params["prompt_len"], params["output_len"])
     top, mid = params["top_share"], params["mid_share"]
     if not (top > 0 and mid > 0 and top + mid < 1):
         raise ValueError(f"params top_share={top!r} and mid_share={mid!r} must be > 0, sum < 1")
     shares = {"top": top, "mid": mid, "bulk": 1.0 - top - mid}
     tenants = tuple(
-        tr.poisson_tenant(name, shares[name], params, priority=tier) for name, tier in TIERS.items()
+        tr.poisson_tenant(name, shares[name], *lengths, priority=tier)
+        for name, tier in TIERS.items()
     )
     return WorkloadSpec(tenants, seed=seed, max_duration_s=params["duration_s"])
 

@@ -54,12 +54,13 @@ MODES = ("fcfs", "vtc")
 
 
 def mix(params: dict[str, Any], seed: int) -> WorkloadSpec:
+    lengths = (params["prompt_len"], params["output_len"])
     share = params["heavy_share"]
     if not 0 < share < 1:
         raise ValueError(f"param heavy_share must be in (0, 1), got {share!r}")
     tenants = (
-        tr.poisson_tenant("heavy", share, params),
-        tr.poisson_tenant("light", 1.0 - share, params),
+        tr.poisson_tenant("heavy", share, *lengths),
+        tr.poisson_tenant("light", 1.0 - share, *lengths),
     )
     return WorkloadSpec(tenants, seed=seed, max_duration_s=params["duration_s"])
 

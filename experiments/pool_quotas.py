@@ -24,6 +24,7 @@ from claimbench.engine.tenants import Tenant
 from claimbench.harness import tenant_runs as tr
 from claimbench.site import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
+from claimbench.workload.tenants import TenantLoad
 
 if TYPE_CHECKING:
     from claimbench.harness.context import RunContext
@@ -46,14 +47,8 @@ QUIET, NOISY = "quiet", "noisy"
 MODES = ("alone", "shared", "quota")
 
 
-def tenant_load(name: str, rate: float, params: dict[str, Any]):
-    return tr.poisson_tenant(
-        name,
-        rate,
-        params,
-        prompt_len=params[f"{name}_prompt_len"],
-        output_len=params[f"{name}_output_len"],
-    )
+def tenant_load(name: str, rate: float, params: dict[str, Any]) -> TenantLoad:
+    return tr.poisson_tenant(name, rate, params[f"{name}_prompt_len"], params[f"{name}_output_len"])
 
 
 def noisy_mix(params: dict[str, Any], seed: int) -> WorkloadSpec:

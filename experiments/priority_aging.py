@@ -49,9 +49,10 @@ def mix(params: dict[str, Any], seed: int) -> WorkloadSpec:
     for name in ("high_load", "low_load"):
         if not params[name] > 0:
             raise ValueError(f"param {name} must be > 0, got {params[name]!r}")
+    lengths = (params["prompt_len"], params["output_len"])
     tenants = (
-        tr.poisson_tenant(HIGH, params["high_load"], params, priority=TIERS[HIGH]),
-        tr.poisson_tenant(LOW, params["low_load"], params, priority=TIERS[LOW]),
+        tr.poisson_tenant(HIGH, params["high_load"], *lengths, priority=TIERS[HIGH]),
+        tr.poisson_tenant(LOW, params["low_load"], *lengths, priority=TIERS[LOW]),
     )
     return WorkloadSpec(tenants, seed=seed, max_duration_s=params["duration_s"])
 

@@ -40,14 +40,15 @@ DEFAULT_PARAMS: dict[str, Any] = {
 
 def mix(params: dict[str, Any], seed: int) -> WorkloadSpec:
     """The tenant mix at relative rates (1 request/s in all), bounded by duration_s."""
+    lengths = (params["prompt_len"], params["output_len"])
     if not 0 < params["big_share"] < 1:
         raise ValueError(f"param big_share must be in (0, 1), got {params['big_share']!r}")
     num_small = params["num_small_tenants"]
     if not isinstance(num_small, int) or num_small < 1:
         raise ValueError(f"param num_small_tenants must be an integer >= 1, got {num_small!r}")
     small_rate = (1.0 - params["big_share"]) / num_small
-    tenants = [tr.poisson_tenant("big", params["big_share"], params)]
-    tenants += [tr.poisson_tenant(f"small{i}", small_rate, params) for i in range(num_small)]
+    tenants = [tr.poisson_tenant("big", params["big_share"], *lengths)]
+    tenants += [tr.poisson_tenant(f"small{i}", small_rate, *lengths) for i in range(num_small)]
     return WorkloadSpec(tuple(tenants), seed=seed, max_duration_s=params["duration_s"])
 
 

@@ -102,16 +102,20 @@ def uniform(bounds: list[int] | tuple[int, int]) -> UniformLength:
 
 
 def poisson_tenant(
-    name: str, rate: float, params: dict[str, Any], *, priority: int = 0, **lengths: Any
+    name: str,
+    rate: float,
+    prompt_len: list[int] | tuple[int, int],
+    output_len: list[int] | tuple[int, int],
+    *,
+    priority: int = 0,
 ) -> TenantLoad:
-    """A poisson TenantLoad with the params' ``prompt_len`` / ``output_len`` [lo, hi] ranges
-    (``lengths`` may override either with its own pair)."""
+    """A poisson TenantLoad with uniform [lo, hi] prompt and output lengths."""
     return TenantLoad(
         name,
         arrival="poisson",
         rate=rate,
-        prompt_len=uniform(lengths.get("prompt_len", params["prompt_len"])),
-        output_len=uniform(lengths.get("output_len", params["output_len"])),
+        prompt_len=uniform(prompt_len),
+        output_len=uniform(output_len),
         priority=priority,
     )
 
