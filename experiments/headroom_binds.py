@@ -237,7 +237,9 @@ def figures(run_dirs: list[Path]) -> list[tuple[str, str]]:
         ax.set_ylim(bottom=0)
         ax.set_xlabel("offered concurrency (requests in flight)")
         handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
-        ax.legend(handles=handles, loc="lower right", frameon=False)
+        ax.legend(
+            handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False
+        )
         ax.grid(alpha=0.3)
         svg = figure_to_svg(fig)
     return [("Throughput and KV headroom against offered concurrency", svg)]

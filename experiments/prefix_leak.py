@@ -236,7 +236,10 @@ def figures(run_dirs: list[Path]) -> list[tuple[str, str]]:
     with rc_context({"svg.fonttype": "none", "font.size": 9}):
         fig = Figure(figsize=(7.0, 2.8))
         axes = fig.subplots(1, 2, sharey=True)
-        bins = np.histogram_bin_edges(attacker["ttft_s"] * 1e3, bins=30)
+        # Log-spaced bins: hits and misses differ by a factor, and one stalled request must
+        # not squash the rest into a single bin.
+        ttft_ms = attacker["ttft_s"] * 1e3
+        bins = np.geomspace(ttft_ms.min(), ttft_ms.max(), 31)
         for ax, mode in zip(axes, ENGINE_MODES, strict=True):
             rows = attacker[attacker["mode"] == mode]
             hit = rows["prefix_hit_tokens"] > 0
@@ -246,6 +249,7 @@ def figures(run_dirs: list[Path]) -> list[tuple[str, str]]:
             ax.hist(
                 rows.loc[~hit, "ttft_s"] * 1e3, bins=bins, alpha=0.7, label="miss", color="#b35806"
             )
+            ax.set_xscale("log")
             ax.set_title(f"cache {mode}")
             ax.set_xlabel("attacker TTFT (ms)")
         axes[0].set_ylabel("requests")
