@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from engine_helpers import TINY_MODEL, tiny_model
 
-from claimbench.kernels.kv_quant import FP8_MAX, LayerKV
+from claimbench.kernels.kv_quant import FP8_MAX, LayerKV, from_container
 from claimbench.kernels.metadata import AttentionMetadata
 from claimbench.kernels.reference import ragged_paged_attention
 from claimbench.models.kv_calibration import fp8_kv_scales, kv_absmax
@@ -43,8 +43,14 @@ def test_absmax_matches_what_the_paged_path_writes():
     model = tiny_model()
     tokens = np.random.default_rng(0).integers(0, TINY_MODEL.vocab_size, (2, 16)).astype(np.int32)
     caches = _paged_prefill_caches(model, tokens)
-    written_k = max(float(jnp.abs(c.pages[1:, :, 0::2]).max()) for c in caches)
-    written_v = max(float(jnp.abs(c.pages[1:, :, 1::2]).max()) for c in caches)
+    written_k = max(
+        float(jnp.abs(from_container(c.pages[1:, :, 0::2]).astype(jnp.float32)).max())
+        for c in caches
+    )
+    written_v = max(
+        float(jnp.abs(from_container(c.pages[1:, :, 1::2]).astype(jnp.float32)).max())
+        for c in caches
+    )
     k_max, v_max = kv_absmax(model, tokens)
     np.testing.assert_allclose([k_max, v_max], [written_k, written_v], rtol=1e-5)
     k_scale, v_scale = fp8_kv_scales(model, tokens)

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV
+from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV, container_dtype, from_container
 from claimbench.kernels.metadata import NULL_PAGE, AttentionMetadata
 from claimbench.kernels.reference import (
     dense_causal_attention,
@@ -166,3 +166,21 @@ def test_random_ragged_batches():
         out, _ = paged(q, k, v, cache, md, sm_scale=SM_SCALE)
         expected = dense_reference(q, specs, k_all, v_all)
         np.testing.assert_allclose(out[: len(q) - 3], expected, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("storage", [jnp.bfloat16, FP8_DTYPE])
+def test_bit_container_pages_match_value_pages(storage):
+    """bf16/fp8 pages held as same-width integer bits write and attend exactly alike."""
+    specs = [(7, 1), (0, 6), (5, 3)]
+    q, k, v, values, md, _, _ = build_case(specs, dtype=storage, pad_seqs=1)
+    bits = LayerKV(
+        jax.lax.bitcast_convert_type(values.pages, container_dtype(storage)), values.scales
+    )
+    out_values, cache_values = paged(q, k, v, values, md, sm_scale=SM_SCALE)
+    out_bits, cache_bits = paged(q, k, v, bits, md, sm_scale=SM_SCALE)
+    assert cache_bits.pages.dtype == container_dtype(storage) != storage
+    np.testing.assert_array_equal(np.asarray(out_bits), np.asarray(out_values))
+    np.testing.assert_array_equal(
+        np.asarray(from_container(cache_bits.pages).astype(jnp.float32)),
+        np.asarray(cache_values.pages.astype(jnp.float32)),
+    )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV, kv_storage_dtype
+from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV, container_dtype, kv_storage_dtype
 from claimbench.models.config import ModelConfig
 
 SCALE_BYTES = 4  # f32
@@ -67,10 +67,13 @@ def allocate_kv_cache(
     page_size: int,
     storage_dtype: jnp.dtype,
     fp8_scales: tuple[float, float] = (1.0, 1.0),
+    bit_containers: bool = False,
 ) -> list[LayerKV]:
     """One zeroed LayerKV per layer; int8 scales start at 1, fp8 tensor scales at fp8_scales
-    (k_scale, v_scale), the same for every layer."""
+    (k_scale, v_scale), the same for every layer. With ``bit_containers`` bf16/fp8 pages are
+    held as same-width unsigned ints (kv_quant.BIT_CONTAINERS: in-place writes on XLA:CPU)."""
     storage_dtype = jnp.dtype(storage_dtype)
+    page_dtype = container_dtype(storage_dtype) if bit_containers else storage_dtype
     shape = (num_pages, page_size, 2 * cfg.num_kv_heads, cfg.head_dim)
     caches = []
     for _ in range(cfg.num_layers):
@@ -80,5 +83,5 @@ def allocate_kv_cache(
             scales = jnp.asarray(fp8_scales, jnp.float32)
         else:
             scales = None
-        caches.append(LayerKV(jnp.zeros(shape, storage_dtype), scales))
+        caches.append(LayerKV(jnp.zeros(shape, page_dtype), scales))
     return caches

@@ -30,7 +30,7 @@ from claimbench.engine.kv_cache import (
     resolve_kv_dtype,
 )
 from claimbench.engine.sampler import sample
-from claimbench.kernels.backend import AttentionBackend, get_backend
+from claimbench.kernels.backend import AttentionBackend, get_backend, resolve_backend_name
 from claimbench.kernels.kv_quant import LayerKV
 from claimbench.models.llama import LlamaForCausalLM
 
@@ -93,7 +93,14 @@ class ModelRunner:
             model.cfg, self.kv_dtype, cfg.page_size, cfg.kv_pool_bytes
         )
         self.kv_caches = allocate_kv_cache(
-            model.cfg, self.num_pages, cfg.page_size, self.kv_dtype, fp8_kv_scales
+            model.cfg,
+            self.num_pages,
+            cfg.page_size,
+            self.kv_dtype,
+            fp8_kv_scales,
+            # The Pallas kernel reads pages in their value dtype; the XLA path writes
+            # in place only into integer containers (see kv_quant.BIT_CONTAINERS).
+            bit_containers=resolve_backend_name(cfg.attention_backend) == "xla",
         )
         self.kv_cache_bytes = pool_bytes(model.cfg, self.kv_dtype, cfg.page_size, self.num_pages)
         self.kv_bytes_per_token = kv_bytes_per_token(model.cfg, self.kv_dtype)

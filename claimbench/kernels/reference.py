@@ -22,9 +22,12 @@ from claimbench.kernels.kv_quant import (
     LayerKV,
     dequantize_rows,
     fp8_row_scales,
+    from_container,
     interleave_kv,
+    logical_dtype,
     quantize_rows,
     split_kv,
+    to_container,
 )
 from claimbench.kernels.metadata import AttentionMetadata
 
@@ -40,9 +43,11 @@ def write_kv(cache: LayerKV, k: jax.Array, v: jax.Array, slot_mapping: jax.Array
     """
     pages = cache.pages
     num_pages, page_size, num_rows, head_dim = pages.shape
-    stored, row_scales = quantize_rows(interleave_kv(k, v), cache.scales, pages.dtype)
+    stored, row_scales = quantize_rows(
+        interleave_kv(k, v), cache.scales, logical_dtype(pages.dtype)
+    )
     flat = pages.reshape(num_pages * page_size, num_rows, head_dim)
-    pages = flat.at[slot_mapping].set(stored).reshape(pages.shape)
+    pages = flat.at[slot_mapping].set(to_container(stored, pages.dtype)).reshape(pages.shape)
     scales = cache.scales
     if row_scales is not None:
         flat_scales = scales.reshape(num_pages * page_size, num_rows)
@@ -55,9 +60,10 @@ def gather_sequences(cache: LayerKV, page_indices: jax.Array, dtype) -> jax.Arra
     num_seqs, pages_per_seq = page_indices.shape
     _, page_size, num_rows, head_dim = cache.pages.shape
     kv = cache.pages[page_indices].reshape(num_seqs, pages_per_seq * page_size, num_rows, head_dim)
-    if cache.pages.dtype == jnp.int8:
+    kv = from_container(kv)
+    if kv.dtype == jnp.int8:
         row_scales = cache.scales[page_indices].reshape(num_seqs, -1, num_rows)
-    elif cache.pages.dtype == FP8_DTYPE:
+    elif kv.dtype == FP8_DTYPE:
         row_scales = fp8_row_scales(cache.scales, num_rows)
     else:
         row_scales = None
