@@ -11,10 +11,8 @@ and float16. Per trial:
   ``decode_tokens`` greedy tokens each on the bf16 and on the fp16 engine; decode tokens/s
   counts only decode-only steps (their host and device time), and fp16_speedup = fp16 /
   bf16. Which dtype runs first alternates by trial, so drift cancels. The claim's scope is
-  TPU, whose MXU takes bf16 natively; elsewhere speed is indicative only. On CPU in
-  particular XLA emulates both 16-bit types, and its bf16 scatter into the paged cache
-  rewrites the whole cache every step while fp16's updates in place, so CPU speed reflects
-  XLA's CPU backend, not the number formats.
+  TPU, whose MXU takes bf16 natively; elsewhere speed is indicative only (on CPU, XLA
+  emulates both 16-bit types, so the ratio reflects its CPU backend, not the formats).
 
 Supporting metrics: every setting's perplexity and tokens/s, both agreements, both decode
 throughputs.
