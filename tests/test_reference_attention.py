@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from claimbench.kernels import reference
 from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV, container_dtype, from_container
 from claimbench.kernels.metadata import NULL_PAGE, AttentionMetadata
 from claimbench.kernels.reference import (
@@ -184,3 +185,21 @@ def test_bit_container_pages_match_value_pages(storage):
         np.asarray(from_container(cache_bits.pages).astype(jnp.float32)),
         np.asarray(cache_values.pages.astype(jnp.float32)),
     )
+
+
+@pytest.mark.parametrize(
+    "options, dtype",
+    [({}, jnp.float32), ({"sliding_window": 5, "soft_cap": 2.0}, jnp.float32), ({}, jnp.int8)],
+)
+def test_decode_across_many_blocks(monkeypatch, options, dtype):
+    # Two-page (8-token) blocks: decode contexts span up to four blocks, ending mid-block.
+    monkeypatch.setattr(reference, "DECODE_BLOCK_TOKENS", 2 * PAGE_SIZE)
+    specs = [(MAX_LEN - 1, 1), (8, 1), (7, 1), (17, 1), (0, 1), (5, 4)]
+    q, k, v, cache, md, k_all, v_all = build_case(specs, pad_tokens=2, pad_seqs=1, dtype=dtype)
+    fresh = jax.jit(
+        ragged_paged_attention, static_argnames=("sm_scale", "sliding_window", "soft_cap")
+    )
+    out, _ = fresh(q, k, v, cache, md, sm_scale=SM_SCALE, **options)
+    expected = dense_reference(q, specs, k_all, v_all, **options)
+    tol = 5e-2 if dtype == jnp.int8 else 2e-5
+    np.testing.assert_allclose(out[: len(q) - 2], expected, rtol=tol, atol=tol)
