@@ -11,15 +11,19 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from claimbench.cli.main import app
+from claimbench.models.checkpoint import load_model
 from claimbench.models.config import ModelConfig
 from claimbench.models.llama import LlamaForCausalLM, param_count
+from claimbench.models.tokenizer import Tokenizer
 from claimbench.models.train import (
     DRAFT_CONFIG,
     TARGET_CONFIG,
     TrainConfig,
     sample_batch,
     train_model,
+    train_shipped,
 )
+from claimbench.workload.corpus import heldout_texts, is_heldout
 
 TINY = ModelConfig(
     vocab_size=16,
@@ -95,3 +99,35 @@ def test_cli_train_rejects_bad_options(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "--steps" in result.output
     result = runner.invoke(app, ["model", "train", "--which", "draft", "--out", str(tmp_path)])
     assert result.exit_code == 2 and "needs the target's tokenizer" in result.output
+
+
+@pytest.mark.slow
+def test_train_shipped_end_to_end(tmp_path: Path) -> None:
+    """A fake stdlib tree -> tokenizer, held-out file and a target model in HF format that
+    loads back; then a draft trained against that target's tokenizer."""
+    root = tmp_path / "stdlib"
+    for i in range(60):
+        module = root / f"pkg{i % 3}" / f"mod_{i}.py"
+        module.parent.mkdir(parents=True, exist_ok=True)
+        module.write_text(
+            f"def f_{i}(x):\n    return x * {i} + {i % 7}\n\n\nclass K{i}:\n    pass\n"
+        )
+    held = [i for i in range(60) if is_heldout(f"pkg{i % 3}/mod_{i}.py")]
+    assert held
+    out = tmp_path / "assets"
+    quiet = Console(quiet=True)
+    small = dict(batch_size=1, seq_len=16, stdlib_root=root, console=quiet)
+    written = train_shipped(out, which="target", target_steps=2, **small)
+    target = written["claimbench-tiny"]
+    assert heldout_texts(out / "heldout.txt.gz") == [
+        (root / f"pkg{i % 3}" / f"mod_{i}.py").read_text()
+        for i in sorted(held, key=lambda i: f"pkg{i % 3}/mod_{i}.py")
+    ]
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= {
+        f.name for f in target.iterdir()
+    }
+    _, cfg = load_model(target, "float32")
+    assert cfg.vocab_size == Tokenizer.from_dir(target).vocab_size
+    assert cfg.bos_token_id == 0 and cfg.eos_token_id == 1
+    draft = train_shipped(out, which="draft", draft_steps=1, **small)["claimbench-tiny-draft"]
+    assert (draft / "tokenizer.json").read_text() == (target / "tokenizer.json").read_text()

@@ -11,11 +11,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 from safetensors import safe_open
-from safetensors.flax import save_file
+from safetensors.numpy import save_file
 
 from claimbench.models.config import ModelConfig
 from claimbench.models.llama import LlamaForCausalLM
@@ -106,13 +106,13 @@ def _weight_files(path: Path) -> dict[str, Path]:
                 raise ModelLoadError(f"{shard} (listed in {INDEX_FILE}) is missing")
         return files
     if single.is_file():
-        with safe_open(single, framework="flax") as f:
+        with safe_open(single, framework="numpy") as f:
             return {name: single for name in f.keys()}  # noqa: SIM118 (safe_open has no iter)
     raise ModelLoadError(f"{path} has neither {SINGLE_FILE} nor {INDEX_FILE}")
 
 
 def _read_tensor(file: Path, name: str, shape: tuple[int, ...], transpose: bool, dtype):
-    with safe_open(file, framework="flax") as f:
+    with safe_open(file, framework="numpy") as f:
         tensor_slice = f.get_slice(name)
         stored_dtype = tensor_slice.get_dtype()
         if stored_dtype not in STORED_DTYPES:
@@ -126,7 +126,8 @@ def _read_tensor(file: Path, name: str, shape: tuple[int, ...], transpose: bool,
                 f"shape mismatch for tensor {name}: checkpoint {stored_shape}, model {expected}"
             )
         value = f.get_tensor(name)
-    return (value.T if transpose else value).astype(dtype)
+    # Transpose and cast on the host: no per-shape XLA compiles while loading.
+    return jnp.asarray((value.T if transpose else value).astype(dtype))
 
 
 def load_model(path: str | Path, dtype: Any = jnp.bfloat16) -> tuple[LlamaForCausalLM, ModelConfig]:
@@ -152,13 +153,14 @@ def load_model(path: str | Path, dtype: Any = jnp.bfloat16) -> tuple[LlamaForCau
     return model, cfg
 
 
-def hf_state_dict(model: LlamaForCausalLM, dtype: Any | None = None) -> dict[str, jax.Array]:
-    """The model's params under transformers' tensor names, optionally cast to ``dtype``."""
+def hf_state_dict(model: LlamaForCausalLM, dtype: Any | None = None) -> dict[str, np.ndarray]:
+    """The model's params under transformers' tensor names (host arrays), cast to ``dtype``."""
     tensors = {}
     for param_path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param)):
         name, transpose = hf_name(param_path)
-        value = variable[...].T if transpose else variable[...]
-        tensors[name] = jnp.asarray(value if dtype is None else value.astype(dtype))
+        value = np.asarray(variable[...])
+        value = value.T if transpose else value
+        tensors[name] = np.ascontiguousarray(value if dtype is None else value.astype(dtype))
     return tensors
 
 

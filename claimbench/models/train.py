@@ -69,6 +69,13 @@ DRAFT_CONFIG = replace(
     head_dim=40,
 )
 
+# role -> (directory name, architecture, peak learning rate); the smaller draft takes a
+# higher rate, as small models tolerate one and it has the same short step budget.
+SHIPPED = {
+    "target": (TARGET_NAME, TARGET_CONFIG, 3e-3),
+    "draft": (DRAFT_NAME, DRAFT_CONFIG, 4e-3),
+}
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -224,39 +231,43 @@ def train_shipped(
     target_steps: int = 400,
     draft_steps: int = 800,
     seed: int = 0,
+    batch_size: int = TrainConfig.batch_size,
+    seq_len: int = TrainConfig.seq_len,
+    stdlib_root: Path | None = None,
     console: Console | None = None,
 ) -> dict[str, Path]:
     """Produce the shipped assets under ``out_dir``; returns {model name: directory}.
 
     "target" and "both" train a fresh tokenizer and write heldout.txt.gz; "draft" reuses
-    the target's tokenizer from ``out_dir`` so the pair stays compatible.
+    the target's tokenizer from ``out_dir`` so the pair stays compatible. ``stdlib_root``
+    replaces the running interpreter's stdlib as the corpus (tests use a small tree).
     """
     if which not in ("target", "draft", "both"):
         raise ValueError(f"which must be target, draft or both, got {which!r}")
     console = console or Console()
-    target_dir, draft_dir = out_dir / TARGET_NAME, out_dir / DRAFT_NAME
-    train_texts = load_sources(training_files())
+    train_texts = load_sources(training_files(stdlib_root))
     console.log(f"corpus: {len(train_texts)} training files, {sum(map(len, train_texts))} chars")
     if which == "draft":
-        tokenizer = Tokenizer.from_dir(target_dir)
+        tokenizer = Tokenizer.from_dir(out_dir / TARGET_NAME)
     else:
         tokenizer = train_tokenizer(train_texts)
         kept = write_heldout(
-            load_sources(heldout_files()), out_dir / "heldout.txt.gz", HELDOUT_MAX_BYTES
+            load_sources(heldout_files(stdlib_root)), out_dir / "heldout.txt.gz", HELDOUT_MAX_BYTES
         )
         console.log(f"tokenizer: vocab {tokenizer.vocab_size}; held-out: {len(kept)} documents")
     stream = token_stream(tokenizer, train_texts)
     console.log(f"training stream: {len(stream)} tokens")
+    steps = {"target": target_steps, "draft": draft_steps}
     written = {}
-    plan = [(TARGET_NAME, TARGET_CONFIG, target_dir, target_steps, 3e-3)]
-    plan.append((DRAFT_NAME, DRAFT_CONFIG, draft_dir, draft_steps, 4e-3))
-    for name, cfg, path, steps, lr in plan:
-        if which not in ("both", "target" if name == TARGET_NAME else "draft"):
-            continue
+    for role in ("target", "draft") if which == "both" else (which,):
+        name, cfg, peak_lr = SHIPPED[role]
         cfg = replace(cfg, vocab_size=tokenizer.vocab_size)
-        tc = TrainConfig(steps=steps, peak_lr=lr, seed=seed)
+        tc = TrainConfig(
+            steps=steps[role], batch_size=batch_size, seq_len=seq_len, peak_lr=peak_lr, seed=seed
+        )
         start = time.perf_counter()
         model, losses = train_model(cfg, tc, stream, console=console, name=name)
+        path = out_dir / name
         save_model(model, cfg, path, dtype=SAVE_DTYPE)
         save_tokenizer(tokenizer, path)
         console.log(
