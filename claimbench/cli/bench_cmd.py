@@ -36,6 +36,12 @@ def bench(
     max_num_batched_tokens: Annotated[int, typer.Option(help="Token budget per step.")] = 512,
     kv_pool_mb: Annotated[float, typer.Option(help="KV cache pool in MiB.")] = 256.0,
     kv_dtype: Annotated[str, typer.Option(help="auto | bf16 | f32 | int8 | fp8.")] = "auto",
+    kv_scale: Annotated[
+        str, typer.Option(help="fp8 KV tensor scale: a number, or calibrate (held-out text).")
+    ] = "1.0",
+    weights: Annotated[
+        str, typer.Option(help="Weight-only quantization: bf16 (none) | int8 | fp8.")
+    ] = "bf16",
     seed: Annotated[int, typer.Option(help="Seed for prompts and arrivals.")] = 0,
     timeout_s: Annotated[float, typer.Option(help="Abort what is unfinished after this.")] = 3600,
     out: Annotated[Path | None, typer.Option(help="Directory for the Parquet records.")] = None,
@@ -76,6 +82,8 @@ def bench(
             model_path=path,
             dtype=opts.dtype,
             kv_dtype=kv_dtype,
+            kv_scale=kv_scale,
+            weights=weights,
             kv_pool_bytes=int(kv_pool_mb * 2**20),
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
