@@ -191,15 +191,20 @@ def test_bit_container_pages_match_value_pages(storage):
     "options, dtype",
     [({}, jnp.float32), ({"sliding_window": 5, "soft_cap": 2.0}, jnp.float32), ({}, jnp.int8)],
 )
-def test_decode_across_many_blocks(monkeypatch, options, dtype):
-    # Two-page (8-token) blocks: decode contexts span up to four blocks, ending mid-block.
+@pytest.mark.parametrize("pad_tokens", [0, 2])
+def test_attention_across_many_blocks(monkeypatch, options, dtype, pad_tokens):
+    # Two-page (8-token) decode blocks: contexts span up to four blocks, ending mid-block.
+    # 3-row prefill blocks: chunks span several, the last window clamped at the array end.
     monkeypatch.setattr(reference, "DECODE_BLOCK_TOKENS", 2 * PAGE_SIZE)
-    specs = [(MAX_LEN - 1, 1), (8, 1), (7, 1), (17, 1), (0, 1), (5, 4)]
-    q, k, v, cache, md, k_all, v_all = build_case(specs, pad_tokens=2, pad_seqs=1, dtype=dtype)
+    monkeypatch.setattr(reference, "PREFILL_BLOCK_TOKENS", 3)
+    specs = [(MAX_LEN - 1, 1), (8, 1), (7, 1), (17, 1), (0, 1), (0, 7), (5, 4), (9, 8)]
+    q, k, v, cache, md, k_all, v_all = build_case(
+        specs, pad_tokens=pad_tokens, pad_seqs=1, dtype=dtype
+    )
     fresh = jax.jit(
         ragged_paged_attention, static_argnames=("sm_scale", "sliding_window", "soft_cap")
     )
     out, _ = fresh(q, k, v, cache, md, sm_scale=SM_SCALE, **options)
     expected = dense_reference(q, specs, k_all, v_all, **options)
     tol = 5e-2 if dtype == jnp.int8 else 2e-5
-    np.testing.assert_allclose(out[: len(q) - 2], expected, rtol=tol, atol=tol)
+    np.testing.assert_allclose(out[: len(q) - pad_tokens], expected, rtol=tol, atol=tol)

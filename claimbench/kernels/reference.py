@@ -9,7 +9,8 @@ Decode-only sequences (the first ``distribution[0]`` slots, one token each)
 are attended together, token t being sequence t, by an online softmax over
 blocks of pages up to the longest decode context: the work follows the real
 lengths, not pages_per_seq. Prefill and mixed sequences (few per step under a
-token budget) are attended one at a time in a loop over just those slots.
+token budget) are attended one at a time in a loop over just those slots, a
+block of their own query rows at a time.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from claimbench.kernels.metadata import AttentionMetadata
 MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
 # Decode attention reads the cache this many tokens at a time (small blocks stay in cache).
 DECODE_BLOCK_TOKENS = 64
+# Prefill chunks are attended this many query rows at a time.
+PREFILL_BLOCK_TOKENS = 64
 
 
 def write_kv(cache: LayerKV, k: jax.Array, v: jax.Array, slot_mapping: jax.Array) -> LayerKV:
@@ -183,21 +186,37 @@ def ragged_paged_attention(
     out = jnp.where(is_decode[:, None, None, None], out, 0.0)
 
     # Prefill-only and mixed slots (few per step): one sequence per iteration, gathering
-    # just its pages, all tokens masked to it.
-    token_idx = jnp.arange(num_tokens)
+    # just its pages, its query rows taken a block at a time, so the work follows the
+    # sequence's own chunk rather than the whole padded step.
+    q_block = min(PREFILL_BLOCK_TOKENS, num_tokens)
+    row_offsets = jnp.arange(q_block)
 
     def body(i, acc):
         table = jax.lax.dynamic_slice_in_dim(md.page_indices, i, 1, axis=0)
         keys, values = split_kv(gather_sequences(cache, table, q.dtype)[0])  # [L, H, D]
         start, end = md.cu_q_lens[i], md.cu_q_lens[i + 1]
-        q_pos = md.kv_lens[i] - (end - start) + (token_idx - start)  # [T]
-        in_seq = (token_idx >= start) & (token_idx < end)
-        mask = kv_pos[None, :] <= q_pos[:, None]
-        if sliding_window is not None:
-            mask &= kv_pos[None, :] > q_pos[:, None] - sliding_window
-        mask &= in_seq[:, None]
-        seq_out = _softmax_av(_scores(qg, keys, sm_scale, soft_cap), mask[:, None, None, :], values)
-        return jnp.where(in_seq[:, None, None, None], seq_out, acc)
+
+        def block(j, acc):
+            # dynamic_slice clamps a window that would run past the end back inside the
+            # array; rows are recomputed from the clamped start and masked to the sequence.
+            first = jnp.minimum(start + j * q_block, num_tokens - q_block)
+            rows = first + row_offsets
+            q_pos = md.kv_lens[i] - (end - start) + (rows - start)  # [q_block]
+            in_seq = (rows >= start) & (rows < end)
+            mask = kv_pos[None, :] <= q_pos[:, None]
+            if sliding_window is not None:
+                mask &= kv_pos[None, :] > q_pos[:, None] - sliding_window
+            mask &= in_seq[:, None]
+            q_rows = jax.lax.dynamic_slice_in_dim(qg, first, q_block)
+            seq_out = _softmax_av(
+                _scores(q_rows, keys, sm_scale, soft_cap), mask[:, None, None, :], values
+            )
+            current = jax.lax.dynamic_slice_in_dim(acc, first, q_block)
+            seq_out = jnp.where(in_seq[:, None, None, None], seq_out, current)
+            return jax.lax.dynamic_update_slice_in_dim(acc, seq_out, first, axis=0)
+
+        num_blocks = (end - start + q_block - 1) // q_block
+        return jax.lax.fori_loop(0, num_blocks, block, acc)
 
     out = jax.lax.fori_loop(md.distribution[0], md.num_seqs[0], body, out)
     return out.reshape(num_tokens, num_q_heads, head_dim).astype(q.dtype), cache
