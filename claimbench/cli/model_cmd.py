@@ -64,6 +64,7 @@ def info(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Parameters, weight bytes and held-out loss / perplexity per token and per byte."""
+    from rich import box
     from rich.table import Table
 
     from claimbench.models.checkpoint import ModelLoadError, default_draft_path
@@ -82,25 +83,22 @@ def info(
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    table = Table(
-        "model",
-        "params",
-        "weight bytes",
-        "loss/token",
-        "ppl/token",
-        "bits/byte",
-        "ppl/byte",
-        "held-out tokens",
-    )
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("model", no_wrap=True)
+    for header in ("params", "MB", "nats/tok", "ppl/tok", "bits/B", "ppl/B"):
+        table.add_column(header, justify="right")
     for r in rows:
         table.add_row(
             r["name"],
-            f"{r['params']:,}",
-            f"{r['weight_bytes']:,}",
-            f"{r['loss_per_token']:.4f}",
-            f"{r['ppl_per_token']:.3f}",
-            f"{r['bits_per_byte']:.4f}",
-            f"{r['ppl_per_byte']:.4f}",
-            f"{r['num_tokens']:,}",
+            f"{r['params'] / 1e6:.2f}M",
+            f"{r['weight_bytes'] / 1e6:.2f}",
+            f"{r['loss_per_token']:.3f}",
+            f"{r['ppl_per_token']:.2f}",
+            f"{r['bits_per_byte']:.3f}",
+            f"{r['ppl_per_byte']:.3f}",
         )
     console.print(table)
+    console.print(
+        f"held-out loss per token (nats) and per byte (B), {rows[0]['num_windows']} windows, "
+        f"{rows[0]['num_tokens']:,} tokens"
+    )
