@@ -36,7 +36,13 @@ from claimbench.models.checkpoint import ASSETS_DIR, save_model
 from claimbench.models.config import ModelConfig
 from claimbench.models.llama import LlamaForCausalLM, param_count
 from claimbench.models.tokenizer import Tokenizer
-from claimbench.workload.corpus import heldout_files, read_source, training_files, write_heldout
+from claimbench.workload.corpus import (
+    heldout_files,
+    read_source,
+    token_stream,
+    training_files,
+    write_heldout,
+)
 
 BOS_TOKEN, EOS_TOKEN = "<|bos|>", "<|eos|>"
 VOCAB_SIZE = 4096
@@ -112,15 +118,6 @@ def train_tokenizer(texts: list[str], vocab_size: int = VOCAB_SIZE) -> Tokenizer
     )
     tokenizer.train_from_iterator(texts, trainer=trainer)
     return Tokenizer(tokenizer, tokenizer.token_to_id(BOS_TOKEN), tokenizer.token_to_id(EOS_TOKEN))
-
-
-def token_stream(tokenizer: Tokenizer, texts: list[str]) -> np.ndarray:
-    """i32[total]: every document as [BOS] + tokens + [EOS], concatenated in order."""
-    parts = [
-        np.asarray([tokenizer.bos_id, *ids, tokenizer.eos_id], np.int32)
-        for ids in tokenizer.encode_batch(texts)
-    ]
-    return np.concatenate(parts)
 
 
 def _optimizer(tc: TrainConfig) -> optax.GradientTransformation:

@@ -89,13 +89,15 @@ def heldout_texts(path: Path = HELDOUT_FILE) -> list[str]:
     return gzip.decompress(path.read_bytes()).decode().split(DOC_SEPARATOR)
 
 
-def heldout_token_stream(tokenizer: Tokenizer, path: Path = HELDOUT_FILE) -> np.ndarray:
-    """i32[total]: every held-out document as [BOS] + tokens + [EOS], concatenated."""
-    parts = []
-    for ids in tokenizer.encode_batch(heldout_texts(path)):
-        bos = [] if tokenizer.bos_id is None else [tokenizer.bos_id]
-        eos = [] if tokenizer.eos_id is None else [tokenizer.eos_id]
-        parts.append(np.asarray(bos + ids + eos, np.int32))
+def token_stream(tokenizer: Tokenizer, texts: list[str]) -> np.ndarray:
+    """i32[total]: every document as [BOS] + tokens + [EOS], concatenated in order.
+
+    Training samples windows from this stream of the training split, evaluation from
+    the held-out one, so both see document boundaries the same way.
+    """
+    bos = [] if tokenizer.bos_id is None else [tokenizer.bos_id]
+    eos = [] if tokenizer.eos_id is None else [tokenizer.eos_id]
+    parts = [np.asarray(bos + ids + eos, np.int32) for ids in tokenizer.encode_batch(texts)]
     return np.concatenate(parts)
 
 
@@ -103,7 +105,7 @@ def heldout_token_windows(
     tokenizer: Tokenizer, n: int, length: int, seed: int, path: Path = HELDOUT_FILE
 ) -> np.ndarray:
     """i32[n, length]: windows at distinct seeded offsets of the held-out token stream."""
-    stream = heldout_token_stream(tokenizer, path)
+    stream = token_stream(tokenizer, heldout_texts(path))
     num_windows = len(stream) // length
     if n > num_windows:
         raise ValueError(f"asked for {n} windows of {length} tokens; held-out has {num_windows}")
