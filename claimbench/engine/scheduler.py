@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from claimbench.engine.admission import AdmissionControl
 from claimbench.engine.block_manager import BlockManager
 from claimbench.engine.config import EngineConfig
-from claimbench.engine.admission import AdmissionControl
 from claimbench.engine.fairness import ServiceLedger, service_tokens
 from claimbench.engine.policies import PoolView, get_victim_policy, make_ordering
 from claimbench.engine.quotas import KVQuotas
