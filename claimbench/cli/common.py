@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -9,7 +11,10 @@ from typing import NoReturn
 import typer
 from rich.console import Console
 
-console = Console()
+# Piped output (| less, > file, CI logs) gets no terminal width and rich would wrap the
+# claim tables at 80 columns; give it room unless COLUMNS says otherwise.
+_PIPED_WIDTH = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160
+console = Console(width=_PIPED_WIDTH)
 err_console = Console(stderr=True)
 
 
