@@ -25,10 +25,8 @@ def train(
     out: Annotated[
         Path | None, typer.Option(help="Assets directory (default: the package's models/assets).")
     ] = None,
-    steps: Annotated[int, typer.Option(help="Optimizer steps for the target model.")] = 400,
-    draft_steps: Annotated[
-        int | None, typer.Option(help="Optimizer steps for the draft (default: 2 x --steps).")
-    ] = None,
+    steps: Annotated[int, typer.Option(help="Optimizer steps for the target model.")] = 1000,
+    draft_steps: Annotated[int, typer.Option(help="Optimizer steps for the draft model.")] = 500,
     which: Annotated[
         Which, typer.Option(help="target / both train a new tokenizer; draft reuses it.")
     ] = Which.both,
@@ -38,7 +36,7 @@ def train(
     from claimbench.models.checkpoint import ASSETS_DIR
     from claimbench.models.train import train_shipped
 
-    if steps <= 0 or (draft_steps is not None and draft_steps <= 0):
+    if steps <= 0 or draft_steps <= 0:
         fail(f"--steps and --draft-steps must be > 0, got {steps}, {draft_steps}")
     out_dir = ASSETS_DIR if out is None else out
     if which == Which.draft and not (out_dir / "claimbench-tiny" / "tokenizer.json").is_file():
@@ -47,7 +45,7 @@ def train(
         out_dir,
         which=which.value,
         target_steps=steps,
-        draft_steps=2 * steps if draft_steps is None else draft_steps,
+        draft_steps=draft_steps,
         seed=seed,
         console=console,
     )
