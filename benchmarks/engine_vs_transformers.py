@@ -170,7 +170,12 @@ def main() -> None:
     p.add_argument("--max-input", type=int, default=512)
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--max-num-seqs", type=int, default=64)
-    p.add_argument("--max-num-batched-tokens", type=int, default=512)
+    p.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=2048,
+        help="step token budget (a throughput setting: prefill in few, large steps)",
+    )
     p.add_argument("--hf-batch-size", type=int, default=64)
     p.add_argument("--decode-batch", type=int, default=32)
     p.add_argument(

@@ -30,3 +30,6 @@ case "${1:-}" in
     exit 2
     ;;
 esac
+
+# Build the native CPU decode kernel now rather than on first use (falls back to XLA).
+.venv/bin/python -m claimbench.kernels.native.build

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from claimbench.kernels import reference
+from claimbench.kernels import xla_decode, xla_prefill
 from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV, container_dtype, from_container
 from claimbench.kernels.metadata import NULL_PAGE, AttentionMetadata
 from claimbench.kernels.reference import (
@@ -195,8 +195,9 @@ def test_bit_container_pages_match_value_pages(storage):
 def test_attention_across_many_blocks(monkeypatch, options, dtype, pad_tokens):
     # Two-page (8-token) decode blocks: contexts span up to four blocks, ending mid-block.
     # 3-row prefill blocks: chunks span several, the last window clamped at the array end.
-    monkeypatch.setattr(reference, "DECODE_BLOCK_TOKENS", 2 * PAGE_SIZE)
-    monkeypatch.setattr(reference, "PREFILL_BLOCK_TOKENS", 3)
+    monkeypatch.setattr(xla_decode, "DECODE_BLOCK_TOKENS", 2 * PAGE_SIZE)
+    monkeypatch.setattr(xla_prefill, "PREFILL_BLOCK_TOKENS", 3)
+    monkeypatch.setattr(xla_prefill, "PREFILL_KV_BLOCK_TOKENS", 2 * PAGE_SIZE)
     specs = [(MAX_LEN - 1, 1), (8, 1), (7, 1), (17, 1), (0, 1), (0, 7), (5, 4), (9, 8)]
     q, k, v, cache, md, k_all, v_all = build_case(
         specs, pad_tokens=pad_tokens, pad_seqs=1, dtype=dtype

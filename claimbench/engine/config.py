@@ -43,7 +43,7 @@ class EngineConfig:
     max_num_seqs: int = 32  # sequences in flight (running) at once
     max_num_batched_tokens: int = 512  # token budget of one step
     max_model_len: int = 1024  # prompt + output tokens of one request
-    attention_backend: str = "auto"  # auto | xla | pallas
+    attention_backend: str = "auto"  # auto | xla | cpu | pallas (kernels/backend.py)
     scheduling_policy: str = "fcfs"  # waiting-queue order, see policies.ORDERINGS
     victim_policy: str = "newest"  # preemption victim, see policies.VICTIMS
     priority_aging_s: float = DEFAULT_AGING_S  # priority-aging: this long a wait = one tier

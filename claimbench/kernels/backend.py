@@ -1,4 +1,11 @@
-"""Attention backend selection: the XLA path everywhere, the Pallas kernel on TPU."""
+"""Attention backend selection: Pallas on TPU, the native decode kernel on CPU, XLA elsewhere.
+
+- "xla": kernels/reference.py, pure jnp, runs on any XLA backend.
+- "cpu": the same, with decode-only sequences attended by the native CPU kernel
+  (kernels/native_decode.py), compiled on first use.
+- "pallas": the Pallas ragged paged attention kernel (TPU; interpret mode elsewhere).
+- "auto": "pallas" on TPU; "cpu" on CPU when the native kernel builds, else "xla".
+"""
 
 from __future__ import annotations
 
@@ -9,7 +16,7 @@ import jax
 from claimbench.kernels.kv_quant import LayerKV
 from claimbench.kernels.metadata import AttentionMetadata
 
-BACKENDS = ("auto", "xla", "pallas")
+BACKENDS = ("auto", "xla", "cpu", "pallas")
 
 
 class AttentionBackend(Protocol):
@@ -28,11 +35,24 @@ class AttentionBackend(Protocol):
 
 
 def resolve_backend_name(name: str) -> str:
-    """ "auto" -> "pallas" on TPU, "xla" elsewhere; unknown names raise ValueError."""
+    """ "auto" -> the best backend here; unknown names raise ValueError. Asking for "cpu"
+    where the native kernel cannot be used raises ValueError with the reason."""
     if name not in BACKENDS:
         raise ValueError(f"unknown attention_backend {name!r}; expected one of {BACKENDS}")
+    platform = jax.default_backend()
     if name == "auto":
-        return "pallas" if jax.default_backend() == "tpu" else "xla"
+        if platform == "tpu":
+            return "pallas"
+        if platform == "cpu":
+            from claimbench.kernels.native_decode import unavailable_reason
+
+            return "cpu" if unavailable_reason() is None else "xla"
+        return "xla"
+    if name == "cpu":
+        from claimbench.kernels.native_decode import unavailable_reason
+
+        if (reason := unavailable_reason()) is not None:
+            raise ValueError(f"attention_backend 'cpu' is unavailable: {reason}")
     return name
 
 
@@ -41,6 +61,10 @@ def get_backend(name: str) -> AttentionBackend:
     name = resolve_backend_name(name)
     if name == "pallas":
         from claimbench.kernels.ragged_paged_attention import ragged_paged_attention
+
+        return ragged_paged_attention
+    if name == "cpu":
+        from claimbench.kernels.native_decode import ragged_paged_attention
 
         return ragged_paged_attention
     from claimbench.kernels.reference import ragged_paged_attention

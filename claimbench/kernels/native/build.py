@@ -1,0 +1,103 @@
+"""Compiling the native CPU kernels (C++ against XLA's FFI headers) on first use.
+
+The shared library is built once per source, compiler and machine into
+``$CLAIMBENCH_NATIVE_DIR`` (default ``~/.cache/claimbench/native``), written
+under a temporary name and renamed into place, so concurrent first uses never
+load a half-written file. ``CLAIMBENCH_NATIVE=0`` turns the native kernels off.
+Failures are reported as ``NativeUnavailable`` with a one-line reason and the
+engine falls back to its XLA path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+SOURCE_DIR = Path(__file__).parent
+SOURCES = ("paged_decode.cc",)
+FLAGS = (
+    "-O3",
+    "-march=native",
+    "-std=c++17",
+    "-shared",
+    "-fPIC",
+    "-fno-math-errno",
+    "-fopenmp-simd",
+)
+
+
+class NativeUnavailable(RuntimeError):
+    """The native kernels cannot be used here; the message says why, in one line."""
+
+
+def _compiler() -> str:
+    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if name and shutil.which(name):
+            return name
+    raise NativeUnavailable("no C++ compiler found (set CXX or install g++)")
+
+
+def _cpu_signature() -> str:
+    """What -march=native depends on: the CPU's model and flags."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor()
+    lines = [ln for ln in info.splitlines() if ln.startswith(("model name", "flags"))]
+    return "\n".join(sorted(set(lines)))
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("CLAIMBENCH_NATIVE_DIR")
+    return Path(root) if root else Path.home() / ".cache" / "claimbench" / "native"
+
+
+def library_path() -> Path:
+    """The compiled library, building it if needed; raises NativeUnavailable."""
+    if os.environ.get("CLAIMBENCH_NATIVE", "1") == "0":
+        raise NativeUnavailable("turned off by CLAIMBENCH_NATIVE=0")
+    import jax.ffi
+
+    compiler = _compiler()
+    include = jax.ffi.include_dir()
+    key = hashlib.sha256()
+    for name in SOURCES:
+        key.update((SOURCE_DIR / name).read_bytes())
+    key.update(" ".join((compiler, *FLAGS, include, _cpu_signature())).encode())
+    target = cache_dir() / key.hexdigest()[:16] / "libclaimbench_native.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    sources = [str(SOURCE_DIR / name) for name in SOURCES]
+    cmd = [compiler, *FLAGS, f"-I{include}", *sources, "-o", tmp]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise NativeUnavailable(f"compiling the native kernels failed: {e}") from e
+    if proc.returncode != 0:
+        Path(tmp).unlink(missing_ok=True)
+        first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr[:200])
+        raise NativeUnavailable(f"compiling the native kernels failed: {first.strip()}")
+    os.replace(tmp, target)
+    return target
+
+
+def main() -> int:
+    """``python -m claimbench.kernels.native.build``: build now and say where, or why not."""
+    try:
+        print(f"native kernels: {library_path()}")
+    except NativeUnavailable as e:
+        print(f"native kernels unavailable ({e}); the XLA attention path will be used")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
