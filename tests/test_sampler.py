@@ -92,3 +92,15 @@ def test_seeded_tokens_do_not_depend_on_batch_position_or_neighbours():
 def test_sampling_params_validation(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SamplingParams(**kwargs)
+
+
+def test_greedy_tokens_is_argmax_with_ties_to_the_first():
+    from claimbench.engine.sampler import greedy_tokens
+
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((16, 50)).astype(np.float32)
+    logits[3, [7, 9, 40]] = 10.0  # a three-way tie
+    logits[5] = 0.0  # all equal
+    expected = np.argmax(logits, axis=-1)
+    np.testing.assert_array_equal(np.asarray(greedy_tokens(jnp.asarray(logits))), expected)
+    assert expected[3] == 7 and expected[5] == 0

@@ -32,7 +32,7 @@ from claimbench.engine.kv_cache import (
 from claimbench.engine.sampler import sample
 from claimbench.kernels.backend import AttentionBackend, get_backend, resolve_backend_name
 from claimbench.kernels.kv_quant import LayerKV
-from claimbench.models.llama import LlamaForCausalLM
+from claimbench.models.llama import LlamaForCausalLM, Rope, rope_table
 
 
 @jax.tree_util.register_dataclass
@@ -71,11 +71,12 @@ class StaticModel:
         )
 
 
-@partial(jax.jit, static_argnums=(0, 1), donate_argnums=(3,))
+@partial(jax.jit, static_argnums=(0, 1), donate_argnums=(4,))
 def _step(
     static: StaticModel,
     with_prompt_logprobs: bool,
     weights: list[jax.Array],
+    rope: Rope,
     kv_caches: list[LayerKV],
     inputs: StepInputs,
 ) -> tuple[StepOutput, list[LayerKV]]:
@@ -83,7 +84,7 @@ def _step(
     # Weights travel as a flat list: flattening a list per call is cheaper than nnx.State.
     model = nnx.merge(graphdef, jax.tree.unflatten(treedef, weights))
     hidden, kv_caches = model(
-        inputs.token_ids, inputs.positions, kv_caches, inputs.md, attention=attention
+        inputs.token_ids, inputs.positions, kv_caches, inputs.md, attention=attention, rope=rope
     )
     # Only the last token of each sequence needs the vocabulary projection for sampling.
     logits = model.logits(hidden[inputs.logits_indices])
@@ -130,6 +131,7 @@ class ModelRunner:
         )
         self.kv_cache_bytes = pool_bytes(model.cfg, self.kv_dtype, cfg.page_size, self.num_pages)
         self.kv_bytes_per_token = kv_bytes_per_token(model.cfg, self.kv_dtype)
+        self.rope = jax.device_put(rope_table(model.cfg, cfg.max_model_len))
         self._static = StaticModel(graphdef, treedef, get_backend(cfg.attention_backend))
         self._warm: set[tuple[int, int, bool]] = set()
         self.num_compilations = 0  # bucket variants first run by this runner
@@ -152,7 +154,7 @@ class ModelRunner:
         first = key not in self._warm
         start = time.perf_counter()
         out, self.kv_caches = _step(
-            self._static, prompt_logprobs, self.weights, self.kv_caches, inputs
+            self._static, prompt_logprobs, self.weights, self.rope, self.kv_caches, inputs
         )
         if first:
             jax.block_until_ready(out)

@@ -83,8 +83,18 @@ def _random_tokens(logits: jax.Array, batch: SamplingBatch) -> jax.Array:
         batch.seeds, batch.output_index
     )
     sampled = jax.vmap(jax.random.categorical)(keys, filtered)
-    greedy = jnp.argmax(logits, axis=-1)
-    return jnp.where(batch.temperature < MIN_TEMPERATURE, greedy, sampled).astype(jnp.int32)
+    return jnp.where(batch.temperature < MIN_TEMPERATURE, greedy_tokens(logits), sampled).astype(
+        jnp.int32
+    )
+
+
+def greedy_tokens(logits: jax.Array) -> jax.Array:
+    """The first index of each row's maximum: i32[N]. Same as argmax, but a max and a min
+    reduction run about twice as fast on XLA:CPU as argmax's (value, index) reduction."""
+    vocab = logits.shape[-1]
+    best = jnp.max(logits, axis=-1, keepdims=True)
+    index = jnp.min(jnp.where(logits == best, jnp.arange(vocab), vocab), axis=-1)
+    return jnp.minimum(index, vocab - 1).astype(jnp.int32)  # a NaN row matches nothing
 
 
 def sample(logits: jax.Array, batch: SamplingBatch) -> tuple[jax.Array, jax.Array]:
@@ -94,8 +104,8 @@ def sample(logits: jax.Array, batch: SamplingBatch) -> tuple[jax.Array, jax.Arra
     """
     tokens = jax.lax.cond(
         batch.all_greedy,
-        lambda: jnp.argmax(logits, axis=-1).astype(jnp.int32),
+        lambda: greedy_tokens(logits),
         lambda: _random_tokens(logits, batch),
     )
-    logprobs = jax.nn.log_softmax(logits, axis=-1)
-    return tokens, jnp.take_along_axis(logprobs, tokens[:, None], axis=-1)[:, 0]
+    chosen = jnp.take_along_axis(logits, tokens[:, None], axis=-1)[:, 0]
+    return tokens, chosen - jax.nn.logsumexp(logits, axis=-1)

@@ -17,6 +17,7 @@ Every projection is an ``nnx.Linear`` (a matmul on a ``kernel`` param of shape
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -61,13 +62,40 @@ def rope_inv_freq(cfg: ModelConfig) -> np.ndarray:
     return np.where(is_medium, smoothed, scaled).astype(np.float32)
 
 
-def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: np.ndarray) -> jax.Array:
-    """Rotate x f[..., H, D] by positions i32[...] (half-split layout, as transformers)."""
+class Rope(NamedTuple):
+    """cos and sin of every token's rotation angles: f32[..., head_dim // 2] each."""
+
+    cos: jax.Array
+    sin: jax.Array
+
+
+def rope_angles(positions: jax.Array, inv_freq: np.ndarray) -> Rope:
     angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)  # [..., D/2]
-    cos = jnp.cos(angles)[..., None, :].astype(x.dtype)
-    sin = jnp.sin(angles)[..., None, :].astype(x.dtype)
+    return Rope(jnp.cos(angles), jnp.sin(angles))
+
+
+def rope_table(cfg: ModelConfig, length: int) -> Rope:
+    """cos and sin for positions 0..length-1 (numpy, f32[length, head_dim // 2] each).
+
+    The engine gathers its step's rows from this table: computed in the step instead,
+    XLA:CPU fuses cos and sin into every layer's rotation and evaluates them once per
+    element of q and k (about 2 ms a layer for a 2048-token step on two cores).
+    """
+    angles = np.arange(length, dtype=np.float32)[:, None] * rope_inv_freq(cfg)[None, :]
+    return Rope(np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32))
+
+
+def rotate(x: jax.Array, rope: Rope) -> jax.Array:
+    """Rotate x f[..., H, D] by its tokens' angles (half-split layout, as transformers)."""
+    cos = rope.cos[..., None, :].astype(x.dtype)
+    sin = rope.sin[..., None, :].astype(x.dtype)
     x1, x2 = jnp.split(x, 2, axis=-1)
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: np.ndarray) -> jax.Array:
+    """Rotate x f[..., H, D] by positions i32[...]."""
+    return rotate(x, rope_angles(positions, inv_freq))
 
 
 def _linear(
@@ -122,14 +150,17 @@ class Attention(nnx.Module):
         self.cfg = cfg
         self.sm_scale = hd**-0.5
 
-    def _qkv(self, x: jax.Array, positions: jax.Array):
-        """x f[..., hidden], positions i32[...] -> q f[..., Hq, D], k/v f[..., Hkv, D]."""
+    def _qkv(self, x: jax.Array, positions: jax.Array | Rope):
+        """x f[..., hidden], positions i32[...] or their Rope -> q [..Hq, D], k/v [..Hkv, D]."""
         lead = x.shape[:-1]
         q = self.q_proj(x).reshape(*lead, self.num_heads, self.head_dim)
         k = self.k_proj(x).reshape(*lead, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).reshape(*lead, self.num_kv_heads, self.head_dim)
-        inv_freq = rope_inv_freq(self.cfg)
-        return apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq), v
+        rope = positions if isinstance(positions, Rope) else self.rope(positions)
+        return rotate(q, rope), rotate(k, rope), v
+
+    def rope(self, positions: jax.Array) -> Rope:
+        return rope_angles(positions, rope_inv_freq(self.cfg))
 
     def __call__(
         self,
@@ -211,19 +242,25 @@ class LlamaForCausalLM(nnx.Module):
         md: AttentionMetadata,
         *,
         attention: AttentionBackend,
+        rope: Rope | None = None,
     ) -> tuple[jax.Array, list[LayerKV]]:
         """One engine step over the flattened ragged batch.
 
         token_ids i32[T], positions i32[T], kv_caches one LayerKV per layer, md for the
         step -> (final-normed hidden f[T, hidden_size], updated kv_caches). Call
-        ``logits`` on just the rows that need sampling.
+        ``logits`` on just the rows that need sampling. ``rope``: a ``rope_table`` covering
+        every position (device arrays), read instead of computing the angles.
         """
         if len(kv_caches) != len(self.layers):
             raise ValueError(f"got {len(kv_caches)} KV caches for {len(self.layers)} layers")
         x = self.embed_tokens(token_ids)
+        if rope is None:
+            angles = rope_angles(positions, rope_inv_freq(self.cfg))
+        else:
+            angles = Rope(rope.cos[positions], rope.sin[positions])
         new_caches = []
         for layer, cache in zip(self.layers, kv_caches, strict=True):
-            x, cache = layer(x, positions, cache, md, attention)
+            x, cache = layer(x, angles, cache, md, attention)
             new_caches.append(cache)
         return self.norm(x), new_caches
 
