@@ -1,10 +1,10 @@
-"""Attention backend selection: Pallas on TPU, the native decode kernel on CPU, XLA elsewhere.
+"""Attention backend selection: Pallas on TPU, native kernels on CPU, XLA elsewhere.
 
 - "xla": kernels/reference.py, pure jnp, runs on any XLA backend.
-- "cpu": the same, with decode-only sequences attended by the native CPU kernel
-  (kernels/native_decode.py), compiled on first use.
+- "cpu": the same, with attention by the native CPU kernels
+  (kernels/native_attention.py), compiled on first use.
 - "pallas": the Pallas ragged paged attention kernel (TPU; interpret mode elsewhere).
-- "auto": "pallas" on TPU; "cpu" on CPU when the native kernel builds, else "xla".
+- "auto": "pallas" on TPU; "cpu" on CPU when the native kernels build, else "xla".
 """
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ def resolve_backend_name(name: str) -> str:
         if platform == "tpu":
             return "pallas"
         if platform == "cpu":
-            from claimbench.kernels.native_decode import unavailable_reason
+            from claimbench.kernels.native_attention import unavailable_reason
 
             return "cpu" if unavailable_reason() is None else "xla"
         return "xla"
     if name == "cpu":
-        from claimbench.kernels.native_decode import unavailable_reason
+        from claimbench.kernels.native_attention import unavailable_reason
 
         if (reason := unavailable_reason()) is not None:
             raise ValueError(f"attention_backend 'cpu' is unavailable: {reason}")
@@ -64,7 +64,7 @@ def get_backend(name: str) -> AttentionBackend:
 
         return ragged_paged_attention
     if name == "cpu":
-        from claimbench.kernels.native_decode import ragged_paged_attention
+        from claimbench.kernels.native_attention import ragged_paged_attention
 
         return ragged_paged_attention
     from claimbench.kernels.reference import ragged_paged_attention

@@ -5,8 +5,9 @@ sequences (see ``metadata.AttentionMetadata``). The step's K/V are written into
 the pages first; then decode-only slots (the first ``distribution[0]``, one
 token each) are attended together (xla_decode.py, or a native kernel passed as
 ``decode``), and prefill and mixed sequences one at a time, flash-style over
-causal KV blocks (xla_prefill.py). K/V are read per sequence through its block
-table, never copied once per query token.
+causal KV blocks (xla_prefill.py, or a native kernel passed as ``prefill``).
+K/V are read per sequence through its block table, never copied once per query
+token.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ __all__ = [
 # decode(qg [n, Hkv, G, D], cache, md, dtype, sm_scale, sliding_window, soft_cap)
 # -> f32[n, Hkv, G, D] for the first n slots, zeros past the decode group.
 DecodeFn = Callable[..., jax.Array]
+# prefill(qg [T, Hkv, G, D], cache, md, dtype, sm_scale, sliding_window, soft_cap, out)
+# -> out f32[T, Hkv, G, D] with the prefill and mixed sequences' rows filled in.
+PrefillFn = Callable[..., jax.Array]
 
 
 def ragged_paged_attention(
@@ -46,6 +50,7 @@ def ragged_paged_attention(
     sliding_window: int | None = None,
     soft_cap: float | None = None,
     decode: DecodeFn | None = None,
+    prefill: PrefillFn | None = None,
 ) -> tuple[jax.Array, LayerKV]:
     """Write the new K/V, then attend every token over its own sequence's cache.
 
@@ -53,7 +58,7 @@ def ragged_paged_attention(
     [num_pages, page_size, 2 * num_kv_heads, D]. Returns (f[T, num_q_heads, D], cache).
     Token t of sequence i sits at position kv_lens[i] - q_len_i + (t - cu_q_lens[i]) and
     attends to KV positions <= its own (and > position - sliding_window if set).
-    ``decode`` attends the decode-only slots (default: the XLA online softmax).
+    ``decode`` attends the decode-only slots and ``prefill`` the rest (default: XLA).
     """
     num_tokens, num_q_heads, head_dim = q.shape
     num_kv_heads = k.shape[1]
@@ -74,7 +79,9 @@ def ragged_paged_attention(
     out = jnp.where(is_decode[:, None, None, None], out, 0.0)
 
     # Prefill-only and mixed sequences (few per step), one at a time.
-    out = prefill_attention(qg, cache, md, q.dtype, sm_scale, sliding_window, soft_cap, out)
+    out = (prefill or prefill_attention)(
+        qg, cache, md, q.dtype, sm_scale, sliding_window, soft_cap, out
+    )
     return out.reshape(num_tokens, num_q_heads, head_dim).astype(q.dtype), cache
 
 

@@ -4,7 +4,7 @@ The portable path (any XLA backend). Slots are attended together, token t being
 sequence t, a block of pages at a time up to the longest decode context, so the work
 follows the real lengths rather than pages_per_seq and no [n, max_len, 2H, D] copy of
 the cache is made. On CPU the gathers and the transposes the batched dots need cost
-more than the arithmetic; kernels/native_decode.py reads pages in place instead.
+more than the arithmetic; kernels/native_attention.py reads pages in place instead.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ import tempfile
 from pathlib import Path
 
 SOURCE_DIR = Path(__file__).parent
-SOURCES = ("paged_decode.cc",)
+SOURCES = ("paged_decode.cc", "paged_prefill.cc")
+HEADERS = ("paged_kv.h", "parallel.h")
 FLAGS = (
     "-O3",
     "-march=native",
@@ -66,7 +67,7 @@ def library_path() -> Path:
     compiler = _compiler()
     include = jax.ffi.include_dir()
     key = hashlib.sha256()
-    for name in SOURCES:
+    for name in SOURCES + HEADERS:
         key.update((SOURCE_DIR / name).read_bytes())
     key.update(" ".join((compiler, *FLAGS, include, _cpu_signature())).encode())
     target = cache_dir() / key.hexdigest()[:16] / "libclaimbench_native.so"

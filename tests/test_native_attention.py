@@ -1,10 +1,12 @@
-"""The native CPU decode kernel against the XLA decode attention, and the "cpu" backend.
+"""The native CPU attention kernels against the XLA path and dense attention.
 
-Random pages in every storage format the kernel reads (f32, f16, bf16 and fp8 as values
-or as bit containers, int8 with per-row scales), random block tables, contexts that end
-mid-page and on page boundaries, padding slots past the decode group, GQA groups of 1, 2
-and 4, sliding window and soft cap. Then the whole engine: greedy tokens on the "cpu"
-backend equal those on the "xla" backend.
+Decode: random pages in every storage format the kernel reads (f32, f16, bf16 and fp8 as
+values or as bit containers, int8 with per-row scales), random block tables, contexts that
+end mid-page and on page boundaries, padding slots past the decode group, GQA groups of 1,
+2 and 4, sliding window and soft cap. Prefill: the whole "cpu" backend on the reference
+tests' ragged batches against dense attention, chunks longer than a tile, head dims with
+and without a specialized kernel. Then the engine: greedy tokens on the "cpu" backend
+equal those on the "xla" backend.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import test_reference_attention as ref
 from engine_helpers import tiny_engine, tiny_model
 
 from claimbench.engine.sampler import SamplingParams
-from claimbench.kernels import backend, native_decode
+from claimbench.kernels import backend, native_attention, reference, xla_prefill
 from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV, to_container
 from claimbench.kernels.metadata import NULL_PAGE, AttentionMetadata
 from claimbench.kernels.native.build import NativeUnavailable, library_path
@@ -84,13 +87,13 @@ def decode_case(lens, num_slots, num_q_heads, rows, head_dim, storage, seed=0):
 
 def both(q, cache, md, sm_scale, sliding_window=None, soft_cap=None):
     args = (jnp.float32, sm_scale, sliding_window, soft_cap)
-    native = jax.jit(lambda q, c, m: native_decode.paged_decode_attention(q, c, m, *args))
+    native = jax.jit(lambda q, c, m: native_attention.paged_decode_attention(q, c, m, *args))
     xla = jax.jit(lambda q, c, m: decode_attention(q, c, m, *args))
     return np.asarray(native(q, cache, md)), np.asarray(xla(q, cache, md))
 
 
 def test_the_kernel_builds_here():
-    assert native_decode.unavailable_reason() is None
+    assert native_attention.unavailable_reason() is None
     assert backend.resolve_backend_name("auto") == "cpu"
 
 
@@ -149,7 +152,7 @@ def test_turned_off_or_without_a_compiler_it_says_why(monkeypatch, tmp_path):
 
 
 def test_backend_falls_back_to_xla_when_unavailable(monkeypatch):
-    monkeypatch.setattr(native_decode, "unavailable_reason", lambda: "no compiler here")
+    monkeypatch.setattr(native_attention, "unavailable_reason", lambda: "no compiler here")
     assert backend.resolve_backend_name("auto") == "xla"
     with pytest.raises(ValueError, match="unavailable: no compiler here"):
         backend.resolve_backend_name("cpu")
@@ -171,3 +174,88 @@ def test_cpu_engine_greedy_tokens_match_xla(kv_dtype):
     for xla, cpu in zip(outputs["xla"], outputs["cpu"], strict=True):
         assert len(cpu.token_ids) == len(xla.token_ids) > 0
         assert cpu.token_ids == xla.token_ids
+
+
+# -- the whole "cpu" backend (native decode and prefill) against dense attention ---------
+
+cpu_paged = jax.jit(
+    native_attention.ragged_paged_attention,
+    static_argnames=("sm_scale", "sliding_window", "soft_cap"),
+)
+
+
+@pytest.mark.parametrize("name", sorted(ref.CASES))
+@pytest.mark.parametrize("pad_tokens, pad_seqs", [(0, 0), (5, 3)])
+def test_cpu_backend_matches_dense_attention(name, pad_tokens, pad_seqs):
+    specs = ref.CASES[name]
+    q, k, v, cache, md, k_all, v_all = ref.build_case(
+        specs, pad_tokens=pad_tokens, pad_seqs=pad_seqs
+    )
+    out, new_cache = cpu_paged(q, k, v, cache, md, sm_scale=ref.SM_SCALE)
+    num_real = len(q) - pad_tokens
+    expected = ref.dense_reference(q, specs, k_all, v_all)
+    np.testing.assert_allclose(out[:num_real], expected, rtol=2e-5, atol=2e-5)
+    assert np.all(np.asarray(out[num_real:]) == 0.0)
+    flat = np.asarray(new_cache.pages).reshape(-1, 2 * ref.HKV, ref.D)
+    slots = np.asarray(md.slot_mapping)[:num_real]
+    np.testing.assert_array_equal(flat[slots][:, 0::2], k[:num_real])
+
+
+@pytest.mark.parametrize(
+    "options, dtype",
+    [
+        ({"sliding_window": 5, "soft_cap": 2.0}, jnp.float32),
+        ({"sliding_window": 1}, jnp.float32),
+        ({}, jnp.int8),
+        ({}, jnp.bfloat16),
+        ({}, FP8_DTYPE),
+    ],
+)
+def test_cpu_backend_options_and_storages(options, dtype):
+    # Long chunks: more query rows than one tile, more keys than one key tile.
+    specs = [(ref.MAX_LEN - 1, 1), (7, 1), (0, 1), (0, 23), (5, 19), (9, 17)]
+    q, k, v, cache, md, k_all, v_all = ref.build_case(specs, pad_tokens=3, pad_seqs=1, dtype=dtype)
+    out, _ = cpu_paged(q, k, v, cache, md, sm_scale=ref.SM_SCALE, **options)
+    xla, _ = jax.jit(
+        reference.ragged_paged_attention, static_argnames=("sm_scale", "sliding_window", "soft_cap")
+    )(q, k, v, cache, md, sm_scale=ref.SM_SCALE, **options)
+    np.testing.assert_allclose(out, xla, rtol=2e-4, atol=2e-5)
+    if dtype == jnp.float32:
+        expected = ref.dense_reference(q, specs, k_all, v_all, **options)
+        np.testing.assert_allclose(out[: len(q) - 3], expected, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 40])
+@pytest.mark.parametrize("num_q_heads, num_kv_heads", [(4, 2), (8, 1), (2, 2)])
+def test_native_prefill_tiles_head_dims_and_groups(head_dim, num_q_heads, num_kv_heads):
+    rng = np.random.default_rng(head_dim + num_q_heads)
+    page_size, pages_per_seq = 16, 6
+    specs = [(0, 1), (0, 70), (40, 33)]  # a decode slot, a prefill chunk, a mixed chunk
+    num_tokens = sum(q for _, q in specs)
+    pages = jnp.asarray(
+        rng.standard_normal((24, page_size, 2 * num_kv_heads, head_dim)), jnp.float32
+    )
+    table = np.zeros((len(specs), pages_per_seq), np.int32)
+    table[:] = rng.permutation(np.arange(1, 24))[: len(specs) * pages_per_seq].reshape(
+        len(specs), pages_per_seq
+    )
+    cu = np.concatenate([[0], np.cumsum([q for _, q in specs])]).astype(np.int32)
+    md = AttentionMetadata(
+        slot_mapping=jnp.zeros(num_tokens, jnp.int32),
+        cu_q_lens=jnp.asarray(cu),
+        kv_lens=jnp.asarray([c + q for c, q in specs], jnp.int32),
+        page_indices=jnp.asarray(table),
+        num_seqs=jnp.asarray([len(specs)], jnp.int32),
+        distribution=jnp.asarray([1, 2, 3], jnp.int32),
+    )
+    qg = jnp.asarray(
+        rng.standard_normal((num_tokens, num_kv_heads, num_q_heads // num_kv_heads, head_dim)),
+        jnp.float32,
+    )
+    out = jnp.full(qg.shape, 7.0, jnp.float32)  # rows of other sequences pass through
+    args = (LayerKV(pages, None), md, jnp.float32, head_dim**-0.5, None, None, out)
+    static = (3, 4, 5, 6)
+    native = jax.jit(native_attention.paged_prefill_attention, static_argnums=static)(qg, *args)
+    expected = jax.jit(xla_prefill.prefill_attention, static_argnums=static)(qg, *args)
+    np.testing.assert_allclose(native, expected, rtol=2e-4, atol=2e-5)
+    assert np.all(np.asarray(native[0]) == 7.0)

@@ -1,0 +1,274 @@
+// Paged prefill attention for CPUs, called from XLA through the typed FFI.
+//
+// The sequences after the decode group (prefill chunks, from position 0 or
+// continuing a cached prefix) attend causally over their pages, read in place.
+// Unlike decode this is compute-bound, so the work is tiled like a small GEMM:
+// an item is (sequence, KV head, tile of query tokens); its rows (token, group
+// member) meet the keys 16 at a time, transposed into an L1 tile so the score
+// products run 16 keys to a vector, and the value sum runs along head_dim. An
+// online softmax carries across key tiles, which stop at the tile's last
+// position (and start at its sliding window). Items are split across XLA's
+// intra-op threads; output rows of other sequences are left as they came in.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "paged_kv.h"
+#include "parallel.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace claimbench {
+namespace {
+
+constexpr int64_t kKeys = 16;     // keys per tile: one 512-bit vector of f32 scores
+constexpr int64_t kMaxRows = 64;  // query rows per item
+
+// 16 floats: one AVX-512 register, or split by the compiler where vectors are narrower.
+typedef float KeyVec __attribute__((vector_size(kKeys * sizeof(float))));
+
+struct Prefill {
+  PagedKV kv;
+  const float* q;             // [T, num_q_heads, head_dim]
+  const int32_t* cu_q_lens;   // [N + 1]
+  const int32_t* kv_lens;     // [N]
+  const int32_t* page_table;  // [N, pages_per_seq]
+  float* out;                 // [T, num_q_heads, head_dim]
+  int64_t num_q_heads, pages_per_seq;
+  float sm_scale, soft_cap;   // soft_cap 0 = off
+  int32_t sliding_window;     // 0 = off
+};
+
+struct Item {
+  int64_t seq, head, first_token, num_tokens;
+};
+
+// kD: head_dim known at compile time (an accumulator row stays in registers
+// across a key tile), or 0 for any head_dim.
+template <int64_t kD>
+void AttendTile(const Prefill& p, const Item& item) {
+  const PagedKV& kv = p.kv;
+  const int64_t d = kD ? kD : kv.head_dim;
+  const int64_t num_kv_heads = kv.rows / 2;
+  const int64_t group = p.num_q_heads / num_kv_heads;
+  const int64_t start = p.cu_q_lens[item.seq];
+  const int64_t q_len = p.cu_q_lens[item.seq + 1] - start;
+  const int64_t context = p.kv_lens[item.seq] - q_len;  // cached tokens before the chunk
+  const int32_t* table = p.page_table + item.seq * p.pages_per_seq;
+  const int64_t rows = item.num_tokens * group;
+
+  alignas(64) float qt[kMaxRows * kMaxHeadDim];  // scaled queries, [rows, d]
+  alignas(64) float acc[kMaxRows * kMaxHeadDim];
+  alignas(64) float kt[kMaxHeadDim * kKeys];  // keys transposed, [d, kKeys]
+  alignas(64) float vt[kKeys * kMaxHeadDim];  // values, [kKeys, d]
+  alignas(64) float s[kMaxRows * kKeys];
+  float m[kMaxRows], l[kMaxRows], scratch[kMaxHeadDim];
+  int64_t pos[kMaxRows];
+
+  for (int64_t j = 0; j < item.num_tokens; ++j) {
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t r = j * group + g;
+      const float* src =
+          p.q + ((start + item.first_token + j) * p.num_q_heads + item.head * group + g) * d;
+      for (int64_t i = 0; i < d; ++i) qt[r * d + i] = src[i] * p.sm_scale;
+      pos[r] = context + item.first_token + j;
+      m[r] = -std::numeric_limits<float>::infinity();
+      l[r] = 0.0f;
+    }
+  }
+  std::memset(acc, 0, sizeof(float) * rows * d);
+  const int64_t hi = context + item.first_token + item.num_tokens;  // past the last position
+  int64_t lo = 0;
+  if (p.sliding_window > 0) lo = std::max<int64_t>(0, pos[0] - p.sliding_window + 1);
+
+  for (int64_t kb = lo - lo % kKeys; kb < hi; kb += kKeys) {
+    const int64_t nk = std::min(kKeys, hi - kb);
+    for (int64_t t = 0; t < kKeys; ++t) {
+      if (t < nk) {
+        const int64_t at = kb + t;
+        const int64_t slot = table[at / kv.page_size] * kv.page_size + at % kv.page_size;
+        const float* k = kv.Row(slot, 2 * item.head, scratch);
+        for (int64_t i = 0; i < d; ++i) kt[i * kKeys + t] = k[i];
+        const float* v = kv.Row(slot, 2 * item.head + 1, scratch);
+        std::memcpy(vt + t * d, v, sizeof(float) * d);
+      } else {
+        for (int64_t i = 0; i < d; ++i) kt[i * kKeys + t] = 0.0f;
+        std::memset(vt + t * d, 0, sizeof(float) * d);
+      }
+    }
+    // Scores, four rows at a time sharing each key vector.
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+      KeyVec s0 = {}, s1 = {}, s2 = {}, s3 = {};
+      const float *q0 = qt + r * d, *q1 = q0 + d, *q2 = q1 + d, *q3 = q2 + d;
+      for (int64_t i = 0; i < d; ++i) {
+        const KeyVec k = *reinterpret_cast<const KeyVec*>(kt + i * kKeys);
+        s0 += q0[i] * k;
+        s1 += q1[i] * k;
+        s2 += q2[i] * k;
+        s3 += q3[i] * k;
+      }
+      *reinterpret_cast<KeyVec*>(s + r * kKeys) = s0;
+      *reinterpret_cast<KeyVec*>(s + (r + 1) * kKeys) = s1;
+      *reinterpret_cast<KeyVec*>(s + (r + 2) * kKeys) = s2;
+      *reinterpret_cast<KeyVec*>(s + (r + 3) * kKeys) = s3;
+    }
+    for (; r < rows; ++r) {
+      KeyVec s0 = {};
+      const float* q0 = qt + r * d;
+      for (int64_t i = 0; i < d; ++i) s0 += q0[i] * *reinterpret_cast<const KeyVec*>(kt + i * kKeys);
+      *reinterpret_cast<KeyVec*>(s + r * kKeys) = s0;
+    }
+    // Mask (only where the tile crosses a row's causal or window edge), online
+    // softmax, value sum.
+    for (r = 0; r < rows; ++r) {
+      float* sr = s + r * kKeys;
+      const int64_t last = pos[r];  // keys <= last, and > last - window
+      const int64_t first = p.sliding_window > 0 ? last - p.sliding_window + 1 : 0;
+      if (kb > last || kb + nk <= first) continue;  // nothing visible in this tile
+      if (p.soft_cap > 0.0f) {
+        for (int64_t t = 0; t < kKeys; ++t) sr[t] = p.soft_cap * std::tanh(sr[t] / p.soft_cap);
+      }
+      if (nk < kKeys || kb + kKeys - 1 > last || kb < first) {
+        for (int64_t t = 0; t < kKeys; ++t) {
+          const int64_t at = kb + t;
+          if (t >= nk || at > last || at < first) sr[t] = -std::numeric_limits<float>::infinity();
+        }
+      }
+      float tile_max = sr[0];
+      for (int64_t t = 1; t < kKeys; ++t) tile_max = std::max(tile_max, sr[t]);
+      const float m_new = std::max(m[r], tile_max);
+      const float rescale = std::exp(m[r] - m_new);
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t t = 0; t < kKeys; ++t) {
+        sr[t] = std::exp(sr[t] - m_new);
+        sum += sr[t];
+      }
+      l[r] = l[r] * rescale + sum;
+      m[r] = m_new;
+      float* __restrict a = acc + r * d;
+      if constexpr (kD % kKeys == 0 && kD > 0) {
+        constexpr int64_t kParts = kD / kKeys;
+        KeyVec row[kParts];
+        for (int64_t c = 0; c < kParts; ++c) {
+          row[c] = *reinterpret_cast<const KeyVec*>(a + c * kKeys) * rescale;
+        }
+        for (int64_t t = 0; t < nk; ++t) {
+          const float w = sr[t];
+          const KeyVec* v = reinterpret_cast<const KeyVec*>(vt + t * kD);
+          for (int64_t c = 0; c < kParts; ++c) row[c] += w * v[c];
+        }
+        for (int64_t c = 0; c < kParts; ++c) *reinterpret_cast<KeyVec*>(a + c * kKeys) = row[c];
+      } else {
+        for (int64_t i = 0; i < d; ++i) a[i] *= rescale;
+        for (int64_t t = 0; t < nk; ++t) {
+          const float w = sr[t];
+          const float* v = vt + t * d;
+#pragma omp simd
+          for (int64_t i = 0; i < d; ++i) a[i] += w * v[i];
+        }
+      }
+    }
+  }
+  for (int64_t j = 0; j < item.num_tokens; ++j) {
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t r = j * group + g;
+      const float inv = 1.0f / std::max(l[r], 1e-30f);
+      float* dst =
+          p.out + ((start + item.first_token + j) * p.num_q_heads + item.head * group + g) * d;
+      for (int64_t i = 0; i < d; ++i) dst[i] = acc[r * d + i] * inv;
+    }
+  }
+}
+
+ffi::Error PagedPrefillImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::AnyBuffer pages,
+                            ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::S32> cu_q_lens,
+                            ffi::Buffer<ffi::S32> kv_lens, ffi::Buffer<ffi::S32> page_table,
+                            ffi::Buffer<ffi::S32> seq_range, ffi::Buffer<ffi::F32> out_in,
+                            ffi::ResultBuffer<ffi::F32> out, float sm_scale, float soft_cap,
+                            int32_t sliding_window) {
+  Prefill p;
+  if (ffi::Error error = DescribePages(pages, scales, &p.kv); error.failure()) return error;
+  auto q_dims = q.dimensions();
+  auto table_dims = page_table.dimensions();
+  const int64_t num_slots = kv_lens.element_count();
+  if (q_dims.size() != 3 || table_dims.size() != 2 || q_dims[2] != p.kv.head_dim ||
+      q_dims[1] % (p.kv.rows / 2) != 0 || table_dims[0] != num_slots ||
+      cu_q_lens.element_count() != static_cast<size_t>(num_slots + 1) ||
+      seq_range.element_count() != 2 || out_in.element_count() != q.element_count()) {
+    return ffi::Error::InvalidArgument("paged_prefill: inconsistent shapes");
+  }
+  const int64_t group = q_dims[1] / (p.kv.rows / 2);
+  if (group > kMaxRows) {
+    return ffi::Error::InvalidArgument("paged_prefill: query group larger than a row tile");
+  }
+  p.q = q.typed_data();
+  p.cu_q_lens = cu_q_lens.typed_data();
+  p.kv_lens = kv_lens.typed_data();
+  p.page_table = page_table.typed_data();
+  p.out = out->typed_data();
+  p.num_q_heads = q_dims[1];
+  p.pages_per_seq = table_dims[1];
+  p.sm_scale = sm_scale;
+  p.soft_cap = soft_cap;
+  p.sliding_window = sliding_window;
+  if (p.out != out_in.typed_data()) {
+    std::memcpy(p.out, out_in.typed_data(), sizeof(float) * q.element_count());
+  }
+  const int32_t* range = seq_range.typed_data();
+  const int64_t first_seq = std::max<int64_t>(range[0], 0);
+  const int64_t end_seq = std::min<int64_t>(range[1], num_slots);
+  const int64_t tile = std::max<int64_t>(1, kMaxRows / group);
+  std::vector<Item> items;
+  for (int64_t seq = first_seq; seq < end_seq; ++seq) {
+    const int64_t q_len = p.cu_q_lens[seq + 1] - p.cu_q_lens[seq];
+    for (int64_t j = 0; j < q_len; j += tile) {
+      for (int64_t h = 0; h < p.kv.rows / 2; ++h) {
+        items.push_back({seq, h, j, std::min(tile, q_len - j)});
+      }
+    }
+  }
+  // Later tiles see more keys: hand them out first so threads finish together.
+  std::stable_sort(items.begin(), items.end(), [&p](const Item& a, const Item& b) {
+    const int64_t ka = p.kv_lens[a.seq] - (p.cu_q_lens[a.seq + 1] - p.cu_q_lens[a.seq]) +
+                       a.first_token;
+    const int64_t kb = p.kv_lens[b.seq] - (p.cu_q_lens[b.seq + 1] - p.cu_q_lens[b.seq]) +
+                       b.first_token;
+    return ka > kb;
+  });
+  const int64_t d = p.kv.head_dim;
+  ParallelFor(pool, static_cast<int64_t>(items.size()), [&p, &items, d](int64_t i) {
+    if (d == 64) {
+      AttendTile<64>(p, items[i]);
+    } else if (d == 128) {
+      AttendTile<128>(p, items[i]);
+    } else {
+      AttendTile<0>(p, items[i]);
+    }
+  });
+  return ffi::Error::Success();
+}
+
+}  // namespace
+}  // namespace claimbench
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ClaimbenchPagedPrefill, claimbench::PagedPrefillImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::ThreadPool>()
+                                  .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
+                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()
+                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()
+                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()
+                                  .Arg<xla::ffi::Buffer<xla::ffi::S32>>()
+                                  .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
+                                  .Ret<xla::ffi::Buffer<xla::ffi::F32>>()
+                                  .Attr<float>("sm_scale")
+                                  .Attr<float>("soft_cap")
+                                  .Attr<int32_t>("sliding_window"));

@@ -1,0 +1,153 @@
+"""Attention by native CPU kernels (native/*.cc), and the "cpu" backend built on them.
+
+XLA:CPU spends most of a decode step's attention copying: gathering each sequence's
+pages, then transposing K and V for the batched dots; in prefill, its loops of small
+dots run at a fraction of the machine. The native kernels walk each sequence's block
+table and read K/V rows where they lie, split over XLA's intra-op threads: decode
+streams every page once (it is bound by memory bandwidth), prefill tiles queries and
+keys like a small GEMM (it is bound by arithmetic). Both are registered through
+``jax.ffi`` and called inside the jitted step; their results match ``xla_decode`` and
+``xla_prefill`` (tests/test_native_attention.py).
+
+The "cpu" attention backend is ``reference.ragged_paged_attention`` (the KV write in XLA)
+with both kernels.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from claimbench.kernels import reference
+from claimbench.kernels.kv_quant import LayerKV
+from claimbench.kernels.metadata import AttentionMetadata
+from claimbench.kernels.native.build import NativeUnavailable, library_path
+from claimbench.kernels.paged_io import decode_lens
+
+DECODE_TARGET = "claimbench_paged_decode"
+PREFILL_TARGET = "claimbench_paged_prefill"
+
+
+@functools.cache
+def _register() -> str | None:
+    """Build, load and register the kernels once; None when ready, else why not."""
+    if jax.default_backend() != "cpu":
+        return f"the native attention kernels run on CPU, not {jax.default_backend()}"
+    try:
+        lib = ctypes.cdll.LoadLibrary(str(library_path()))
+    except NativeUnavailable as e:
+        return str(e)
+    except OSError as e:
+        return f"loading the native kernels failed: {e}"
+    jax.ffi.register_ffi_target(DECODE_TARGET, jax.ffi.pycapsule(lib.ClaimbenchPagedDecode), "cpu")
+    jax.ffi.register_ffi_target(
+        PREFILL_TARGET, jax.ffi.pycapsule(lib.ClaimbenchPagedPrefill), "cpu"
+    )
+    return None
+
+
+def unavailable_reason() -> str | None:
+    """None when the native kernels can be used here, else a one-line reason."""
+    return _register()
+
+
+def paged_decode_attention(
+    qg: jax.Array,
+    cache: LayerKV,
+    md: AttentionMetadata,
+    dtype,
+    sm_scale: float,
+    sliding_window: int | None,
+    soft_cap: float | None,
+) -> jax.Array:
+    """Same contract as ``xla_decode.decode_attention``: f32[n, Hkv, G, D] for slots 0..n-1."""
+    if (reason := _register()) is not None:
+        raise NativeUnavailable(reason)
+    n, num_kv_heads, group, head_dim = qg.shape
+    q = qg.reshape(n, num_kv_heads * group, head_dim).astype(jnp.float32)
+    call = jax.ffi.ffi_call(DECODE_TARGET, jax.ShapeDtypeStruct(q.shape, jnp.float32))
+    out = call(
+        q,
+        cache.pages,
+        _scales(cache),
+        decode_lens(md, n).astype(jnp.int32),
+        md.page_indices[:n].astype(jnp.int32),
+        sm_scale=np.float32(sm_scale),
+        soft_cap=np.float32(soft_cap or 0.0),
+        sliding_window=np.int32(sliding_window or 0),
+    )
+    return out.reshape(qg.shape)
+
+
+def _scales(cache: LayerKV) -> jax.Array:
+    return (cache.scales if cache.scales is not None else jnp.zeros((1,), jnp.float32)).astype(
+        jnp.float32
+    )
+
+
+def paged_prefill_attention(
+    qg: jax.Array,
+    cache: LayerKV,
+    md: AttentionMetadata,
+    dtype,
+    sm_scale: float,
+    sliding_window: int | None,
+    soft_cap: float | None,
+    out: jax.Array,
+) -> jax.Array:
+    """Same contract as ``xla_prefill.prefill_attention``: fills the rows of the prefill
+    and mixed sequences of out f32[T, Hkv, G, D], the other rows passing through."""
+    if (reason := _register()) is not None:
+        raise NativeUnavailable(reason)
+    num_tokens, num_kv_heads, group, head_dim = qg.shape
+    shape = (num_tokens, num_kv_heads * group, head_dim)
+    call = jax.ffi.ffi_call(
+        PREFILL_TARGET,
+        jax.ShapeDtypeStruct(shape, jnp.float32),
+        input_output_aliases={7: 0},
+    )
+    seq_range = jnp.stack([md.distribution[0], md.num_seqs[0]]).astype(jnp.int32)
+    result = call(
+        qg.reshape(shape).astype(jnp.float32),
+        cache.pages,
+        _scales(cache),
+        md.cu_q_lens.astype(jnp.int32),
+        md.kv_lens.astype(jnp.int32),
+        md.page_indices.astype(jnp.int32),
+        seq_range,
+        out.reshape(shape),
+        sm_scale=np.float32(sm_scale),
+        soft_cap=np.float32(soft_cap or 0.0),
+        sliding_window=np.int32(sliding_window or 0),
+    )
+    return result.reshape(out.shape)
+
+
+def ragged_paged_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    cache: LayerKV,
+    md: AttentionMetadata,
+    *,
+    sm_scale: float,
+    sliding_window: int | None = None,
+    soft_cap: float | None = None,
+) -> tuple[jax.Array, LayerKV]:
+    """``reference.ragged_paged_attention`` with the native kernels (the "cpu" backend)."""
+    return reference.ragged_paged_attention(
+        q,
+        k,
+        v,
+        cache,
+        md,
+        sm_scale=sm_scale,
+        sliding_window=sliding_window,
+        soft_cap=soft_cap,
+        decode=paged_decode_attention,
+        prefill=paged_prefill_attention,
+    )
