@@ -18,6 +18,7 @@
 
 #include "paged_kv.h"
 #include "parallel.h"
+#include "vec_math.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace claimbench {
@@ -48,9 +49,12 @@ void AttendSequence(const Decode& p, int64_t seq) {
   const int32_t* table = p.page_table + seq * p.pages_per_seq;
   const float* __restrict q = p.q + seq * num_q * d;  // [num_q, d]; head h owns rows h*G..
 
-  std::vector<float> buffer(num_q * page_size + 2 * num_q);
-  float* __restrict scores = buffer.data();  // [num_q, page_size]
-  float* __restrict m = scores + num_q * page_size;
+  // Scores per query row, padded to whole vectors: [num_q, stride].
+  const int64_t stride = (page_size + kLanes - 1) / kLanes * kLanes;
+  std::vector<float> buffer(num_q * stride + 2 * num_q + kLanes);
+  float* __restrict scores =
+      reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buffer.data()) + 63) & ~uintptr_t{63});
+  float* __restrict m = scores + num_q * stride;
   float* __restrict l = m + num_q;
   for (int64_t j = 0; j < num_q; ++j) {
     m[j] = -std::numeric_limits<float>::infinity();
@@ -82,22 +86,23 @@ void AttendSequence(const Decode& p, int64_t seq) {
           for (int64_t i = 0; i < d; ++i) s += qg[i] * k[i];
           s *= p.sm_scale;
           if (p.soft_cap > 0.0f) s = p.soft_cap * std::tanh(s / p.soft_cap);
-          scores[(h * group + g) * page_size + t] = s;
+          scores[(h * group + g) * stride + t] = s;
         }
       }
     }
     // One rescale per page and query, then exponentiate in place.
     for (int64_t j = 0; j < num_q; ++j) {
-      float* __restrict s = scores + j * page_size;
+      float* __restrict s = scores + j * stride;
       float page_max = s[0];
       for (int64_t t = 1; t < n; ++t) page_max = std::max(page_max, s[t]);
+      for (int64_t t = n; t < stride; ++t) s[t] = -std::numeric_limits<float>::infinity();
       const float m_new = std::max(m[j], page_max);
       const float rescale = std::exp(m[j] - m_new);
       float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t t = 0; t < n; ++t) {
-        s[t] = std::exp(s[t] - m_new);
-        sum += s[t];
+      for (int64_t c = 0; c < stride; c += kLanes) {
+        const Vec16 e = Exp16(*reinterpret_cast<const Vec16*>(s + c) - m_new);
+        *reinterpret_cast<Vec16*>(s + c) = e;
+        for (int64_t t = 0; t < kLanes; ++t) sum += e[t];
       }
       l[j] = l[j] * rescale + sum;
       m[j] = m_new;
@@ -112,7 +117,7 @@ void AttendSequence(const Decode& p, int64_t seq) {
         const float* __restrict v = kv.Row(slot0 + t, 2 * h + 1, v_scratch);
         for (int64_t g = 0; g < group; ++g) {
           const int64_t j = h * group + g;
-          const float w = scores[j * page_size + t];
+          const float w = scores[j * stride + t];
           float* __restrict a = out + j * d;
 #pragma omp simd
           for (int64_t i = 0; i < d; ++i) a[i] += w * v[i];

@@ -20,16 +20,17 @@
 
 #include "paged_kv.h"
 #include "parallel.h"
+#include "vec_math.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace claimbench {
 namespace {
 
-constexpr int64_t kKeys = 16;     // keys per tile: one 512-bit vector of f32 scores
-constexpr int64_t kMaxRows = 64;  // query rows per item
+constexpr int64_t kKeys = kLanes;  // keys per tile: one 512-bit vector of f32 scores
+constexpr int64_t kMaxRows = 64;   // query rows per item
 
 // 16 floats: one AVX-512 register, or split by the compiler where vectors are narrower.
-typedef float KeyVec __attribute__((vector_size(kKeys * sizeof(float))));
+typedef Vec16 KeyVec;
 
 struct Prefill {
   PagedKV kv;
@@ -100,22 +101,17 @@ void AttendTile(const Prefill& p, const Item& item) {
         std::memset(vt + t * d, 0, sizeof(float) * d);
       }
     }
-    // Scores, four rows at a time sharing each key vector.
+    // Scores, eight rows at a time sharing each key vector (eight independent
+    // FMA chains keep both FMA units busy).
     int64_t r = 0;
-    for (; r + 4 <= rows; r += 4) {
-      KeyVec s0 = {}, s1 = {}, s2 = {}, s3 = {};
-      const float *q0 = qt + r * d, *q1 = q0 + d, *q2 = q1 + d, *q3 = q2 + d;
+    for (; r + 8 <= rows; r += 8) {
+      KeyVec acc8[8] = {};
+      const float* q0 = qt + r * d;
       for (int64_t i = 0; i < d; ++i) {
         const KeyVec k = *reinterpret_cast<const KeyVec*>(kt + i * kKeys);
-        s0 += q0[i] * k;
-        s1 += q1[i] * k;
-        s2 += q2[i] * k;
-        s3 += q3[i] * k;
+        for (int64_t u = 0; u < 8; ++u) acc8[u] += q0[u * d + i] * k;
       }
-      *reinterpret_cast<KeyVec*>(s + r * kKeys) = s0;
-      *reinterpret_cast<KeyVec*>(s + (r + 1) * kKeys) = s1;
-      *reinterpret_cast<KeyVec*>(s + (r + 2) * kKeys) = s2;
-      *reinterpret_cast<KeyVec*>(s + (r + 3) * kKeys) = s3;
+      for (int64_t u = 0; u < 8; ++u) *reinterpret_cast<KeyVec*>(s + (r + u) * kKeys) = acc8[u];
     }
     for (; r < rows; ++r) {
       KeyVec s0 = {};
@@ -143,12 +139,10 @@ void AttendTile(const Prefill& p, const Item& item) {
       for (int64_t t = 1; t < kKeys; ++t) tile_max = std::max(tile_max, sr[t]);
       const float m_new = std::max(m[r], tile_max);
       const float rescale = std::exp(m[r] - m_new);
+      const Vec16 e = Exp16(*reinterpret_cast<const Vec16*>(sr) - m_new);
+      *reinterpret_cast<Vec16*>(sr) = e;
       float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t t = 0; t < kKeys; ++t) {
-        sr[t] = std::exp(sr[t] - m_new);
-        sum += sr[t];
-      }
+      for (int64_t t = 0; t < kKeys; ++t) sum += e[t];
       l[r] = l[r] * rescale + sum;
       m[r] = m_new;
       float* __restrict a = acc + r * d;
@@ -158,12 +152,21 @@ void AttendTile(const Prefill& p, const Item& item) {
         for (int64_t c = 0; c < kParts; ++c) {
           row[c] = *reinterpret_cast<const KeyVec*>(a + c * kKeys) * rescale;
         }
-        for (int64_t t = 0; t < nk; ++t) {
-          const float w = sr[t];
-          const KeyVec* v = reinterpret_cast<const KeyVec*>(vt + t * kD);
-          for (int64_t c = 0; c < kParts; ++c) row[c] += w * v[c];
+        // Even and odd keys into separate accumulators: twice the independent chains.
+        // Keys past nk have zero weight (exp of -inf) and zero values.
+        KeyVec odd[kParts] = {};
+        for (int64_t t = 0; t < kKeys; t += 2) {
+          const float w0 = sr[t], w1 = sr[t + 1];
+          const KeyVec* v0 = reinterpret_cast<const KeyVec*>(vt + t * kD);
+          const KeyVec* v1 = v0 + kParts;
+          for (int64_t c = 0; c < kParts; ++c) {
+            row[c] += w0 * v0[c];
+            odd[c] += w1 * v1[c];
+          }
         }
-        for (int64_t c = 0; c < kParts; ++c) *reinterpret_cast<KeyVec*>(a + c * kKeys) = row[c];
+        for (int64_t c = 0; c < kParts; ++c) {
+          *reinterpret_cast<KeyVec*>(a + c * kKeys) = row[c] + odd[c];
+        }
       } else {
         for (int64_t i = 0; i < d; ++i) a[i] *= rescale;
         for (int64_t t = 0; t < nk; ++t) {
@@ -183,6 +186,159 @@ void AttendTile(const Prefill& p, const Item& item) {
           p.out + ((start + item.first_token + j) * p.num_q_heads + item.head * group + g) * d;
       for (int64_t i = 0; i < d; ++i) dst[i] = acc[r * d + i] * inv;
     }
+  }
+}
+
+// The same work with query rows in vector lanes, for head_dim a multiple of 16
+// (kD): the softmax's max, rescale and sums run down columns of a key tile, so
+// no horizontal reductions; keys are read as rows (each element broadcast
+// against the transposed queries) and values as vectors along head_dim, both
+// in place for f32 pages.
+template <int64_t kD>
+void AttendTileLanes(const Prefill& p, const Item& item) {
+  static_assert(kD % kLanes == 0 && kD > 0, "head_dim must be a multiple of 16");
+  constexpr int64_t kRowVecs = kMaxRows / kLanes;
+  constexpr int64_t kDVecs = kD / kLanes;
+  constexpr float kFloor = -1e30f;  // running max before any key: finite, so no inf - inf
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const PagedKV& kv = p.kv;
+  const int64_t num_kv_heads = kv.rows / 2;
+  const int64_t group = p.num_q_heads / num_kv_heads;
+  const int64_t start = p.cu_q_lens[item.seq];
+  const int64_t q_len = p.cu_q_lens[item.seq + 1] - start;
+  const int64_t context = p.kv_lens[item.seq] - q_len;
+  const int32_t* table = p.page_table + item.seq * p.pages_per_seq;
+  const int64_t rows = item.num_tokens * group;
+  const int64_t first_pos = context + item.first_token;
+  const int64_t last_pos = first_pos + item.num_tokens - 1;
+
+  alignas(64) float qt[kD * kMaxRows] = {};  // [d][row], scaled; padding rows zero
+  alignas(64) float acc[kMaxRows * kD] = {};  // [row][d]
+  alignas(64) float st[kLanes * kMaxRows];    // [key][row]: scores, then weights
+  alignas(64) float resc[kMaxRows];
+  alignas(64) float k_scratch[kLanes * kD], v_scratch[kLanes * kD];
+  Vec16 m[kRowVecs], l[kRowVecs];
+  Int16 pos[kRowVecs];
+  const float* krow[kLanes];
+  const float* vrow[kLanes];
+
+  for (int64_t r = 0; r < kMaxRows; ++r) {
+    const int64_t j = r / group, g = r % group;
+    pos[r / kLanes][r % kLanes] = r < rows ? static_cast<int32_t>(first_pos + j) : -1;
+    if (r >= rows) continue;
+    const float* src =
+        p.q + ((start + item.first_token + j) * p.num_q_heads + item.head * group + g) * kD;
+    for (int64_t i = 0; i < kD; ++i) qt[i * kMaxRows + r] = src[i] * p.sm_scale;
+  }
+  for (int64_t v = 0; v < kRowVecs; ++v) {
+    m[v] = Vec16{} + kFloor;
+    l[v] = Vec16{};
+  }
+  const int64_t hi = last_pos + 1;
+  int64_t lo = 0;
+  if (p.sliding_window > 0) lo = std::max<int64_t>(0, first_pos - p.sliding_window + 1);
+
+  for (int64_t kb = lo - lo % kLanes; kb < hi; kb += kLanes) {
+    const int64_t nk = std::min<int64_t>(kLanes, hi - kb);
+    for (int64_t t = 0; t < nk; ++t) {
+      const int64_t at = kb + t;
+      const int64_t slot = table[at / kv.page_size] * kv.page_size + at % kv.page_size;
+      krow[t] = kv.Row(slot, 2 * item.head, k_scratch + t * kD);
+      vrow[t] = kv.Row(slot, 2 * item.head + 1, v_scratch + t * kD);
+    }
+    // Scores, two keys at a time (eight independent FMA chains).
+    int64_t t = 0;
+    for (; t + 2 <= nk; t += 2) {
+      Vec16 a0[kRowVecs] = {}, a1[kRowVecs] = {};
+      const float *k0 = krow[t], *k1 = krow[t + 1];
+      for (int64_t i = 0; i < kD; ++i) {
+        const Vec16* q = reinterpret_cast<const Vec16*>(qt + i * kMaxRows);
+        for (int64_t v = 0; v < kRowVecs; ++v) {
+          a0[v] += k0[i] * q[v];
+          a1[v] += k1[i] * q[v];
+        }
+      }
+      for (int64_t v = 0; v < kRowVecs; ++v) {
+        reinterpret_cast<Vec16*>(st + t * kMaxRows)[v] = a0[v];
+        reinterpret_cast<Vec16*>(st + (t + 1) * kMaxRows)[v] = a1[v];
+      }
+    }
+    for (; t < nk; ++t) {
+      Vec16 a0[kRowVecs] = {};
+      for (int64_t i = 0; i < kD; ++i) {
+        const Vec16* q = reinterpret_cast<const Vec16*>(qt + i * kMaxRows);
+        for (int64_t v = 0; v < kRowVecs; ++v) a0[v] += krow[t][i] * q[v];
+      }
+      for (int64_t v = 0; v < kRowVecs; ++v) reinterpret_cast<Vec16*>(st + t * kMaxRows)[v] = a0[v];
+    }
+    for (; t < kLanes; ++t) {
+      for (int64_t r = 0; r < kMaxRows; ++r) st[t * kMaxRows + r] = neg_inf;
+    }
+    if (p.soft_cap > 0.0f) {
+      for (int64_t i = 0; i < nk * kMaxRows; ++i) st[i] = p.soft_cap * std::tanh(st[i] / p.soft_cap);
+    }
+    // Mask only where the tile crosses some row's causal or window edge.
+    const bool window_edge = p.sliding_window > 0 && kb < last_pos - p.sliding_window + 1;
+    if (kb + nk - 1 > first_pos || window_edge) {
+      for (t = 0; t < nk; ++t) {
+        const int32_t at = static_cast<int32_t>(kb + t);
+        Vec16* sv = reinterpret_cast<Vec16*>(st + t * kMaxRows);
+        for (int64_t v = 0; v < kRowVecs; ++v) {
+          Int16 visible = at <= pos[v];
+          if (p.sliding_window > 0) visible &= at > pos[v] - p.sliding_window;
+          sv[v] = visible ? sv[v] : Vec16{} + neg_inf;
+        }
+      }
+    }
+    // Online softmax down the key columns.
+    for (int64_t v = 0; v < kRowVecs; ++v) {
+      Vec16 tile_max = reinterpret_cast<const Vec16*>(st)[v];
+      for (t = 1; t < kLanes; ++t) {
+        const Vec16 x = reinterpret_cast<const Vec16*>(st + t * kMaxRows)[v];
+        tile_max = x > tile_max ? x : tile_max;
+      }
+      const Vec16 m_new = tile_max > m[v] ? tile_max : m[v];
+      const Vec16 rescale = Exp16(m[v] - m_new);
+      Vec16 sum = {};
+      for (t = 0; t < kLanes; ++t) {
+        Vec16* x = reinterpret_cast<Vec16*>(st + t * kMaxRows) + v;
+        *x = Exp16(*x - m_new);
+        sum += *x;
+      }
+      l[v] = l[v] * rescale + sum;
+      m[v] = m_new;
+      reinterpret_cast<Vec16*>(resc)[v] = rescale;
+    }
+    // Value sum: each row's accumulator stays in registers across the tile.
+    for (int64_t r = 0; r < rows; ++r) {
+      Vec16 even[kDVecs], odd[kDVecs] = {};
+      Vec16* a = reinterpret_cast<Vec16*>(acc + r * kD);
+      for (int64_t c = 0; c < kDVecs; ++c) even[c] = a[c] * resc[r];
+      for (t = 0; t + 2 <= nk; t += 2) {
+        const float w0 = st[t * kMaxRows + r], w1 = st[(t + 1) * kMaxRows + r];
+        const Vec16* v0 = reinterpret_cast<const Vec16*>(vrow[t]);
+        const Vec16* v1 = reinterpret_cast<const Vec16*>(vrow[t + 1]);
+        for (int64_t c = 0; c < kDVecs; ++c) {
+          even[c] += w0 * v0[c];
+          odd[c] += w1 * v1[c];
+        }
+      }
+      if (t < nk) {
+        const float w0 = st[t * kMaxRows + r];
+        const Vec16* v0 = reinterpret_cast<const Vec16*>(vrow[t]);
+        for (int64_t c = 0; c < kDVecs; ++c) even[c] += w0 * v0[c];
+      }
+      for (int64_t c = 0; c < kDVecs; ++c) a[c] = even[c] + odd[c];
+    }
+  }
+  alignas(64) float lsum[kMaxRows];
+  for (int64_t v = 0; v < kRowVecs; ++v) reinterpret_cast<Vec16*>(lsum)[v] = l[v];
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t j = r / group, g = r % group;
+    const float inv = 1.0f / std::max(lsum[r], 1e-30f);
+    float* dst =
+        p.out + ((start + item.first_token + j) * p.num_q_heads + item.head * group + g) * kD;
+    for (int64_t i = 0; i < kD; ++i) dst[i] = acc[r * kD + i] * inv;
   }
 }
 
@@ -244,9 +400,9 @@ ffi::Error PagedPrefillImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::
   const int64_t d = p.kv.head_dim;
   ParallelFor(pool, static_cast<int64_t>(items.size()), [&p, &items, d](int64_t i) {
     if (d == 64) {
-      AttendTile<64>(p, items[i]);
+      AttendTileLanes<64>(p, items[i]);
     } else if (d == 128) {
-      AttendTile<128>(p, items[i]);
+      AttendTileLanes<128>(p, items[i]);
     } else {
       AttendTile<0>(p, items[i]);
     }
