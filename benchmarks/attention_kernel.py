@@ -1,6 +1,6 @@
-"""Our Pallas ragged paged attention against JAX's shipped kernel and the XLA path.
+"""Our attention kernels side by side: Pallas (TPU), JAX's shipped kernel, native CPU, XLA.
 
-    python benchmarks/attention_kernel.py [--kv-dtype bf16|int8|fp8] [--iters 20] [--json]
+    python benchmarks/attention_kernel.py [--kv-dtype bf16|f32|int8|fp8] [--iters 20] [--json]
 
 Two synthetic engine steps, each one attention layer call: decode-heavy (--decode-seqs
 sequences decoding one token over --context-len tokens of context, plus one prefill
@@ -13,7 +13,12 @@ time, as a percentage of the chip's spec bandwidth (claimbench.harness.hardware)
 JAX's shipped kernel (jax.experimental.pallas.ops.tpu.ragged_paged_attention) attends
 only: it does not write the new KV, takes the same interleaved page layout, and has no
 per-token int8 scales (it is skipped for int8 KV). Off TPU the Pallas kernels cannot be
-timed (interpret mode simulates the chip in Python), so only the XLA path is timed.
+timed (interpret mode simulates the chip in Python); on CPU the XLA path is timed beside
+the native kernels (the "cpu" backend, kernels/native_attention.py), and the "% spec"
+column is empty (no bandwidth spec for a CPU). The engine's shape on this project's CPU:
+
+    python benchmarks/attention_kernel.py --kv-dtype f32 --num-q-heads 4 --num-kv-heads 2 \
+        --head-dim 64 --decode-seqs 64 --context-len 600 --chunk-len 512
 """
 
 from __future__ import annotations
@@ -27,12 +32,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from claimbench.kernels import reference
-from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV, quantize_int8
+from claimbench.kernels import native_attention, reference
+from claimbench.kernels.kv_quant import (
+    FP8_DTYPE,
+    LayerKV,
+    container_dtype,
+    quantize_int8,
+    to_container,
+)
 from claimbench.kernels.metadata import AttentionMetadata
 from claimbench.kernels.ragged_paged_attention import ragged_paged_attention
 
-KV_DTYPES = {"bf16": jnp.bfloat16, "int8": jnp.int8, "fp8": FP8_DTYPE}
+KV_DTYPES = {"bf16": jnp.bfloat16, "f32": jnp.float32, "int8": jnp.int8, "fp8": FP8_DTYPE}
 
 
 def build_step(args, q_lens: list[int], kv_lens: list[int], seed: int):
@@ -62,16 +73,21 @@ def build_step(args, q_lens: list[int], kv_lens: list[int], seed: int):
     )
     key_q, key_k, key_v, key_c = jax.random.split(jax.random.PRNGKey(seed), 4)
     hq, hkv, d = args.num_q_heads, args.num_kv_heads, args.head_dim
-    q = jax.random.normal(key_q, (num_tokens, hq, d), jnp.bfloat16)
-    k = jax.random.normal(key_k, (num_tokens, hkv, d), jnp.bfloat16)
-    v = jax.random.normal(key_v, (num_tokens, hkv, d), jnp.bfloat16)
-    old = jax.random.normal(key_c, (num_pages, page_size, 2 * hkv, d), jnp.bfloat16)
+    dtype = jnp.float32 if args.kv_dtype == "f32" else jnp.bfloat16
+    q = jax.random.normal(key_q, (num_tokens, hq, d), dtype)
+    k = jax.random.normal(key_k, (num_tokens, hkv, d), dtype)
+    v = jax.random.normal(key_v, (num_tokens, hkv, d), dtype)
+    old = jax.random.normal(key_c, (num_pages, page_size, 2 * hkv, d), dtype)
     if args.kv_dtype == "int8":
         cache = LayerKV(*quantize_int8(old))
     elif args.kv_dtype == "fp8":
         cache = LayerKV(old.astype(FP8_DTYPE), jnp.ones(2, jnp.float32))
     else:
         cache = LayerKV(old, None)
+    if jax.default_backend() != "tpu":
+        # Off TPU, as in the engine: bf16/fp8 pages as integer bit containers, which XLA
+        # writes in place (kv_quant.BIT_CONTAINERS).
+        cache = LayerKV(to_container(cache.pages, container_dtype(cache.pages.dtype)), cache.scales)
     return q, k, v, cache, md
 
 
@@ -113,6 +129,9 @@ def implementations(args, on_tpu: bool):
         ),
     ]  # fmt: skip
     if not on_tpu:
+        if jax.default_backend() == "cpu" and native_attention.unavailable_reason() is None:
+            native = functools.partial(native_attention.ragged_paged_attention, **options)
+            impls.append(("native", jax.jit(native, donate_argnums=3), True))
         return impls
     ours = functools.partial(ragged_paged_attention, **options)
     impls.append(("ours", jax.jit(ours, donate_argnums=3), True))
@@ -166,7 +185,7 @@ def main() -> None:
     if not on_tpu and not args.json:
         print(
             f"platform {jax.default_backend()}: the Pallas kernels need a TPU to be timed "
-            "(interpret mode is a simulator), so only the XLA path is timed."
+            "(interpret mode is a simulator): the XLA path and, on CPU, the native kernels."
         )
     rng = np.random.default_rng(0)
 

@@ -55,6 +55,7 @@ def _print_table(title: str, rows: list[tuple[str, str]]) -> None:
 def env(json_output: JsonFlag = False) -> None:
     """Show the platform JAX runs on, its devices, the chip's spec and the library versions."""
     info = detect()
+    info["attention_backend"] = _attention_backend()
     spec = get_chip(info["chip"]) if info["chip"] else None
     if json_output:
         chip_spec = dataclasses.asdict(spec) if spec else None
@@ -64,6 +65,20 @@ def env(json_output: JsonFlag = False) -> None:
         (key.replace("_", " "), "-" if value is None else str(value)) for key, value in info.items()
     ]
     _print_table("claimbench env", rows + (_spec_rows(spec) if spec else []))
+
+
+def _attention_backend() -> str:
+    """What an engine attends with by default here, and on CPU why not natively if not."""
+    import jax
+
+    from claimbench.kernels.backend import resolve_backend_name
+
+    name = resolve_backend_name("auto")
+    if name == "xla" and jax.default_backend() == "cpu":
+        from claimbench.kernels.native_attention import unavailable_reason
+
+        return f"xla (native kernels unavailable: {unavailable_reason()})"
+    return name
 
 
 def _choice(flag: str, value: str, choices: tuple[str, ...]) -> str:

@@ -22,15 +22,19 @@ def evidence_class(platform_name: str) -> str:
 
 
 def detect_hardware() -> dict[str, Any]:
-    """hardware.detect() with platform as an evidence class and price_per_hour a number.
+    """hardware.detect() with platform as an evidence class and price_per_hour a number,
+    plus the attention backend an engine gets by default here.
 
     price_per_hour is USD per hour for the whole visible machine; 0 where unpriced (a CPU).
     """
     from claimbench.harness.hardware import detect  # imports JAX: only when a run starts
+    from claimbench.kernels.backend import resolve_backend_name
 
     info = dict(detect())
     info["platform"] = evidence_class(str(info["platform"]))
     info["price_per_hour"] = float(info.get("price_per_hour") or 0.0)
+    # What "auto" attends with here (pallas, cpu = native kernels, or xla).
+    info["attention_backend"] = resolve_backend_name("auto")
     return info
 
 
