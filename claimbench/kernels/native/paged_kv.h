@@ -14,6 +14,10 @@
 #include <cstring>
 #include <limits>
 
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
+
 #include "xla/ffi/api/ffi.h"
 
 namespace claimbench {
@@ -104,7 +108,15 @@ struct PagedKV {
         return static_cast<const float*>(pages) + index;
       case Storage::kF16: {
         const uint16_t* src = static_cast<const uint16_t*>(pages) + index;
-        for (int64_t i = 0; i < d; ++i) scratch[i] = F16ToFloat(src[i]);
+        int64_t i = 0;
+#ifdef __F16C__
+        // Eight at a time in hardware; the software conversion below is several times slower.
+        for (; i + 8 <= d; i += 8) {
+          const __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+          _mm256_storeu_ps(scratch + i, _mm256_cvtph_ps(half));
+        }
+#endif
+        for (; i < d; ++i) scratch[i] = F16ToFloat(src[i]);
         break;
       }
       case Storage::kBf16: {

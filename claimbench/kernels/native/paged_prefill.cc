@@ -48,12 +48,11 @@ struct Item {
   int64_t seq, head, first_token, num_tokens;
 };
 
-// kD: head_dim known at compile time (an accumulator row stays in registers
-// across a key tile), or 0 for any head_dim.
-template <int64_t kD>
+// Any head_dim: query rows one at a time against a transposed key tile. (Head
+// dims that are multiples of 16 take AttendTileLanes below instead.)
 void AttendTile(const Prefill& p, const Item& item) {
   const PagedKV& kv = p.kv;
-  const int64_t d = kD ? kD : kv.head_dim;
+  const int64_t d = kv.head_dim;
   const int64_t num_kv_heads = kv.rows / 2;
   const int64_t group = p.num_q_heads / num_kv_heads;
   const int64_t start = p.cu_q_lens[item.seq];
@@ -146,35 +145,12 @@ void AttendTile(const Prefill& p, const Item& item) {
       l[r] = l[r] * rescale + sum;
       m[r] = m_new;
       float* __restrict a = acc + r * d;
-      if constexpr (kD % kKeys == 0 && kD > 0) {
-        constexpr int64_t kParts = kD / kKeys;
-        KeyVec row[kParts];
-        for (int64_t c = 0; c < kParts; ++c) {
-          row[c] = *reinterpret_cast<const KeyVec*>(a + c * kKeys) * rescale;
-        }
-        // Even and odd keys into separate accumulators: twice the independent chains.
-        // Keys past nk have zero weight (exp of -inf) and zero values.
-        KeyVec odd[kParts] = {};
-        for (int64_t t = 0; t < kKeys; t += 2) {
-          const float w0 = sr[t], w1 = sr[t + 1];
-          const KeyVec* v0 = reinterpret_cast<const KeyVec*>(vt + t * kD);
-          const KeyVec* v1 = v0 + kParts;
-          for (int64_t c = 0; c < kParts; ++c) {
-            row[c] += w0 * v0[c];
-            odd[c] += w1 * v1[c];
-          }
-        }
-        for (int64_t c = 0; c < kParts; ++c) {
-          *reinterpret_cast<KeyVec*>(a + c * kKeys) = row[c] + odd[c];
-        }
-      } else {
-        for (int64_t i = 0; i < d; ++i) a[i] *= rescale;
-        for (int64_t t = 0; t < nk; ++t) {
-          const float w = sr[t];
-          const float* v = vt + t * d;
+      for (int64_t i = 0; i < d; ++i) a[i] *= rescale;
+      for (int64_t t = 0; t < nk; ++t) {
+        const float w = sr[t];
+        const float* v = vt + t * d;
 #pragma omp simd
-          for (int64_t i = 0; i < d; ++i) a[i] += w * v[i];
-        }
+        for (int64_t i = 0; i < d; ++i) a[i] += w * v[i];
       }
     }
   }
@@ -404,7 +380,7 @@ ffi::Error PagedPrefillImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::
     } else if (d == 128) {
       AttendTileLanes<128>(p, items[i]);
     } else {
-      AttendTile<0>(p, items[i]);
+      AttendTile(p, items[i]);
     }
   });
   return ffi::Error::Success();
