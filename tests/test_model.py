@@ -16,9 +16,10 @@ from claimbench.kernels.metadata import NULL_PAGE, AttentionMetadata
 from claimbench.models.config import ModelConfig, RopeScaling
 from claimbench.models.llama import (
     LlamaForCausalLM,
-    apply_rope,
     param_count,
+    rope_angles,
     rope_inv_freq,
+    rotate,
     weight_bytes,
 )
 
@@ -155,8 +156,8 @@ def test_rope_rotation_is_relative() -> None:
     k = jax.random.normal(jax.random.key(1), (1, TINY.head_dim))
 
     def dot(m: int, n: int) -> float:
-        qm = apply_rope(q, jnp.asarray(m), inv_freq)
-        kn = apply_rope(k, jnp.asarray(n), inv_freq)
+        qm = rotate(q, rope_angles(jnp.asarray(m), inv_freq))
+        kn = rotate(k, rope_angles(jnp.asarray(n), inv_freq))
         return float(jnp.sum(qm * kn))
 
     assert dot(7, 3) == pytest.approx(dot(104, 100), abs=1e-4)

@@ -43,17 +43,16 @@ def resolve_backend_name(name: str) -> str:
     if name == "auto":
         if platform == "tpu":
             return "pallas"
-        if platform == "cpu":
-            from claimbench.kernels.native_attention import unavailable_reason
-
-            return "cpu" if unavailable_reason() is None else "xla"
-        return "xla"
-    if name == "cpu":
-        from claimbench.kernels.native_attention import unavailable_reason
-
-        if (reason := unavailable_reason()) is not None:
-            raise ValueError(f"attention_backend 'cpu' is unavailable: {reason}")
+        return "cpu" if platform == "cpu" and _native_unavailable() is None else "xla"
+    if name == "cpu" and (reason := _native_unavailable()) is not None:
+        raise ValueError(f"attention_backend 'cpu' is unavailable: {reason}")
     return name
+
+
+def _native_unavailable() -> str | None:
+    from claimbench.kernels.native_attention import unavailable_reason
+
+    return unavailable_reason()
 
 
 def get_backend(name: str) -> AttentionBackend:

@@ -17,8 +17,9 @@ from claimbench.kernels.kv_quant import LayerKV
 from claimbench.kernels.metadata import AttentionMetadata
 from claimbench.kernels.paged_io import MASK_VALUE, gather_sequences
 
-# Query rows and KV tokens per block (on CPU, 256 x 256 beat 128 x 128, 256 x 128, 128 x 256
-# and 512 x 128 at 512- and 2048-token prefill steps).
+# Query rows and KV tokens per block. On CPU, 256 x 256 beat 128 x 128, 256 x 128, 128 x 256
+# and 512 x 128 for one 512-token prompt and for 2048-token steps; 128 x 128 won only for
+# four 128-token chunks.
 PREFILL_BLOCK_TOKENS = 256
 PREFILL_KV_BLOCK_TOKENS = 256
 

@@ -93,11 +93,6 @@ def rotate(x: jax.Array, rope: Rope) -> jax.Array:
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
 
-def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: np.ndarray) -> jax.Array:
-    """Rotate x f[..., H, D] by positions i32[...]."""
-    return rotate(x, rope_angles(positions, inv_freq))
-
-
 def _linear(
     n_in: int, n_out: int, *, bias: bool, dtype, rngs: nnx.Rngs, out_dtype=None
 ) -> nnx.Linear:
@@ -156,11 +151,11 @@ class Attention(nnx.Module):
         q = self.q_proj(x).reshape(*lead, self.num_heads, self.head_dim)
         k = self.k_proj(x).reshape(*lead, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).reshape(*lead, self.num_kv_heads, self.head_dim)
-        rope = positions if isinstance(positions, Rope) else self.rope(positions)
+        if isinstance(positions, Rope):
+            rope = positions
+        else:
+            rope = rope_angles(positions, rope_inv_freq(self.cfg))
         return rotate(q, rope), rotate(k, rope), v
-
-    def rope(self, positions: jax.Array) -> Rope:
-        return rope_angles(positions, rope_inv_freq(self.cfg))
 
     def __call__(
         self,
