@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -14,6 +16,7 @@ EXPERIMENTS_DIR = "experiments"
 PROFILES = ("quick", "full")
 OPS = (">=", ">", "<=", "<")
 SCOPES = ("any", "tpu", "accelerator")
+BASES = ("measured", "analytic")
 CLAIM_ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -30,6 +33,10 @@ class Condition(BaseModel):
     metric: str = Field(min_length=1)
     op: Literal[">=", ">", "<=", "<"]
     value: float
+    # measured: decided by trials on hardware in the claim's scope. analytic: the metric is
+    # arithmetic on a model config, a pool layout or a chip spec, recorded once with its inputs
+    # (RunContext.record_analytic), and only analytic evidence decides it.
+    basis: Literal["measured", "analytic"] = "measured"
 
     def holds(self, x: float) -> bool:
         """Whether ``x`` satisfies the condition."""
@@ -56,6 +63,8 @@ class Claim(BaseModel):
     statement: str = Field(min_length=1)
     confidence: float
     scope: Literal["any", "tpu", "accelerator"]
+    # One sentence: which hardware's physics the mechanism depends on, hence the scope.
+    scope_reason: str = ""
     prediction: list[Condition] = Field(min_length=1)
     refuted_if: str = Field(min_length=1)
     params: dict[Literal["quick", "full"], dict[str, Any]] = Field(default_factory=dict)
@@ -87,6 +96,21 @@ class Claim(BaseModel):
     def module_name(self) -> str:
         """The experiment module's name: ``experiment`` if given, else the id with - -> _."""
         return self.experiment or self.id.replace("-", "_")
+
+    def prediction_hash(self, profile: str) -> str:
+        """sha256 (hex, first 16) of what a run of ``profile`` is measured against: the
+        conditions (metric, op, value, basis), the confidence and the profile's params.
+
+        Stored with every run; a run whose hash differs from today's claims.yaml was measured
+        against an earlier prediction (or design) and is shown, not scored.
+        """
+        payload = {
+            "prediction": [c.model_dump() for c in self.prediction],
+            "confidence": self.confidence,
+            "params": self.profile_params(profile),
+        }
+        text = json.dumps(payload, sort_keys=True, default=str, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def profile_params(self, profile: str) -> dict[str, Any]:
         """The experiment knobs for ``profile`` (empty when the claim gives none)."""

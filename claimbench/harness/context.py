@@ -21,6 +21,22 @@ if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
 
 DEFAULT_TRIALS = 3  # the fewest trials scoring accepts for a verdict
+COMPILE_CACHE_DIR = Path.home() / ".cache" / "claimbench" / "xla"
+ANALYTIC_TRIAL = 0  # analytic values are recorded once, on this row
+
+
+def merge_params(defaults: dict[str, Any], given: dict[str, Any], where: str) -> dict[str, Any]:
+    """``defaults`` with ``given`` on top; a key of ``given`` not in ``defaults`` is an error.
+
+    One level deep: a dict-valued default (``engine``) is replaced whole, and its keys are
+    checked by whatever consumes it (EngineConfig). ``trials`` is the harness's, always allowed.
+    """
+    unknown = sorted(set(given) - set(defaults) - {"trials"})
+    if unknown:
+        raise ValueError(
+            f"{where}: unknown param(s) {unknown}; known: {sorted(defaults)} (claims.yaml params)"
+        )
+    return {**defaults, **{k: v for k, v in given.items() if k != "trials"}}
 
 
 @dataclass
@@ -62,6 +78,8 @@ class RunContext:
     model_option: Path | None = None  # --model; None = the shipped claimbench-tiny
     progress: TrialProgress | None = None  # None: a silent one over ``trials``
     _rows: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    # Every engine the experiment built, as the resolved EngineConfig's fields (provenance).
+    engine_configs: list[dict[str, Any]] = field(default_factory=list, repr=False)
     _frames: dict[str, list[pd.DataFrame]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -111,6 +129,7 @@ class RunContext:
             raise ValueError(f"metric {metric!r} trial {trial}: value is NaN")
         self._rows.append(
             {
+                "_key": None,
                 "claim_id": self.claim_id,
                 "trial": trial,
                 "metric": metric,
@@ -122,14 +141,64 @@ class RunContext:
         )
         self.progress.reach(trial)
 
-    def engine(self, **overrides: Any) -> LLMEngine:
-        """An LLMEngine from the profile's ``engine`` params, ``overrides`` winning."""
+    def merged(self, defaults: dict[str, Any]) -> dict[str, Any]:
+        """This profile's params over the experiment's ``defaults``; an unknown key (a typo in
+        claims.yaml) is a ValueError naming it."""
+        return merge_params(defaults, self.params, f"claim {self.claim_id!r}")
+
+    def engine(
+        self, *, precompile: bool = False, compile_cache: bool = False, **overrides: Any
+    ) -> LLMEngine:
+        """The one engine factory: an LLMEngine from the run's model, dtype and seed, the
+        profile's ``engine`` params, then ``overrides``.
+
+        ``precompile`` compiles every bucket before anything is timed; ``compile_cache`` keeps
+        compiled steps in the persistent cache (COMPILE_CACHE_DIR), so the next experiment in a
+        new process loads them instead of compiling. The resolved config is kept for provenance.
+        """
+        import dataclasses
+
         from claimbench.engine.config import EngineConfig
         from claimbench.engine.engine import LLMEngine
+        from claimbench.kernels.backend import resolve_backend_name
 
         options = {"model_path": self.model_option, "dtype": self.dtype, "seed": self.seed}
         options |= self.params.get("engine", {}) | overrides
-        return LLMEngine(EngineConfig(**options))
+        if compile_cache:
+            options.setdefault("compilation_cache_dir", COMPILE_CACHE_DIR)
+        config = EngineConfig(**options)
+        engine = LLMEngine(config)
+        resolved = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+        resolved["attention_backend_resolved"] = resolve_backend_name(config.attention_backend)
+        self.engine_configs.append(json.loads(json.dumps(resolved, default=str)))
+        if precompile:
+            engine.precompile()
+        return engine
+
+    def record_analytic(
+        self, metric: str, value: float, *, unit: str = "", inputs: dict[str, Any], **labels: Any
+    ) -> None:
+        """Store the value of an arithmetic metric once, with the inputs of its formula.
+
+        Analytic values are exact: they are never repeated per trial (which would fake a
+        zero-width interval) and only decide conditions marked ``basis: analytic``.
+        """
+        key = json.dumps(labels, sort_keys=True, default=str)
+        if any(
+            r["metric"] == metric and r["evidence"] == "analytic" and r["_key"] == key
+            for r in self._rows
+        ):
+            raise ValueError(f"analytic metric {metric!r} {labels} is already recorded")
+        self.record(
+            metric,
+            value,
+            trial=ANALYTIC_TRIAL,
+            unit=unit,
+            evidence="analytic",
+            inputs=inputs,
+            **labels,
+        )
+        self._rows[-1]["_key"] = key
 
     def save_frames(
         self,
@@ -151,7 +220,8 @@ class RunContext:
 
     def measurements_frame(self, run_id: str) -> pd.DataFrame:
         """Everything recorded, as rows of results.MEASUREMENT_COLUMNS."""
-        frame = pd.DataFrame(self._rows, columns=list(results.MEASUREMENT_COLUMNS)[1:])
+        rows = [{k: v for k, v in r.items() if k != "_key"} for r in self._rows]
+        frame = pd.DataFrame(rows, columns=list(results.MEASUREMENT_COLUMNS)[1:])
         frame.insert(0, "run_id", run_id)
         return frame.astype({"trial": "int64", "value": "float64"})
 
