@@ -27,8 +27,8 @@ GOOD = """\
 # The table of claims the series makes: id -> (part, scope, confidence, conditions).
 SERIES = {
     "tenant-tail-hidden": (2, "any", 0.7, 1),
-    "headroom-binds": (2, "any", 0.75, 2),
-    "host-starvation": (3, "any", 0.6, 2),
+    "headroom-binds": (2, "accelerator", 0.75, 2),
+    "host-starvation": (3, "accelerator", 0.6, 2),
     "admission-at-ingress": (3, "any", 0.85, 2),
     "decode-bandwidth-bound": (4, "tpu", 0.7, 2),
     "tp-refutation": (4, "tpu", 0.55, 2),
@@ -41,18 +41,18 @@ SERIES = {
     "paged-waste": (6, "any", 0.9, 3),
     "prefix-leak": (6, "any", 0.85, 3),
     "pool-quotas": (6, "any", 0.65, 2),
-    "continuous-batching": (7, "any", 0.9, 1),
+    "continuous-batching": (7, "accelerator", 0.9, 1),
     "fairness-vtc": (7, "any", 0.8, 3),
     "priority-aging": (7, "any", 0.7, 3),
     "fair-victim": (7, "any", 0.6, 2),
-    "spec-decode-gain": (8, "any", 0.75, 2),
-    "spec-vs-batching": (8, "any", 0.7, 1),
+    "spec-decode-gain": (8, "accelerator", 0.75, 2),
+    "spec-vs-batching": (8, "accelerator", 0.7, 1),
     "moe-disqualified": (8, "tpu", 0.8, 3),
     "early-exit": (8, "any", 0.6, 2),
     "cold-start": (9, "tpu", 0.85, 3),
     "bucket-padding": (9, "any", 0.7, 2),
     "degradation-ladder": (9, "any", 0.75, 2),
-    "heterogeneous-asset": (9, "any", 0.65, 1),
+    "heterogeneous-asset": (9, "accelerator", 0.65, 1),
 }
 
 
@@ -63,6 +63,27 @@ def test_shipped_claims_match_the_series():
     for claim in claims:
         assert claim.statement.endswith("."), claim.id
         assert len(claim.statement.split()) >= 12, claim.id
+        # The scope rule: every claim says in one sentence why its scope is what it is.
+        assert claim.scope_reason.endswith(".") and claim.scope_reason.count(". ") == 0, claim.id
+
+
+def test_prediction_hash_moves_with_the_prediction_not_the_words():
+    claim = find_claim(load_claims(REPO), "kv-int8")
+    same = claim.model_copy(update={"title": "another title"})
+    assert same.prediction_hash("quick") == claim.prediction_hash("quick")
+    moved = claim.model_copy(
+        update={"prediction": [c.model_copy(update={"value": 1.8}) for c in claim.prediction]}
+    )
+    assert moved.prediction_hash("quick") != claim.prediction_hash("quick")
+    surer = claim.model_copy(update={"confidence": 0.9})
+    assert surer.prediction_hash("quick") != claim.prediction_hash("quick")
+
+
+def test_analytic_basis_marks_arithmetic_conditions():
+    claims = load_claims(REPO)
+    capacity = find_claim(claims, "kv-int8").prediction[0]
+    assert (capacity.metric, capacity.basis) == ("capacity_ratio", "analytic")
+    assert find_claim(claims, "kv-int8").prediction[1].basis == "measured"
 
 
 def test_shipped_condition_metrics():

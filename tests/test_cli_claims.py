@@ -74,7 +74,9 @@ def test_show_json_with_evidence(project):
     assert group["evidence"] == "cpu" and group["in_scope"] is False
     (condition,) = group["conditions"]
     assert condition["trial_values"] == pytest.approx([2.0, 2.01, 2.02])
-    assert data["prediction"] == [{"metric": "score", "op": ">=", "value": 1.0}]
+    assert data["prediction"] == [
+        {"metric": "score", "op": ">=", "value": 1.0, "basis": "measured"}
+    ]
 
 
 def test_show_unknown_claim(project):
