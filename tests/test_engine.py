@@ -99,7 +99,11 @@ def test_stop_tokens_eos_and_abort(engine):
     engine.step()
     engine.abort(rid)
     assert engine.output(rid).finish_reason == "abort"
-    assert engine.block_manager.num_used_pages == 0 and not engine.has_unfinished
+    assert engine.block_manager.num_used_pages == 0
+    # The abort's FinishEvent is still owed to the next step() caller.
+    assert engine.has_unfinished
+    assert [type(e) for e in engine.step()] == [FinishEvent]
+    assert not engine.has_unfinished
 
 
 def test_events_carry_monotonic_timestamps(engine):

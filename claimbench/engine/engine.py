@@ -41,6 +41,12 @@ class LLMEngine:
 
     ``model`` (and ``tokenizer``) may be given already built; otherwise both are loaded
     from ``config.model_path`` (default: the shipped claimbench-tiny).
+
+    Batch invariance: in float32 a request's greedy tokens do not depend on what shares its
+    batch. In bfloat16 (the default on accelerators) they can: a near-tie between two tokens
+    (a logit gap of 0.007 was seen, with two requests) may flip with the batch's composition,
+    because reductions over a differently padded batch round differently. vLLM documents the
+    same. Tests of invariance therefore run in float32.
     """
 
     def __init__(
@@ -79,21 +85,21 @@ class LLMEngine:
     def reset(self, config: EngineConfig | None = None) -> None:
         """Forget every request, record and cached prefix and start afresh, under ``config``
         if given. The compiled steps and the KV pool are kept, so ``config`` may differ only
-        in config.HOST_FIELDS (policies, tenants, seed, prefix caching)."""
-        if config is not None:
-            changed = [
-                f.name
-                for f in dataclasses.fields(config)
-                if getattr(config, f.name) != getattr(self.config, f.name)
-                and f.name not in HOST_FIELDS
-            ]
-            if changed:
-                raise ValueError(f"reset may change only {HOST_FIELDS}, not {changed}")
-            self.config = config
-        self.block_manager = BlockManager(
-            self.runner.num_pages, self.config.page_size, self.config.prefix_caching
-        )
-        self.scheduler = Scheduler(self.config, self.block_manager)
+        in config.HOST_FIELDS (policies, tenants, seed, prefix caching).
+
+        The new block manager and scheduler are built before anything is swapped, so a config
+        they reject (guaranteed pages above the pool, say) leaves the engine as it was."""
+        config = config or self.config
+        changed = [
+            f.name
+            for f in dataclasses.fields(config)
+            if getattr(config, f.name) != getattr(self.config, f.name) and f.name not in HOST_FIELDS
+        ]
+        if changed:
+            raise ValueError(f"reset may change only {HOST_FIELDS}, not {changed}")
+        block_manager = BlockManager(self.runner.num_pages, config.page_size, config.prefix_caching)
+        scheduler = Scheduler(config, block_manager)
+        self.config, self.block_manager, self.scheduler = config, block_manager, scheduler
         self.requests: dict[str, Request] = {}
         self.step_records: list[StepRecord] = []
         self._pending: list[Event] = []  # rejections and aborts, reported by the next step
@@ -113,14 +119,12 @@ class LLMEngine:
     ) -> str:
         """Queue a request (text needs a tokenizer); returns its id. A request that can never
         be served is rejected: its RejectEvent comes with the next ``step()``. ``cache_salt``
-        separates its prefix-cache blocks when ``prefix_caching="salted"``."""
-        sampling = sampling or SamplingParams()
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise ValueError("a text prompt needs a tokenizer; pass token ids instead")
-            token_ids = self.tokenizer.encode(prompt)
-        else:
-            token_ids = [int(t) for t in prompt]
+        separates its prefix-cache blocks when ``prefix_caching="salted"``.
+
+        Malformed arguments (wrong types, an empty tenant) raise ValueError before anything is
+        registered or charged, so a caller's bad input leaves no state behind."""
+        sampling = SamplingParams() if sampling is None else sampling
+        token_ids = self._check_request(prompt, sampling, tenant, priority, cache_salt)
         seq_no = next(self._seq_no)
         now = time.perf_counter()
         seed = sampling.seed
@@ -149,14 +153,45 @@ class LLMEngine:
             self._pending.append(RejectEvent(request.request_id, reason, now))
         return request.request_id
 
+    def _check_request(
+        self,
+        prompt: object,
+        sampling: object,
+        tenant: object,
+        priority: object,
+        cache_salt: object,
+    ) -> list[int]:
+        """The prompt's token ids; ValueError naming the first malformed argument."""
+        if not isinstance(sampling, SamplingParams):
+            raise ValueError(f"sampling must be SamplingParams, got {type(sampling).__name__}")
+        if not isinstance(tenant, str) or not tenant:
+            raise ValueError(f"tenant must be a non-empty string, got {tenant!r}")
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ValueError(f"priority must be an integer tier, got {priority!r}")
+        if cache_salt is not None and not isinstance(cache_salt, str):
+            raise ValueError(f"cache_salt must be a string or None, got {cache_salt!r}")
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("a text prompt needs a tokenizer; pass token ids instead")
+            return self.tokenizer.encode(prompt)
+        if isinstance(prompt, bytes | bytearray | dict) or not isinstance(prompt, Sequence):
+            raise ValueError(f"prompt must be text or a list of token ids, got {type(prompt)}")
+        bad = [t for t in prompt if isinstance(t, bool) or not isinstance(t, int | np.integer)]
+        if bad:
+            raise ValueError(f"prompt token ids must be integers, got {bad[:5]}")
+        return [int(t) for t in prompt]
+
     def _invalid_tokens(self, token_ids: list[int]) -> str | None:
         vocab = self.model_cfg.vocab_size
         bad = [t for t in token_ids if not 0 <= t < vocab]
         return f"token ids {bad[:5]} outside the vocabulary of {vocab}" if bad else None
 
     def abort(self, request_id: str, reason: str = "abort") -> None:
-        """Stop a request now and free its pages (no-op if it already finished)."""
-        request = self.requests[request_id]
+        """Stop a request now and free its pages (no-op if it already finished); its
+        FinishEvent comes with the next ``step()``. ValueError for an unknown id."""
+        request = self.requests.get(request_id)
+        if request is None:
+            raise ValueError(f"no request {request_id!r} in this engine")
         if request.is_finished:
             return
         self.scheduler.finish(request)
@@ -170,7 +205,9 @@ class LLMEngine:
 
     @property
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished
+        """Whether a ``step()`` has anything to do or report: requests in flight, or events
+        (rejections, aborts) not yet delivered."""
+        return self.scheduler.has_unfinished or bool(self._pending)
 
     # -- the step -------------------------------------------------------------------------
 
@@ -255,15 +292,22 @@ class LLMEngine:
         prompts: Sequence[str | Sequence[int]],
         sampling: SamplingParams | Sequence[SamplingParams] | None = None,
     ) -> list[RequestOutput]:
-        """Serve every prompt to completion; outputs in prompt order."""
+        """Serve every prompt to completion; outputs in prompt order.
+
+        Other requests in flight keep running alongside; their events are not consumed here
+        but handed to the next ``step()`` caller."""
         if sampling is None or isinstance(sampling, SamplingParams):
             sampling = [sampling or SamplingParams()] * len(prompts)
         if len(sampling) != len(prompts):
             raise ValueError(f"{len(sampling)} SamplingParams for {len(prompts)} prompts")
         ids = [self.add_request(p, s) for p, s in zip(prompts, sampling, strict=True)]
-        while self.has_unfinished:
-            self.step()
-        self._pending = []
+        mine = set(ids)
+        others: list[Event] = []
+        while not all(self.requests[i].is_finished for i in ids) or any(
+            e.request_id in mine for e in self._pending
+        ):
+            others.extend(e for e in self.step() if e.request_id not in mine)
+        self._pending = others + self._pending
         return [self.output(i) for i in ids]
 
     def run(

@@ -7,6 +7,8 @@ after a preemption and recompute.
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 
 import jax
@@ -30,6 +32,27 @@ class SamplingParams:
     prompt_logprobs: bool = False  # return log p(prompt[i] | prompt[:i]) for i >= 1
 
     def __post_init__(self) -> None:
+        # Types first: a server passes user JSON straight in, and 2.5 or True must not be
+        # coerced into a token count, nor NaN into a temperature (it samples token 0 forever).
+        for name in ("max_tokens", "top_k"):
+            _require_int(name, getattr(self, name))
+        if self.seed is not None:
+            _require_int("seed", self.seed)
+        for name in ("temperature", "top_p"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise ValueError(f"{name} must be a number, got {value!r}")
+            if not math.isfinite(value):
+                raise ValueError(f"{name} must be finite, got {value!r}")
+        for name in ("ignore_eos", "logprobs", "prompt_logprobs"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if isinstance(self.stop_token_ids, str | bytes) or not hasattr(
+            self.stop_token_ids, "__iter__"
+        ):
+            raise ValueError(f"stop_token_ids must be a list of ints, got {self.stop_token_ids!r}")
+        for token in self.stop_token_ids:
+            _require_int("stop_token_ids[i]", token)
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if self.temperature < 0:
@@ -45,6 +68,12 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature < MIN_TEMPERATURE
+
+
+def _require_int(name: str, value: object) -> None:
+    """ValueError unless ``value`` is an integer (bool and integral floats included out)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
 
 
 @jax.tree_util.register_dataclass
