@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 from engine_helpers import make_request
 
@@ -25,7 +26,7 @@ def ids(requests):
 
 def test_registries_keep_the_original_names():
     assert {"fcfs", "priority", "priority-aging", "vtc", "wvtc"} == set(ORDERINGS)
-    assert {"newest", "lowest-priority", "fair-share"} == set(VICTIMS)
+    assert {"newest", "lowest-priority", "fair-share", "tier-fair-share"} == set(VICTIMS)
     with pytest.raises(ValueError, match="unknown scheduling_policy 'lifo'"):
         make_ordering("lifo")
     with pytest.raises(ValueError, match="unknown victim_policy 'oldest'"):
@@ -138,3 +139,59 @@ def test_fair_share_victim_takes_from_the_tenant_furthest_over_its_share():
 def test_fair_share_ties_on_computed_tokens_go_to_the_newest():
     r1, r2 = req("a", arrival=1.0, computed=4), req("a", arrival=2.0, computed=4)
     assert get_victim_policy("fair-share")([r1, r2], pool({"a": 10})) is r2
+
+
+def test_tier_fair_share_spares_the_top_tier_even_far_over_its_share():
+    # 100 pages: top holds 80 (share 50, 30 over), low holds 20 (30 under).
+    top = req("top", arrival=5.0, priority=0, computed=1)
+    low = req("low", arrival=0.0, priority=1, computed=60)
+    view = pool({"top": 80, "low": 20})
+    assert get_victim_policy("fair-share")([top, low], view) is top  # tier-blind
+    assert get_victim_policy("tier-fair-share")([top, low], view) is low
+
+
+def test_tier_fair_share_is_fair_share_below_the_top_tier():
+    # Shares of 90 pages over three tenants: 30 each. mid (tier 1) holds 50, 20 over;
+    # bulk (tier 2) holds 10. Fair share takes from mid, where lowest-priority takes bulk.
+    top = req("top", priority=0)
+    mid_old = req("mid", arrival=0.0, priority=1, computed=30)
+    mid_new = req("mid", arrival=3.0, priority=1, computed=2)
+    bulk = req("bulk", arrival=4.0, priority=2, computed=1)
+    view = pool({"top": 30, "mid": 50, "bulk": 10}, usable=90)
+    candidates = [top, mid_old, mid_new, bulk]
+    assert get_victim_policy("lowest-priority")(candidates, view) is bulk
+    assert get_victim_policy("tier-fair-share")(candidates, view) is mid_new
+
+
+def test_tier_fair_share_takes_the_top_tier_only_when_nothing_else_runs():
+    a_big = req("a", arrival=0.0, priority=0, computed=40)
+    a_small = req("a", arrival=1.0, priority=0, computed=3)
+    b = req("b", arrival=2.0, priority=0, computed=1)
+    view = pool({"a": 70, "b": 10})
+    assert get_victim_policy("tier-fair-share")([a_big, b, a_small], view) is a_small
+
+
+def test_tier_fair_share_never_picks_the_top_tier_beside_a_lower_one():
+    # Random running sets: whenever any candidate is below the top tier, so is the victim;
+    # and it is the fair-share choice among those candidates.
+    rng = np.random.default_rng(0)
+    policy = get_victim_policy("tier-fair-share")
+    for _ in range(300):
+        tenants = [f"t{i}" for i in range(int(rng.integers(1, 5)))]
+        candidates = [
+            req(
+                str(rng.choice(tenants)),
+                arrival=float(rng.integers(0, 50)),
+                priority=int(rng.integers(0, 3)),
+                computed=int(rng.integers(0, 100)),
+            )
+            for _ in range(int(rng.integers(1, 8)))
+        ]
+        view = pool({t: int(rng.integers(0, 40)) for t in tenants}, usable=120)
+        victim = policy(candidates, view)
+        lower = [r for r in candidates if r.priority > 0]
+        if lower:
+            assert victim.priority > 0
+            assert victim is get_victim_policy("fair-share")(lower, view)
+        else:
+            assert victim is get_victim_policy("fair-share")(candidates, view)

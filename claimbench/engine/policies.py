@@ -12,9 +12,11 @@ higher priority, 0 is the top tier.
     vtc, wvtc       virtual token counter, unweighted or divided by tenant weight (vtc.py)
 
 A victim policy picks, among the running requests not yet scheduled this step, the one to
-preempt when pages run out: ``newest`` (vLLM's), ``lowest-priority`` (then newest), or
+preempt when pages run out: ``newest`` (vLLM's), ``lowest-priority`` (then newest),
 ``fair-share`` (the tenant furthest above its weighted share of the KV pool, then its
-request with the fewest computed tokens, i.e. the least work to recompute).
+request with the fewest computed tokens, i.e. the least work to recompute), or
+``tier-fair-share`` (fair-share among the candidates below the top tier; a top-tier request
+only when every candidate is top tier).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from claimbench.engine.request import Request
 
 DEFAULT_AGING_S = 5.0
+TOP_TIER = 0  # the highest priority tier (tenants.Tenant.priority)
 
 
 @dataclass(frozen=True)
@@ -155,6 +158,18 @@ def fair_share_victim(candidates: Sequence[Request], pool: PoolView) -> Request:
     return min(own, key=lambda r: (r.num_computed_tokens, -r.arrival_time, -r.seq_no))
 
 
+def tier_fair_share_victim(candidates: Sequence[Request], pool: PoolView) -> Request:
+    """``fair_share_victim`` over the candidates below the top tier: a top-tier request is
+    preempted only when no lower-tier candidate is left.
+
+    Fair shares still count every tenant holding pages, top tier included, so a lower-tier
+    tenant's excess is measured against the whole pool, not against the lower tiers alone.
+    """
+    _check_candidates(candidates)
+    lower = [r for r in candidates if r.priority > TOP_TIER]
+    return fair_share_victim(lower or candidates, pool)
+
+
 def _check_candidates(candidates: Sequence[Request]) -> None:
     if not candidates:
         raise ValueError("no preemption candidates")
@@ -173,6 +188,7 @@ VICTIMS: dict[str, VictimPolicy] = {
     "newest": newest_victim,
     "lowest-priority": lowest_priority_victim,
     "fair-share": fair_share_victim,
+    "tier-fair-share": tier_fair_share_victim,
 }
 
 
