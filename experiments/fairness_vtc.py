@@ -26,13 +26,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from claimbench.engine.fairness import (
-    RUNNING_TOKENS,
-    cumulative_service,
-    max_service_gap,
-    steps_backlog,
-)
+from claimbench.engine.fairness import RUNNING_TOKENS
 from claimbench.harness import tenant_runs as tr
+from claimbench.harness.service import cumulative_service, max_service_gap, steps_backlog
 from claimbench.site import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
 

@@ -3,13 +3,8 @@ import pandas as pd
 import pytest
 from engine_helpers import make_request
 
-from claimbench.engine.fairness import (
-    ServiceLedger,
-    cumulative_service,
-    max_service_gap,
-    service_tokens,
-    steps_backlog,
-)
+from claimbench.engine.fairness import ServiceLedger, service_tokens
+from claimbench.harness.service import cumulative_service, max_service_gap, steps_backlog
 
 
 def test_service_tokens_prefill_decode_and_recompute():

@@ -3,13 +3,8 @@ import pandas as pd
 import pytest
 from engine_helpers import make_request
 
-from claimbench.engine.metrics import (
-    StepRecord,
-    requests_frame,
-    steps_frame,
-    summarize,
-    summarize_by_tenant,
-)
+from claimbench.engine.metrics import StepRecord, requests_frame, steps_frame
+from claimbench.harness.serving_summary import summarize, summarize_by_tenant
 
 
 def served(tenant, arrival, token_times, reason="length", prompt=4):

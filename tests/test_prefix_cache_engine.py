@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from engine_helpers import tiny_engine, tiny_model
 
-from claimbench.engine.metrics import summarize_by_tenant
+from claimbench.harness.serving_summary import summarize_by_tenant
 from claimbench.engine.sampler import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=6, ignore_eos=True)

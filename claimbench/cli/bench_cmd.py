@@ -52,9 +52,9 @@ def bench(
 
     from claimbench.engine.config import EngineConfig
     from claimbench.engine.engine import LLMEngine
-    from claimbench.engine.metrics import format_summary, summarize
     from claimbench.engine.outputs import FinishEvent, RejectEvent
     from claimbench.engine.workload_items import benchmark_items
+    from claimbench.harness.serving_summary import format_summary, summarize
     from claimbench.models.checkpoint import default_model_path, read_config
     from claimbench.models.tokenizer import Tokenizer
     from claimbench.workload.corpus import heldout_prompts

@@ -2,17 +2,22 @@
 
 Load levels are fractions of a saturation throughput measured on the running hardware, so
 "90% load" means the same thing on a laptop CPU and on a TPU: a closed-loop burst of the
-experiment's own request mix (every request submitted at once) is served to completion and
-its output tokens per second is the saturation point. A workload is then scaled so that its
-offered output tokens per second is the wanted fraction of that.
+experiment's own request mix (every request submitted at once) is served and its output
+tokens per second while the batch is full is the saturation point. A workload is then
+scaled so that its offered output tokens per second is the wanted fraction of that.
+
+Every trial measures its own saturation (the host's speed drifts, and that drift belongs in
+the trial-to-trial spread the confidence interval is built from), and durations are given
+in service units too: ``Saturation.seconds_for(n)`` is the time the engine needs to serve n
+requests of the mix at saturation. An experiment written in these units runs the same on a
+faster engine, only quicker.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,17 +29,25 @@ from claimbench.engine.sampler import SamplingParams
 from claimbench.models.checkpoint import read_config
 from claimbench.workload.build import WorkloadRequest, build_requests
 from claimbench.workload.lengths import UniformLength
-from claimbench.workload.spec import WorkloadSpec, scale_rates, tenant_rate
+from claimbench.workload.spec import (
+    WorkloadSpec,
+    offered_requests_per_s,
+    scale_rates,
+    tenant_rate,
+)
 from claimbench.workload.tenants import TenantLoad
 from claimbench.workload.tokens import random_token_source
 
 if TYPE_CHECKING:
+    from claimbench.engine.config import EngineConfig
     from claimbench.engine.engine import LLMEngine
     from claimbench.harness.context import RunContext
 
 # Outputs run to max_tokens: lengths are the workload's, not the model's whim.
 SERVE_SAMPLING = SamplingParams(ignore_eos=True)
-COMPILE_CACHE_DIR = Path.home() / ".cache" / "claimbench" / "xla"
+# A run "to completion" still gets a deadline, so a stalled engine cannot hang a trial:
+# this many times the run's expected length in service units, and never under the floor.
+SAFETY_FACTOR, SAFETY_FLOOR_S = 20.0, 60.0
 
 
 @dataclass(frozen=True)
@@ -42,8 +55,15 @@ class Saturation:
     """The engine's full-batch throughput on one request mix."""
 
     output_tokens_per_s: float
-    requests_per_s: float  # output_tokens_per_s / the mix's mean output tokens
+    requests_per_s: float  # output_tokens_per_s / the mix's expected output tokens
     num_requests: int  # in the burst
+
+    def seconds_for(self, num_requests: float) -> float:
+        """The time the engine needs to serve ``num_requests`` requests of the mix at
+        saturation: the unit experiments give their windows in."""
+        if not num_requests >= 0:
+            raise ValueError(f"num_requests must be >= 0, got {num_requests!r}")
+        return num_requests / self.requests_per_s
 
 
 @dataclass(frozen=True)
@@ -57,18 +77,15 @@ class ServedRun:
 
 
 def experiment_engine(ctx: RunContext, params: dict[str, Any], **overrides: Any) -> LLMEngine:
-    """The run's engine with the experiment's ``engine`` params and ``overrides``, every
-    bucket compiled before anything is timed.
+    """The run's engine (``ctx.engine``: the profile's ``engine`` params, then
+    ``overrides``), every bucket compiled before anything is timed.
 
-    Compiled steps go to a persistent cache (``params["compile_cache"]``, default on), so
-    the next experiment in a new process loads them instead of compiling again.
+    Compiled steps go to the persistent cache unless ``params["compile_cache"]`` is false,
+    so the next experiment in a new process loads them instead of compiling again.
     """
-    options = dict(params.get("engine", {})) | overrides
-    if params.get("compile_cache", True):
-        options.setdefault("compilation_cache_dir", COMPILE_CACHE_DIR)
-    engine = ctx.engine(**options)
-    engine.precompile()
-    return engine
+    return ctx.engine(
+        precompile=True, compile_cache=bool(params.get("compile_cache", True)), **overrides
+    )
 
 
 def kv_pool_bytes(ctx: RunContext, engine_params: dict[str, Any], num_usable_pages: int) -> int:
@@ -139,14 +156,25 @@ def at_load(spec: WorkloadSpec, saturation: Saturation, load: float) -> Workload
     return scale_rates(spec, target / offered_output_tokens_per_s(spec))
 
 
-def measure_saturation(engine: LLMEngine, spec: WorkloadSpec, num_requests: int) -> Saturation:
-    """Submit the first ``num_requests`` requests of ``spec`` all at once and measure the
-    output throughput while requests are still waiting, i.e. while the batch is kept full.
+def measure_saturation(
+    engine: LLMEngine,
+    spec: WorkloadSpec,
+    num_requests: int,
+    *,
+    config: EngineConfig | None = None,
+) -> Saturation:
+    """Submit the first ``num_requests`` requests of ``spec`` all at once to the emptied
+    engine (under ``config`` if given) and measure the output throughput while requests are
+    still waiting, i.e. while the batch is kept full.
 
-    The ramp-down after the queue empties (a shrinking batch) is left out: it is the burst's
-    artefact, not the engine's capacity. ``num_requests`` should be several times
-    ``max_num_seqs`` so the full-batch window spans many steps.
+    The engine is reset first: a prefix cache warm from an earlier run of the same prompts
+    would skip their prefill and overstate the rate. The ramp-down after the queue empties
+    (a shrinking batch) is left out: it is the burst's artefact, not the engine's capacity.
+    ``num_requests`` should be several times ``max_num_seqs`` so the full-batch window spans
+    many steps. requests_per_s divides by the mix's expected output length, the one
+    ``at_load`` scales rates by, so loads and service units agree.
     """
+    engine.reset(config)
     burst = dataclasses.replace(spec, max_requests=num_requests, max_duration_s=None)
     requests = [
         dataclasses.replace(r, arrival_s=0.0)
@@ -164,12 +192,101 @@ def measure_saturation(engine: LLMEngine, spec: WorkloadSpec, num_requests: int)
         )
     span_s = float(steps["start_s"].iloc[last + 1] - steps["start_s"].iloc[0])
     tokens = float(outputs.iloc[last])  # made by steps 0..last
-    mean_output = float(np.mean([r.max_tokens for r in requests]))
+    mean_output = offered_output_tokens_per_s(spec) / offered_requests_per_s(spec)
     return Saturation(
         output_tokens_per_s=tokens / span_s,
         requests_per_s=tokens / span_s / mean_output,
         num_requests=num_requests,
     )
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A stretch of a trial's timeline: it lasts the time the engine needs to serve
+    ``service_requests`` requests of the mix at saturation, with arrivals at ``load``."""
+
+    service_requests: float
+    load: float
+
+    def __post_init__(self) -> None:
+        if not (self.service_requests > 0 and self.load > 0):
+            raise ValueError(f"a phase needs service_requests > 0 and load > 0, got {self}")
+
+
+def phased_requests(
+    spec: WorkloadSpec, saturation: Saturation, phases: Sequence[Phase], vocab_size: int
+) -> list[WorkloadRequest]:
+    """``spec``'s request stream (rates scaled to saturation) with its arrival times warped
+    so that each phase offers its own load: the same requests in the same order whatever
+    the phases, only their spacing changes.
+
+    The stream is drawn at load 1, where u seconds hold u x saturation of work; a phase of
+    wall length D at load L takes the next D x L of it, compressed (L > 1) or stretched
+    (L < 1) to D. Requests past the last phase are dropped.
+    """
+    if not phases:
+        raise ValueError("phased_requests needs at least one phase")
+    walls = [saturation.seconds_for(p.service_requests) for p in phases]
+    spans = [w * p.load for w, p in zip(walls, phases, strict=True)]
+    unit = dataclasses.replace(
+        at_load(spec, saturation, 1.0), max_duration_s=sum(spans), max_requests=None
+    )
+    starts_u = np.concatenate([[0.0], np.cumsum(spans)])
+    starts_t = np.concatenate([[0.0], np.cumsum(walls)])
+    out = []
+    for r in workload_requests(unit, vocab_size):
+        k = int(np.searchsorted(starts_u, r.arrival_s, side="right")) - 1
+        if k >= len(phases):
+            continue
+        t = starts_t[k] + (r.arrival_s - starts_u[k]) / phases[k].load
+        out.append(dataclasses.replace(r, arrival_s=float(t), request_index=len(out)))
+    return out
+
+
+def safety_timeout_s(expected_s: float) -> float:
+    """A deadline for a run meant to finish: SAFETY_FACTOR x its expected length."""
+    return max(SAFETY_FACTOR * expected_s, SAFETY_FLOOR_S)
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One mode of a trial: the requests it serves and the host-side config changes
+    (config.HOST_FIELDS: policies, tenants) it makes to the baseline engine config."""
+
+    requests: list[WorkloadRequest]
+    changes: dict[str, Any] = field(default_factory=dict)
+
+
+def serve_arms(
+    ctx: RunContext,
+    engine: LLMEngine,
+    baseline: EngineConfig,
+    arms: Mapping[str, Arm],
+    trial: int,
+    *,
+    timeout_s: float,
+) -> dict[str, ServedRun]:
+    """The tenant-experiment loop body: serve every arm on the same engine, in an order
+    rotated by ``trial``, each from an emptied engine under ``baseline`` with only its own
+    changes, and save its frames under ``mode=<arm>, trial=<trial>``.
+
+    Arms start from ``baseline`` (not from the previous arm's config), so two arms differ in
+    exactly the changes they name.
+    """
+    served = {}
+    for mode in rotated(list(arms), trial):
+        arm = arms[mode]
+        engine.reset(dataclasses.replace(baseline, **arm.changes))
+        served[mode] = serve(engine, arm.requests, timeout_s)
+        ctx.save_frames(
+            requests=served[mode].requests, steps=served[mode].steps, mode=mode, trial=trial
+        )
+    return served
+
+
+def trial_seed(ctx: RunContext, trial: int) -> int:
+    """The workload seed of ``trial``: distinct per trial, shared by the trial's arms."""
+    return ctx.seed * 1000 + trial + 1
 
 
 def serve(engine: LLMEngine, requests: list[WorkloadRequest], timeout_s: float) -> ServedRun:
