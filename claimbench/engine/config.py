@@ -14,6 +14,9 @@ from claimbench.kernels.backend import BACKENDS
 DTYPES = ("bfloat16", "float32", "float16")
 KV_DTYPES = ("auto", "bf16", "f32", "int8", "fp8")
 WEIGHT_FORMATS = ("bf16", "int8", "fp8")  # bf16 = unquantized, in the model dtype
+# paged: a request's pages grow with its computed tokens; reserve_max: it takes every page of
+# max_model_len at admission, as a server that reserves each request's maximum length does.
+KV_ALLOCATIONS = ("paged", "reserve_max")
 # Fields only the host reads: LLMEngine.reset may switch them without recompiling.
 HOST_FIELDS = (
     "scheduling_policy",
@@ -24,6 +27,7 @@ HOST_FIELDS = (
     "tenants",
     "seed",
     "prefix_caching",
+    "kv_allocation",
 )
 MIN_TOKEN_BUCKET = 16  # smallest padded token count a step is compiled for
 MIN_SEQ_BUCKET = 8  # smallest padded sequence-slot count
@@ -53,6 +57,7 @@ class EngineConfig:
     seed: int = 0  # seeds requests that bring no seed of their own
     compilation_cache_dir: Path | None = None  # persistent JAX compilation cache
     prefix_caching: str = "per-tenant"  # off | per-tenant | shared | salted (prefix_cache.MODES)
+    kv_allocation: str = "paged"  # paged | reserve_max (KV_ALLOCATIONS)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -73,6 +78,8 @@ class EngineConfig:
             )
         if self.prefix_caching not in PREFIX_MODES:
             raise ValueError(f"prefix_caching {self.prefix_caching!r} is not one of {PREFIX_MODES}")
+        if self.kv_allocation not in KV_ALLOCATIONS:
+            raise ValueError(f"kv_allocation {self.kv_allocation!r} is not one of {KV_ALLOCATIONS}")
         if self.victim_policy not in VICTIMS:
             raise ValueError(f"victim_policy {self.victim_policy!r} is not one of {tuple(VICTIMS)}")
         object.__setattr__(self, "tenants", tuple(self.tenants))

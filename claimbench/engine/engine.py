@@ -28,6 +28,7 @@ from claimbench.engine.request import Request, RequestStatus
 from claimbench.engine.runner import ModelRunner, StepOutput
 from claimbench.engine.sampler import SamplingParams
 from claimbench.engine.scheduler import Scheduler
+from claimbench.engine.stats import EngineStats, engine_stats
 from claimbench.engine.workload_items import WorkItem, as_work_items, run_workload
 from claimbench.kernels.kv_quant import FP8_DTYPE
 from claimbench.models.kv_calibration import resolve_fp8_kv_scales
@@ -328,6 +329,10 @@ class LLMEngine:
         return run_workload(self, as_work_items(workload, sampling), timeout_s, on_step)
 
     # -- records --------------------------------------------------------------------------
+
+    def stats(self) -> EngineStats:
+        """A read-only snapshot: pool occupancy, queue lengths, KV and weight bytes."""
+        return engine_stats(self.runner, self.block_manager, self.scheduler)
 
     def output(self, request_id: str) -> RequestOutput:
         r = self.requests[request_id]

@@ -59,6 +59,8 @@ class Scheduler:
             )
         # The last sampled token is never written to the cache.
         pages = self.block_manager.num_pages_for(request.max_total_tokens - 1)
+        if self.cfg.kv_allocation == "reserve_max":
+            pages = self.block_manager.num_pages_for(self.cfg.max_model_len)
         if pages > self.block_manager.num_usable_pages:
             return (
                 f"needs {pages} KV pages at full length but the whole pool has "
@@ -122,16 +124,24 @@ class Scheduler:
             # A cached prefix is taken by reference: only the tokens after it are computed.
             num_cached = self.block_manager.match_prefix(request)
             num_tokens = min(request.num_uncomputed_tokens - num_cached, budget)
-            if not self._fits(request, num_tokens):
+            num_reserved = self._admission_tokens(num_tokens, num_cached)
+            if not self._fits(request, num_reserved):
                 if self.quotas is None:
                     break
                 continue  # a tenant at its quota must not block the others behind it
             self.waiting.remove(request)
             self.running.append(request)
             request.status = RequestStatus.RUNNING
-            self._schedule(request, num_tokens, now, out, scheduled_ids)
+            self._schedule(request, num_tokens, now, out, scheduled_ids, num_reserved)
             budget -= num_tokens
         return out
+
+    def _admission_tokens(self, num_tokens: int, num_cached: int) -> int:
+        """Tokens to allocate pages for when admitting: this step's, or under reserve_max
+        every slot up to max_model_len (counted, like allocate, from the cached prefix)."""
+        if self.cfg.kv_allocation == "reserve_max":
+            return max(num_tokens, self.cfg.max_model_len - num_cached)
+        return num_tokens
 
     def _make_room(
         self, request: Request, num_tokens: int, scheduled_ids: set[str], out: SchedulerOutput
@@ -162,8 +172,10 @@ class Scheduler:
         now: float,
         out: SchedulerOutput,
         scheduled_ids: set[str],
+        num_reserved: int | None = None,
     ) -> None:
-        self.block_manager.allocate(request, num_tokens)
+        # num_reserved >= num_tokens: the pages allocated, which may run ahead of the step's.
+        self.block_manager.allocate(request, num_tokens if num_reserved is None else num_reserved)
         # After allocate: a cached prefix moves num_computed_tokens, and is not service.
         num_input, num_output = service_tokens(request, num_tokens)
         self.ordering.charge(request, num_input, num_output)
