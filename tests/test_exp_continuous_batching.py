@@ -1,31 +1,37 @@
-"""The continuous-batching experiment at tiny size: both modes serve everything, static waits."""
+"""The continuous-batching experiment: both arms stepped by hand on fixed lengths, the drain
+share, then a tiny run of the whole experiment."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 from engine_helpers import tiny_engine, tiny_model
 
 from claimbench.harness.claims import find_claim, load_claims
 from claimbench.harness.context import RunContext
 from claimbench.harness.registry import load_experiment
+from claimbench.workload.build import WorkloadRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {
-    "num_requests": 8,
+    "num_requests": 240,
     "max_num_seqs": 4,
-    "prompt_len": {"kind": "lognormal", "mean": 12, "sigma": 0.8, "lo": 2, "hi": 40},
-    "output_len": {"kind": "lognormal", "mean": 8, "sigma": 0.8, "lo": 1, "hi": 24},
+    "prompt_len": {"kind": "lognormal", "mean": 6, "sigma": 0.8, "lo": 2, "hi": 16},
+    "output_len": {"kind": "lognormal", "mean": 8, "sigma": 1.0, "lo": 1, "hi": 16},
 }
 
 
 class TinyContext(RunContext):
     """Serves with the tiny random model instead of loading one from disk."""
 
-    def engine(self, **overrides):
-        return tiny_engine(self.params["model"], **overrides)
+    def engine(self, *, precompile=False, compile_cache=False, **overrides):
+        engine = tiny_engine(tiny_model(), **overrides)
+        if precompile:
+            engine.precompile()
+        return engine
 
 
 def _experiment():
@@ -36,7 +42,7 @@ def _ctx(params: dict, trials: int = 2) -> TinyContext:
     return TinyContext(
         claim_id="continuous-batching",
         profile="quick",
-        params=params | {"model": tiny_model()},
+        params=params,
         trials=trials,
         seed=0,
         hardware={"platform": "cpu"},
@@ -44,25 +50,90 @@ def _ctx(params: dict, trials: int = 2) -> TinyContext:
     )
 
 
-def test_tiny_run_records_the_ratio_and_static_batches_wait_for_each_other():
+def _requests(outputs: list[int]) -> list[WorkloadRequest]:
+    """4-token prompts: four of them (16 tokens) prefill together in one 32-token step."""
+    return [
+        WorkloadRequest(0.0, "default", 0, tuple(range(3 + i, 7 + i)), n, i)
+        for i, n in enumerate(outputs)
+    ]
+
+
+def _admission_steps(engine) -> list[int]:
+    """The step at which each request was first scheduled (step starts are its timestamps)."""
+    starts = engine.steps_frame()["start_s"].to_numpy()
+    first = engine.requests_frame()["first_scheduled_s"].to_numpy()
+    return np.searchsorted(starts, first).tolist()
+
+
+def test_static_waits_for_each_batch_longest_and_continuous_refills_a_freed_slot():
+    serve = _experiment().serve
+    outputs = [1, 2, 3, 9, 2, 2, 9, 1]
+    engine = tiny_engine(max_num_seqs=4)
+    serve(engine, _requests(outputs), 4)
+    # A batch takes as many steps as its longest output (the prefill step makes the first
+    # token): max(1, 2, 3, 9) + max(2, 2, 9, 1) = 18, however short the others are.
+    assert len(engine.steps_frame()) == 18
+    assert _admission_steps(engine) == [0] * 4 + [9] * 4
+
+    engine.reset()
+    serve(engine, _requests(outputs), None)
+    # Continuous: r0 finishes in step 0, so r4 joins in step 1; r1 and r4... finish in steps
+    # 1, 2 and 3, so r5 joins in step 2 and r6, r7 in step 3. r6 then needs 9 steps: 3 + 9 = 12.
+    assert _admission_steps(engine) == [0, 0, 0, 0, 1, 2, 3, 3]
+    assert len(engine.steps_frame()) == 12
+    # While requests wait, every step runs a full batch.
+    assert (engine.steps_frame()["num_seqs"].iloc[:4] == 4).all()
+
+
+def test_drain_share_is_the_tail_after_the_last_admission():
+    drain_share = _experiment().drain_share
+    frame = pd.DataFrame(
+        {
+            "arrival_s": [0.0, 0.0, 0.0, 0.0],
+            "first_scheduled_s": [0.0, 0.0, 1.0, 2.0],
+            "finish_s": [1.0, 2.0, 8.0, 10.0],
+        }
+    )
+    # Last admission at 2.0; the first finish after it is 8.0; the run ends at 10.0.
+    assert drain_share(frame) == pytest.approx(0.2)
+
+
+def test_tiny_run_drains_under_5_percent_and_alternates_the_arms():
     ctx = _ctx(TINY)
     _experiment().run(ctx)
     frame = ctx.measurements_frame("run")
-    ratio = frame.loc[frame["metric"] == "throughput_ratio"].sort_values("trial")
-    assert list(ratio["trial"]) == [0, 1]
-    assert all(math.isfinite(v) and v > 0 for v in ratio["value"])
+    drain = frame.loc[frame["metric"] == "drain_share_pct"].sort_values("trial")
+    assert list(drain["trial"]) == [0, 1]
+    assert drain["value"].between(0, 5, inclusive="neither").all()
+    ratio = frame.loc[frame["metric"] == "throughput_ratio"]
+    assert list(ratio["trial"]) == [0, 1] and (ratio["value"] > 0).all()
+    # The static arm pays for each batch's longest output in steps, on every trial.
+    steps = frame[frame["metric"] == "num_steps"]
+    by_mode = steps.assign(mode=steps["labels"].str.extract(r'"mode": "(\w+)"')[0])
+    per_trial = by_mode.pivot(index="trial", columns="mode", values="value")
+    assert (per_trial["static"] > per_trial["continuous"]).all()
+    throughput = frame[frame["metric"] == "output_throughput"]
+    first_mode = throughput.groupby("trial")["labels"].first()
+    assert "continuous" in first_mode[0] and "static" in first_mode[1]
     requests = ctx.frames()["requests"]
-    for (mode, _), served in requests.groupby(["mode", "trial"]):
-        assert served["completed"].all() and len(served) == 8
-        if mode == "static":
-            # A batch starts only once every request of the batch before it has finished.
-            first, second = served.iloc[:4], served.iloc[4:]
-            assert second["first_scheduled_s"].min() >= first["finish_s"].max()
-    continuous = requests[requests["mode"] == "continuous"]
-    assert (continuous["first_scheduled_s"].iloc[4:] < continuous["finish_s"].iloc[:4].max()).any()
+    assert (
+        requests.groupby(["mode", "trial"])["completed"]
+        .agg(["all", "size"])
+        .eq([True, 240])
+        .all(axis=None)
+    )
 
 
-def test_lengths_must_fit_max_model_len():
-    params = TINY | {"output_len": {"kind": "fixed", "value": 127}}
+def test_a_short_run_is_mostly_drain():
+    """The drain share is a real check: four batches' worth of requests drain for long."""
+    ctx = _ctx(TINY | {"num_requests": 16}, trials=1)
+    _experiment().run(ctx)
+    frame = ctx.measurements_frame("run")
+    assert frame.loc[frame["metric"] == "drain_share_pct", "value"].iloc[0] > 10
+
+
+def test_params_are_checked():
     with pytest.raises(ValueError, match="exceeds max_model_len=128"):
-        _experiment().run(_ctx(params, trials=1))
+        _experiment().run(_ctx(TINY | {"output_len": {"kind": "fixed", "value": 127}}, trials=1))
+    with pytest.raises(ValueError, match=r"unknown param\(s\) \['num_request'\]"):
+        _experiment().run(_ctx(TINY | {"num_request": 8}, trials=1))
