@@ -1,10 +1,14 @@
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
-from engine_helpers import make_request
+from engine_helpers import make_request, tiny_engine
 
 from claimbench.engine.fairness import ServiceLedger, service_tokens
 from claimbench.harness.service import cumulative_service, max_service_gap, steps_backlog
+from claimbench.harness.step_driver import serve_by_step
+from claimbench.workload.build import WorkloadRequest
 
 
 def test_service_tokens_prefill_decode_and_recompute():
@@ -81,3 +85,40 @@ def test_gap_with_one_tenant_is_zero():
     )
     assert gap(steps) == 0.0
     assert np.isfinite(gap(steps))
+
+
+# -- the mechanism on a real engine, in steps ------------------------------------------
+
+
+def backlogged_two_tenant_load():
+    """Both tenants overload the engine together: each step 2 heavy and 1 light request
+    arrive (the tiny engine serves about one 8 + 8 token request per step), for 24 steps."""
+    arrivals = []
+    for step in range(24):
+        for tenant in ("heavy", "heavy", "light"):
+            request = WorkloadRequest(0.0, tenant, 0, tuple(range(3, 11)), 8, len(arrivals))
+            arrivals.append((step, request))
+    return arrivals
+
+
+def gap_and_bound(run, w_in=1.0, w_out=2.0):
+    service = cumulative_service(run.steps, input_weight=w_in, output_weight=w_out)
+    gap = max_service_gap(service, steps_backlog(run.steps))
+    bound = 2 * max(w_in * 8, w_out * float(run.steps["running_tokens"].max()))
+    return gap, bound
+
+
+def test_vtc_keeps_the_gap_within_its_bound_where_fcfs_lets_it_grow():
+    engine = tiny_engine()
+    gaps = {}
+    for policy in ("fcfs", "vtc"):
+        config = dataclasses.replace(engine.config, scheduling_policy=policy)
+        run = serve_by_step(engine, backlogged_two_tenant_load(), max_steps=400, config=config)
+        assert (run.requests["finish_reason"] == "length").all()
+        gaps[policy] = gap_and_bound(run)
+    (fcfs_gap, fcfs_bound), (vtc_gap, vtc_bound) = gaps["fcfs"], gaps["vtc"]
+    assert vtc_gap <= vtc_bound
+    # FCFS serves 2:1 in arrival order, so the gap grows with the joint backlog; VTC
+    # equalises service and its gap stays a few requests' worth.
+    assert fcfs_gap > 4 * vtc_gap
+    assert fcfs_gap > fcfs_bound
