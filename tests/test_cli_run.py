@@ -21,6 +21,7 @@ def test_run_one_claim(project):
     assert run_dir.name.split("-", 1)[1].startswith("fake-pass-")
     assert "1 run(s) stored, 0 failed" in result.stdout
     meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["model"] is None and meta["origin"] and len(meta["prediction_hash"]) == 16
     assert (meta["claim"], meta["profile"], meta["seed"], meta["trials"]) == (
         "fake-pass",
         "quick",
@@ -116,7 +117,9 @@ def test_experiment_file_that_fails_to_import_is_a_failed_run(project):
         (["--all", "--claim", "fake-pass"], "either --claim ID ... or --all"),
         (["--claim", "nope"], "no claim 'nope'"),
         (["--claim", "fake-unwritten"], "claim 'fake-unwritten': no experiment yet"),
-        (["--claim", "fake-pass", "--profile", "huge"], "--profile 'huge' is not one of"),
+        (["--claim", "fake-pass", "--profile", "huge"], "'huge' is not one of 'quick', 'full'"),
+        (["--claim", "fake-pass", "--trials", "many"], "Invalid value for '--trials'"),
+        (["--claim", "fake-pass", "--fast"], "No such option: --fast"),
         (["--claim", "fake-pass", "--trials", "0"], "--trials must be >= 1, got 0"),
     ],
 )
@@ -132,8 +135,18 @@ def test_missing_model_dir(project, tmp_path):
     )
 
 
+def test_broken_model_is_rejected_once_before_any_experiment(project, tmp_path):
+    # fake-pass never loads a model: before the check it ran and stored a run naming the path.
+    empty = tmp_path / "empty-model"
+    empty.mkdir()
+    result = invoke("--root", str(project), "--model", str(empty), "run", "--all")
+    assert_one_line_error(result, f"--model: {empty} has no config.json")
+    assert "stored" not in result.output and "skipping" not in result.output
+    assert not (project / "results").exists()
+
+
 def test_bad_global_dtype(project):
     assert_one_line_error(
         invoke("--root", str(project), "--dtype", "fp7", "run", "--claim", "fake-pass"),
-        "--dtype 'fp7' is not one of",
+        "Invalid value for '--dtype': 'fp7' is not one of 'bfloat16', 'float32'",
     )

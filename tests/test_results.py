@@ -13,6 +13,7 @@ import pytest
 from claimbench.harness import registry, results
 from claimbench.harness.claims import find_claim, load_claims
 from claimbench.harness.context import RunContext, TrialProgress, run_claim
+from claimbench.models.checkpoint import default_draft_path, default_model_path
 
 HARDWARE = {"platform": "cpu", "device_kind": "cpu", "device_count": 1, "price_per_hour": 0.0}
 
@@ -125,10 +126,17 @@ def test_engine_builds_from_profile_params(monkeypatch):
         sys.modules, "claimbench.engine.engine", types.SimpleNamespace(LLMEngine=FakeEngine)
     )
     ctx = make_context(params={"engine": {"max_num_seqs": 4, "page_size": 8}})
+    assert ctx.models_used == []
     ctx.engine(page_size=32)
     config = built["config"]
     assert (config.max_num_seqs, config.page_size, config.dtype) == (4, 32, "float32")
     assert config.model_path is None  # the shipped default model
+    # Provenance: the model the engine loads, and the resolved config (once per engine built).
+    assert ctx.models_used == [default_model_path()]
+    ctx.engine(model_path=default_draft_path())
+    assert ctx.models_used == [default_model_path(), default_draft_path()]
+    assert [c["page_size"] for c in ctx.engine_configs] == [32, 8]
+    assert ctx.engine_configs[0]["attention_backend_resolved"] in ("cpu", "xla")
 
 
 def test_write_and_read_round_trip(tmp_path):
@@ -218,6 +226,9 @@ def test_run_claim_meta(project):
     assert meta["device_s"] == 0.0 and meta["cost_usd"] == 0.0
     assert meta["wall_s"] >= 0.0
     assert set(meta["git"]) == {"sha", "dirty"}
+    assert meta["model"] is None  # the fake experiment never loads a model
+    assert meta["prediction_hash"] == claim.prediction_hash("full")
+    assert meta["origin"] and meta["engine_configs"] == []
     assert meta["versions"]["jax"] and meta["versions"]["flax"]
     assert progress[0] == (0, 4) and progress[-1] == (4, 4)
     (run,) = results.read_runs(project / "results")[0]

@@ -2,21 +2,66 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from claimbench.cli.common import GlobalOptions, fail
 
+# click's UsageError (typer may vendor its own click, so it is found from a public subclass).
+_UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+
+@contextmanager
+def _one_line_usage_errors() -> Iterator[None]:
+    try:
+        yield
+    except _UsageError as err:
+        # Without its context a usage error prints only "Error: <what is wrong>": the usage text
+        # and help hint above it would make a bad choice the one bad input that is not one line.
+        # NoArgsIsHelpError prints the help itself and needs its context.
+        if type(err).__name__ != "NoArgsIsHelpError":
+            err.ctx = None
+            if isinstance(getattr(err, "message", None), str):
+                err.message = err.message.removeprefix("Value error, ")
+        raise
+
+
+class OneLineErrorsGroup(TyperGroup):
+    """The app's command group: usage errors (an unknown option, a value outside an option's
+    choices, a number that does not parse) print one line and exit 2."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        with _one_line_usage_errors():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: Any) -> Any:
+        with _one_line_usage_errors():
+            return super().invoke(ctx)
+
+
 app = typer.Typer(
+    cls=OneLineErrorsGroup,
     help="Run an LLM-serving design's falsifiable claims as experiments, score them, publish.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # Plain click help: typer's rich help prints a Python type beside every option (<bool> on
+    # each flag, <list[str]> on repeatable ones), which reads as noise to a user.
+    rich_markup_mode=None,
 )
 
-DTYPES = ("bfloat16", "float32")
+
+class Dtype(StrEnum):
+    """Model compute dtype."""
+
+    bfloat16 = "bfloat16"
+    float32 = "float32"
 
 
 @app.callback()
@@ -27,18 +72,17 @@ def main(
     ] = Path("."),
     model: Annotated[
         Path | None,
-        typer.Option(help="Local Hugging Face model directory (default: shipped claimbench-tiny)."),
+        typer.Option(
+            help="Local Hugging Face model directory the engine serves (default: the shipped "
+            "claimbench-tiny). roofline takes its own --model: a preset name or such a directory."
+        ),
     ] = None,
-    dtype: Annotated[str, typer.Option(help="Model compute dtype: bfloat16 or float32.")] = (
-        "bfloat16"
-    ),
+    dtype: Annotated[Dtype, typer.Option(help="Model compute dtype.")] = Dtype.bfloat16,
 ) -> None:
     """claimbench: claims -> experiments -> Parquet results -> scores -> scoreboard."""
-    if dtype not in DTYPES:
-        fail(f"--dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     if not root.is_dir():
         fail(f"--root {root} is not a directory")
-    ctx.obj = GlobalOptions(root=root.resolve(), model=model, dtype=dtype)
+    ctx.obj = GlobalOptions(root=root.resolve(), model=model, dtype=dtype.value)
 
 
 # Command groups register below, one line each (keep this block append-only).

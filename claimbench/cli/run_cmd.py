@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -19,8 +20,16 @@ from rich.progress import (
 from claimbench.cli import project
 from claimbench.cli.common import console, fail, global_options
 from claimbench.harness import registry
-from claimbench.harness.claims import PROFILES, Claim, find_claim
+from claimbench.harness.claims import Claim, find_claim
 from claimbench.harness.context import run_claim
+from claimbench.harness.model_provenance import ModelDirError, check_model_dir
+
+
+class Profile(StrEnum):
+    """A claim's params profile (claims.PROFILES)."""
+
+    quick = "quick"
+    full = "full"
 
 
 def _select(root: Path, claims: list[Claim], ids: list[str], all_claims: bool) -> list[Claim]:
@@ -58,14 +67,15 @@ def _one_line(err: BaseException) -> str:
 def run(
     ctx: typer.Context,
     claim: Annotated[
-        list[str] | None, typer.Option("--claim", help="A claim id to run (repeatable).")
+        list[str] | None,
+        typer.Option("--claim", metavar="ID", help="A claim id to run (repeatable)."),
     ] = None,
     all_claims: Annotated[
         bool, typer.Option("--all", help="Run every claim that has an experiment.")
     ] = False,
     profile: Annotated[
-        str, typer.Option(help="quick (a 2-core CPU, minutes) or full (a TPU VM).")
-    ] = "quick",
+        Profile, typer.Option(help="quick (a 2-core CPU, minutes) or full (a TPU VM).")
+    ] = Profile.quick,
     trials: Annotated[
         int | None, typer.Option(help="Trials per claim (default: the profile's, else 3).")
     ] = None,
@@ -76,12 +86,15 @@ def run(
 ) -> None:
     """Run claims' experiments; each finished run is stored, a failed one is not."""
     opts = global_options(ctx)
-    if profile not in PROFILES:
-        fail(f"--profile {profile!r} is not one of {', '.join(PROFILES)}")
     if trials is not None and trials < 1:
         fail(f"--trials must be >= 1, got {trials}")
-    if opts.model is not None and not opts.model.is_dir():
-        fail(f"--model {opts.model} is not a directory")
+    if opts.model is not None:
+        # Once, before anything runs: a broken --model would otherwise fail every experiment
+        # that loads it, while the ones that never load it would store runs naming it.
+        try:
+            check_model_dir(opts.model)
+        except ModelDirError as err:
+            fail(f"--model: {err}")
     claims = project.open_claims(opts.root)
     selected = _select(opts.root, claims, claim or [], all_claims)
     if not selected:
@@ -113,7 +126,7 @@ def run(
                     module,
                     root=opts.root,
                     results_dir=store,
-                    profile=profile,
+                    profile=profile.value,
                     trials=trials,
                     seed=seed,
                     dtype=opts.dtype,

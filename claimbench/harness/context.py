@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from claimbench.harness import provenance, results
+from claimbench.harness import model_provenance, provenance, results
 from claimbench.harness.claims import Claim
 
 if TYPE_CHECKING:
@@ -81,6 +81,8 @@ class RunContext:
     # Every engine the experiment built, as the resolved EngineConfig's fields (provenance).
     engine_configs: list[dict[str, Any]] = field(default_factory=list, repr=False)
     _frames: dict[str, list[pd.DataFrame]] = field(default_factory=dict, repr=False)
+    # Model directories the experiment used (engines built, model_path read), first use first.
+    _models_used: list[Path] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -90,12 +92,27 @@ class RunContext:
 
     @property
     def model_path(self) -> Path:
-        """The model directory experiments load: --model, or the shipped default."""
-        if self.model_option is not None:
-            return self.model_option
-        from claimbench.models.checkpoint import default_model_path
+        """The model directory experiments load: --model, or the shipped default.
 
-        return default_model_path()
+        Reading it counts as using the model: the run's provenance records it.
+        """
+        return self._use_model(self.model_option)
+
+    @property
+    def models_used(self) -> list[Path]:
+        """The model directories this run used so far, in order of first use."""
+        return list(self._models_used)
+
+    def _use_model(self, path: Path | None) -> Path:
+        """Note that the experiment uses ``path`` (None: the shipped default); return it."""
+        if path is None:
+            from claimbench.models.checkpoint import default_model_path
+
+            path = default_model_path()
+        path = Path(path)
+        if all(path.resolve() != used.resolve() for used in self._models_used):
+            self._models_used.append(path)
+        return path
 
     @property
     def evidence(self) -> str:
@@ -167,6 +184,7 @@ class RunContext:
         if compile_cache:
             options.setdefault("compilation_cache_dir", COMPILE_CACHE_DIR)
         config = EngineConfig(**options)
+        self._use_model(config.model_path)
         engine = LLMEngine(config)
         resolved = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
         resolved["attention_backend_resolved"] = resolve_backend_name(config.attention_backend)
@@ -250,6 +268,12 @@ def run_claim(
     """
     params = claim.profile_params(profile)
     num_trials = trials if trials is not None else int(params.get("trials", DEFAULT_TRIALS))
+    # As the claim stood when the run started: a later edit of claims.yaml shows as a changed hash.
+    prediction = {
+        "conditions": [c.model_dump() for c in claim.prediction],
+        "confidence": claim.confidence,
+    }
+    prediction_hash = claim.prediction_hash(profile)
     hardware = provenance.detect_hardware()
     start = datetime.now(UTC)
     run_id = results.new_run_id(claim.id, start)
@@ -274,6 +298,8 @@ def run_claim(
     # A CPU is not the metered accelerator the $100 budget pays for.
     device_s = 0.0 if hardware["platform"] == "cpu" else wall_s
     price = float(hardware.get("price_per_hour") or 0.0)
+    # Only what the experiment used: an analytic experiment that never loads a model has none.
+    models = [model_provenance.describe_model(path) for path in ctx.models_used]
     meta = {
         "run_id": run_id,
         "claim": claim.id,
@@ -281,8 +307,13 @@ def run_claim(
         "params": params,
         "seed": seed,
         "trials": num_trials,
-        "model": str(model_option) if model_option is not None else None,
+        "prediction_hash": prediction_hash,
+        "prediction": prediction,
+        "model": models[0] if models else None,
+        "other_models": models[1:],  # e.g. a draft model for speculative decoding
+        "engine_configs": ctx.engine_configs,
         "dtype": dtype,
+        "origin": provenance.origin(),
         "git": provenance.git_state(root),
         "hardware": hardware,
         "versions": provenance.library_versions(),

@@ -1,14 +1,20 @@
-"""Where a run came from: hardware, code revision and library versions, for meta.json."""
+"""Where a run came from: hardware, origin, code revision and library versions, for meta.json."""
 
 from __future__ import annotations
 
+import os
 import platform
+import socket
 import subprocess
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 EVIDENCE_CLASSES = ("cpu", "gpu", "tpu", "analytic")
+# The paths whose content produces results: a change elsewhere (site/, results/ rewritten by the
+# quick start, README) does not make a run irreproducible from its commit.
+RESULT_SOURCES = ("claimbench", "experiments", "claims.yaml", "pyproject.toml")
+ORIGIN_ENV = "CLAIMBENCH_ORIGIN"
 # JAX names GPUs by their runtime on some versions; all of them are evidence class "gpu".
 _PLATFORM_CLASS = {"cpu": "cpu", "tpu": "tpu", "gpu": "gpu", "cuda": "gpu", "rocm": "gpu"}
 
@@ -35,7 +41,25 @@ def detect_hardware() -> dict[str, Any]:
     info["price_per_hour"] = float(info.get("price_per_hour") or 0.0)
     # What "auto" attends with here (pallas, cpu = native kernels, or xla).
     info["attention_backend"] = resolve_backend_name("auto")
+    info["cpu_model"] = cpu_model()
     return info
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The host CPU's model name: /proc/cpuinfo's "model name", else platform.processor()."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def origin() -> str:
+    """Where a run was made: $CLAIMBENCH_ORIGIN if set (e.g. "nightly-tpu"), else the host name."""
+    return os.environ.get(ORIGIN_ENV) or socket.gethostname()
 
 
 def _git(root: Path, *args: str) -> str | None:
@@ -49,12 +73,12 @@ def _git(root: Path, *args: str) -> str | None:
 
 
 def git_state(root: Path) -> dict[str, Any]:
-    """The claims project's commit and whether tracked files differ from it (None outside git)."""
+    """The claims project's commit, and whether the RESULT_SOURCES under ``root`` differ from it
+    (modified, staged, or new and not git-ignored); both None outside git."""
     sha = _git(root, "rev-parse", "HEAD")
     if sha is None:
         return {"sha": None, "dirty": None}
-    # Untracked files are ignored: results/ fills with new runs and would mark every run dirty.
-    status = _git(root, "status", "--porcelain", "--untracked-files=no")
+    status = _git(root, "status", "--porcelain", "--", *RESULT_SOURCES)
     return {"sha": sha, "dirty": bool(status) if status is not None else None}
 
 
