@@ -1,0 +1,135 @@
+"""The FastAPI app: OpenAI routes, tenants by API key, health, readiness and metrics.
+
+Routes under /v1 need ``Authorization: Bearer <key>`` when the server has a tenants
+file (the key selects the tenant); /health, /health/ready and /metrics are open, as
+vLLM's are, for probes and scrapers.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import asynccontextmanager
+from typing import TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ValidationError
+
+from claimbench.serving import completions
+from claimbench.serving.async_engine import IDLE_WAIT_S, EngineStopped
+from claimbench.serving.errors import ApiError, install_handlers, validation_message
+from claimbench.serving.health import check_golden
+from claimbench.serving.metrics import CONTENT_TYPE
+from claimbench.serving.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ModelCard,
+    ModelList,
+)
+from claimbench.serving.state import SINGLE_TENANT, ServerState
+
+Body = TypeVar("Body", bound=BaseModel)
+STALL_S = 60.0  # a loop that has not gone round for this long is not live (steps take ms)
+
+
+def create_app(state: ServerState) -> FastAPI:
+    """The app over ``state``; its lifespan starts and stops the engine loop."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        state.engine.start()
+        yield
+        state.draining = True
+        state.engine.stop()
+
+    app = FastAPI(title="claimbench", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.server = state
+    install_handlers(app)
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> ModelList:
+        authenticate(state, request)
+        card = ModelCard(
+            id=state.model_name, created=state.created, max_model_len=state.max_model_len
+        )
+        return ModelList(data=[card])
+
+    @app.post("/v1/completions")
+    async def create_completion(request: Request):
+        tenant = authenticate(state, request)
+        body = await parse(state, request, CompletionRequest)
+        return await completions.completions(state, tenant, body, request)
+
+    @app.post("/v1/chat/completions")
+    async def create_chat_completion(request: Request):
+        tenant = authenticate(state, request)
+        body = await parse(state, request, ChatCompletionRequest)
+        try:
+            return await completions.chat_completions(state, tenant, body, request)
+        except ValueError as e:  # the chat template failed on these messages
+            raise ApiError(400, str(e), param="messages") from e
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        """Liveness: the engine loop is running and going round."""
+        stalled_s = time.monotonic() - state.engine.heartbeat
+        if not state.engine.is_alive or stalled_s > STALL_S:
+            detail = "engine loop stopped" if not state.engine.is_alive else "engine loop stalled"
+            return JSONResponse({"status": "dead", "detail": detail}, status_code=503)
+        return JSONResponse({"status": "ok", "loop_idle_wait_s": IDLE_WAIT_S})
+
+    @app.get("/health/ready")
+    async def ready() -> JSONResponse:
+        """Readiness: the golden completion still matches the one recorded at start-up."""
+        if state.draining:
+            return JSONResponse({"status": "draining"}, status_code=503)
+        try:
+            result = await check_golden(state.engine, state.golden_prompt_ids, state.golden_tokens)
+        except EngineStopped:
+            return JSONResponse({"status": "dead", "detail": "engine loop stopped"}, 503)
+        body = {"status": "ready" if result.ok else "unready", "detail": result.detail}
+        return JSONResponse(body, status_code=200 if result.ok else 503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        try:
+            snapshot = await state.engine.snapshot()
+        except EngineStopped:
+            return Response("engine loop stopped\n", status_code=503)
+        return Response(state.metrics.render(snapshot), media_type=CONTENT_TYPE)
+
+    return app
+
+
+def authenticate(state: ServerState, request: Request) -> str:
+    """The request's tenant; 401 for a missing or unknown key (with a tenants file)."""
+    if state.tenants is None:
+        return SINGLE_TENANT
+    header = request.headers.get("authorization", "")
+    scheme, _, key = header.partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise ApiError(401, "missing API key: send 'Authorization: Bearer <key>'")
+    tenant = state.tenants.tenant_for(key.strip())
+    if tenant is None:
+        raise ApiError(401, "invalid API key")
+    return tenant
+
+
+async def parse(state: ServerState, request: Request, schema: type[Body]) -> Body:
+    """The validated body, or 4xx: draining (503), bad JSON or fields (400), unknown
+    model (404), a field asking for what the server does not do (400)."""
+    if state.draining:
+        raise ApiError(503, "the server is shutting down")
+    try:
+        body = schema.model_validate_json(await request.body())
+    except ValidationError as e:
+        message, field = validation_message(e)
+        raise ApiError(400, message, param=field) from e
+    if body.model != state.model_name:
+        raise ApiError(
+            404, f"model {body.model!r} does not exist; this server serves {state.model_name!r}"
+        )
+    reason = body.unsupported()
+    if reason is not None:
+        raise ApiError(400, reason)
+    return body

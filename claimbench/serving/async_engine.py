@@ -1,0 +1,273 @@
+"""AsyncEngine: one thread owns the LLMEngine and steps it; asyncio code talks to it by message.
+
+The engine is plain single-threaded host state, so nothing inside it takes a lock: every
+call into it runs on the engine thread. Asyncio code sends closures through a queue
+(``call``) and gets a future back; each request's events go to its own ``asyncio.Queue``,
+handed over with one ``loop.call_soon_threadsafe`` per step and event loop (not one per
+token: at 16 streams that would be 16 wake-ups of the server's loop per step).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import queue
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from claimbench.engine.admission import LIMITS
+from claimbench.engine.engine import LLMEngine
+from claimbench.engine.outputs import Event, FinishEvent, RejectEvent
+from claimbench.engine.sampler import SamplingParams
+
+T = TypeVar("T")
+IDLE_WAIT_S = 0.05  # how long an idle loop sleeps on its inbox (the liveness heartbeat)
+
+
+class RequestRejected(Exception):
+    """The engine refused a request at admission. ``over_limit``: a tenant's ingress limit
+    (retry later) rather than a request that can never be served."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.over_limit = any(f"{limit}=" in reason for limit in LIMITS)
+
+
+class EngineStopped(Exception):
+    """The engine loop has stopped (shut down or failed); no request can be served."""
+
+
+@dataclass(frozen=True)
+class EngineSnapshot:
+    """What the server reports about the engine, read on the engine thread."""
+
+    running: dict[str, int]  # requests running per tenant
+    waiting: dict[str, int]  # requests waiting per tenant
+    tenant_pages: dict[str, int]  # KV page references held per tenant
+    num_free_pages: int
+    num_usable_pages: int
+
+
+Observer = Callable[[LLMEngine, list[Event]], None]
+
+
+class RequestStream:
+    """One request's events, as the engine thread delivers them."""
+
+    def __init__(self, request_id: str, events: asyncio.Queue[Event | Exception]) -> None:
+        self.request_id = request_id
+        self._events = events
+
+    async def next(self) -> Event:
+        """The next event; EngineStopped if the loop died before the request finished."""
+        event = await self._events.get()
+        if isinstance(event, Exception):
+            raise event
+        return event
+
+
+class AsyncEngine:
+    """Runs ``engine`` on its own thread; start() before use, stop() to end.
+
+    ``observer`` (metrics) sees every step's events on the engine thread."""
+
+    def __init__(self, engine: LLMEngine, observer: Observer | None = None) -> None:
+        self._engine = engine
+        self._observer = observer
+        # Calls waiting for the engine thread, each with the future of its result.
+        self._inbox: queue.SimpleQueue[tuple[Callable, concurrent.futures.Future]] = (
+            queue.SimpleQueue()
+        )
+        # Engine thread only: request id -> (its event loop, its queue).
+        self._sinks: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="claimbench-engine", daemon=True)
+        self.heartbeat = time.monotonic()  # last time the loop went round
+        self.error: BaseException | None = None  # what killed the loop, if anything
+
+    @property
+    def tokenizer(self):
+        return self._engine.tokenizer
+
+    @property
+    def config(self):
+        return self._engine.config
+
+    @property
+    def is_alive(self) -> bool:
+        return self._thread.is_alive() and self.error is None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Abort whatever is still in flight, deliver its events, and end the loop."""
+        if self._thread.is_alive():
+            self._stopping.set()
+            self._inbox.put((lambda engine: None, concurrent.futures.Future()))  # wake it
+            self._thread.join(timeout_s)
+
+    # -- calls from asyncio ---------------------------------------------------------------
+
+    def submit(self, fn: Callable[[LLMEngine], T]) -> concurrent.futures.Future[T]:
+        """Run ``fn(engine)`` on the engine thread; its result (or exception) in a future."""
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        if not self.is_alive or self._stopping.is_set():
+            future.set_exception(EngineStopped("the engine loop is not running"))
+            return future
+        self._inbox.put((fn, future))
+        if not self._thread.is_alive():
+            self._fail_calls()  # it ended between the check and the put
+        return future
+
+    async def call(self, fn: Callable[[LLMEngine], T]) -> T:
+        return await asyncio.wrap_future(self.submit(fn))
+
+    async def add(
+        self,
+        prompt_token_ids: Sequence[int],
+        sampling: SamplingParams,
+        *,
+        tenant: str,
+        priority: int = 0,
+        cache_salt: str | None = None,
+    ) -> RequestStream:
+        """Queue a request; its events arrive on the returned stream. ValueError for bad
+        arguments, RequestRejected when admission refuses it (nothing is then left queued)."""
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[Event | Exception] = asyncio.Queue()
+
+        def add(engine: LLMEngine) -> str:
+            request_id = engine.add_request(
+                list(prompt_token_ids),
+                sampling,
+                tenant=tenant,
+                priority=priority,
+                cache_salt=cache_salt,
+            )
+            reason = engine.requests[request_id].rejected_reason
+            if reason is not None:
+                raise RequestRejected(reason)
+            self._sinks[request_id] = (loop, events)
+            return request_id
+
+        return RequestStream(await self.call(add), events)
+
+    def abort(self, request_id: str) -> None:
+        """Stop a request and free its pages now (on the engine thread); no more events."""
+
+        def abort(engine: LLMEngine) -> None:
+            self._sinks.pop(request_id, None)
+            if request_id in engine.requests:
+                engine.abort(request_id)
+
+        if self.is_alive:
+            self.submit(abort)
+
+    async def snapshot(self) -> EngineSnapshot:
+        return await self.call(_snapshot)
+
+    # -- the engine thread ----------------------------------------------------------------
+
+    def _loop(self) -> None:
+        engine = self._engine
+        try:
+            while not self._stopping.is_set():
+                self._run_inbox(wait=not engine.has_unfinished)
+                if engine.has_unfinished:
+                    self._deliver(engine.step())
+                self.heartbeat = time.monotonic()
+            self._run_inbox(wait=False)
+            for request_id, request in engine.requests.items():
+                if not request.is_finished:
+                    engine.abort(request_id, "abort")
+            while engine.has_unfinished:
+                self._deliver(engine.step())
+        except BaseException as e:
+            self.error = e
+            raise
+        finally:
+            self._fail_waiters()
+
+    def _run_inbox(self, wait: bool) -> None:
+        try:
+            call = self._inbox.get(timeout=IDLE_WAIT_S) if wait else self._inbox.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            fn, future = call
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(self._engine))
+                except Exception as e:  # the caller's error (bad input), not the loop's
+                    future.set_exception(e)
+            try:
+                call = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _deliver(self, events: list[Event]) -> None:
+        if self._observer is not None:
+            self._observer(self._engine, events)
+        batches: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, Event]]] = defaultdict(
+            list
+        )
+        for event in events:
+            sink = self._sinks.get(event.request_id)
+            if sink is None:
+                continue  # aborted by its client, or a rejection already raised
+            if isinstance(event, FinishEvent | RejectEvent):
+                del self._sinks[event.request_id]
+            batches[sink[0]].append((sink[1], event))
+        for loop, batch in batches.items():
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody is listening
+                loop.call_soon_threadsafe(_put_all, batch)
+
+    def _fail_waiters(self) -> None:
+        """Tell every request still waiting for events (and every queued call) that the
+        loop is gone, so no handler waits forever."""
+        stopped = EngineStopped("the engine loop stopped before the request finished")
+        for loop, events in self._sinks.values():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(events.put_nowait, stopped)
+        self._sinks.clear()
+        self._fail_calls()
+
+    def _fail_calls(self) -> None:
+        while True:
+            try:
+                _, future = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if future.set_running_or_notify_cancel():
+                future.set_exception(EngineStopped("the engine loop is not running"))
+
+
+def _put_all(batch: list[tuple[asyncio.Queue, Event]]) -> None:
+    for events, event in batch:
+        events.put_nowait(event)
+
+
+def _snapshot(engine: LLMEngine) -> EngineSnapshot:
+    # The engine has no read-only stats view yet; this is the one place that reads its
+    # scheduler and block manager, and it runs on the engine thread.
+    running: dict[str, int] = defaultdict(int)
+    waiting: dict[str, int] = defaultdict(int)
+    for request in engine.scheduler.running:
+        running[request.tenant] += 1
+    for request in engine.scheduler.waiting:
+        waiting[request.tenant] += 1
+    manager = engine.block_manager
+    return EngineSnapshot(
+        running=dict(running),
+        waiting=dict(waiting),
+        tenant_pages={t: n for t, n in manager.tenant_pages.items() if n},
+        num_free_pages=manager.num_free_pages,
+        num_usable_pages=manager.num_usable_pages,
+    )

@@ -1,0 +1,312 @@
+"""/v1/completions and /v1/chat/completions: request -> engine -> JSON or server-sent events.
+
+Both endpoints share one path: validate, tokenize, check the request can ever fit, add it
+to the engine (admission answers at once: 429 over a tenant's limit, 400 if never
+servable), then either collect the output or stream it as OpenAI's SSE chunks ending in
+``data: [DONE]``. Usage counts are the engine's tokens: prompt tokens as tokenized, and
+every generated token, the one that completed a stop string included (vLLM counts the same).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel
+
+from claimbench.engine.sampler import SamplingParams
+from claimbench.serving.async_engine import EngineStopped, RequestRejected
+from claimbench.serving.errors import ApiError
+from claimbench.serving.generation import OutputAssembler, Piece, pieces
+from claimbench.serving.protocol import (
+    ChatChoice,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatDelta,
+    ChatLogprobs,
+    ChatResponseMessage,
+    ChatStreamChoice,
+    ChatTokenLogprob,
+    CompletionChoice,
+    CompletionLogprobs,
+    CompletionRequest,
+    CompletionResponse,
+    Usage,
+    error_body,
+)
+from claimbench.serving.state import ServerState
+
+RETRY_AFTER_S = 1  # over a tenant's limit: its queue or token bucket frees up within seconds
+
+
+class Job:
+    """One admitted request: its pieces, and the counts its usage reports."""
+
+    def __init__(self, state: ServerState, stream, assembler: OutputAssembler, num_prompt: int):
+        self.state = state
+        self.stream = stream
+        self.assembler = assembler
+        self.num_prompt_tokens = num_prompt
+        self.token_ids: list[int] = []
+        self.logprobs: list[float] = []
+
+    async def pieces(self) -> AsyncIterator[Piece]:
+        async for piece in pieces(self.state.engine, self.stream, self.assembler):
+            self.token_ids += piece.token_ids
+            self.logprobs += piece.logprobs
+            yield piece
+
+    def usage(self) -> Usage:
+        n = len(self.token_ids)
+        return Usage(
+            prompt_tokens=self.num_prompt_tokens,
+            completion_tokens=n,
+            total_tokens=self.num_prompt_tokens + n,
+        )
+
+
+async def completions(state: ServerState, tenant: str, body: CompletionRequest, http: Request):
+    prompt = body.single_prompt()
+    prompt_ids = state.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+    job = await _admit(state, tenant, body, prompt_ids, body.max_tokens, body.logprobs is not None)
+    request_id = f"cmpl-{uuid.uuid4().hex}"
+    want_logprobs = body.logprobs is not None
+
+    def chunk(piece: Piece) -> BaseModel:
+        return CompletionResponse(
+            id=request_id,
+            created=state.created,
+            model=state.model_name,
+            choices=[
+                CompletionChoice(
+                    text=piece.text,
+                    logprobs=_completion_logprobs(state, piece, 0) if want_logprobs else None,
+                    finish_reason=piece.finish_reason,
+                )
+            ],
+        )
+
+    if body.stream:
+        usage_chunk = CompletionResponse(
+            id=request_id, created=state.created, model=state.model_name, choices=[]
+        )
+        return _sse(job, chunk, usage_chunk if _include_usage(body) else None, first=None)
+
+    async def respond() -> JSONResponse:
+        text, reason = await _collect(job)
+        whole = Piece(text, job.token_ids, job.logprobs, reason)
+        response = CompletionResponse(
+            id=request_id,
+            created=state.created,
+            model=state.model_name,
+            choices=[
+                CompletionChoice(
+                    text=text,
+                    logprobs=_completion_logprobs(state, whole, 0) if want_logprobs else None,
+                    finish_reason=reason,
+                )
+            ],
+            usage=job.usage(),
+        )
+        return JSONResponse(response.model_dump())
+
+    return await _unless_disconnected(http, job, respond)
+
+
+async def chat_completions(
+    state: ServerState, tenant: str, body: ChatCompletionRequest, http: Request
+):
+    text = state.chat_template.render(body.messages, body.add_generation_prompt)
+    bos = state.chat_template.bos_token
+    # A template that writes the BOS token itself must not get a second one.
+    prompt_ids = state.tokenizer.encode(text, add_bos=not (bos and text.startswith(bos)))
+    job = await _admit(state, tenant, body, prompt_ids, body.output_limit(), body.logprobs)
+    request_id = f"chatcmpl-{uuid.uuid4().hex}"
+
+    def chunk(piece: Piece) -> BaseModel:
+        return ChatCompletionChunk(
+            id=request_id,
+            created=state.created,
+            model=state.model_name,
+            choices=[
+                ChatStreamChoice(
+                    delta=ChatDelta(content=piece.text) if piece.text else ChatDelta(),
+                    logprobs=_chat_logprobs(state, piece) if body.logprobs else None,
+                    finish_reason=piece.finish_reason,
+                )
+            ],
+        )
+
+    if body.stream:
+        first = ChatCompletionChunk(
+            id=request_id,
+            created=state.created,
+            model=state.model_name,
+            choices=[ChatStreamChoice(delta=ChatDelta(role="assistant", content=""))],
+        )
+        usage_chunk = ChatCompletionChunk(
+            id=request_id, created=state.created, model=state.model_name, choices=[]
+        )
+        return _sse(job, chunk, usage_chunk if _include_usage(body) else None, first=first)
+
+    async def respond() -> JSONResponse:
+        text, reason = await _collect(job)
+        whole = Piece(text, job.token_ids, job.logprobs, reason)
+        response = ChatCompletionResponse(
+            id=request_id,
+            created=state.created,
+            model=state.model_name,
+            choices=[
+                ChatChoice(
+                    message=ChatResponseMessage(content=text),
+                    logprobs=_chat_logprobs(state, whole) if body.logprobs else None,
+                    finish_reason=reason,
+                )
+            ],
+            usage=job.usage(),
+        )
+        return JSONResponse(response.model_dump())
+
+    return await _unless_disconnected(http, job, respond)
+
+
+# -- shared steps -----------------------------------------------------------------------
+
+
+async def _admit(
+    state: ServerState,
+    tenant: str,
+    body: CompletionRequest | ChatCompletionRequest,
+    prompt_ids: list[int],
+    max_tokens: int | None,
+    logprobs: bool,
+) -> Job:
+    limit = state.max_model_len
+    if max_tokens is None:
+        max_tokens = limit - len(prompt_ids)
+        if max_tokens < 1:
+            raise ApiError(
+                400,
+                f"the prompt has {len(prompt_ids)} tokens, leaving no room for output under "
+                f"max_model_len={limit}",
+            )
+    if len(prompt_ids) + max_tokens > limit:
+        raise ApiError(
+            400,
+            f"prompt ({len(prompt_ids)} tokens) + max_tokens ({max_tokens}) = "
+            f"{len(prompt_ids) + max_tokens} exceeds max_model_len={limit}",
+            param="max_tokens",
+        )
+    try:
+        sampling = SamplingParams(
+            max_tokens=max_tokens,
+            temperature=body.temperature,
+            top_k=max(body.top_k, 0),
+            top_p=body.top_p,
+            seed=body.seed,
+            stop_token_ids=tuple(body.stop_token_ids or ()),
+            ignore_eos=body.ignore_eos,
+            logprobs=logprobs,
+        )
+        stream = await state.engine.add(
+            prompt_ids,
+            sampling,
+            tenant=tenant,
+            priority=body.priority,
+            cache_salt=state.cache_salt(tenant, body.cache_salt),
+        )
+    except RequestRejected as e:
+        if e.over_limit:
+            raise ApiError(429, e.reason, headers={"Retry-After": str(RETRY_AFTER_S)}) from e
+        raise ApiError(400, e.reason) from e
+    except EngineStopped as e:
+        raise ApiError(503, "the server is shutting down") from e
+    except ValueError as e:
+        raise ApiError(400, str(e)) from e
+    return Job(
+        state, stream, OutputAssembler(state.tokenizer, body.stop_strings()), len(prompt_ids)
+    )
+
+
+async def _collect(job: Job) -> tuple[str, str | None]:
+    parts, reason = [], None
+    try:
+        async for piece in job.pieces():
+            parts.append(piece.text)
+            reason = piece.finish_reason
+    except EngineStopped as e:
+        raise ApiError(503, "the server stopped before the request finished") from e
+    return "".join(parts), reason
+
+
+async def _unless_disconnected(
+    http: Request, job: Job, respond: Callable[[], Awaitable[JSONResponse]]
+) -> JSONResponse:
+    """``respond()``, cancelled (and the request aborted) if the client goes away first:
+    nothing else notices a disconnect before a non-streamed response is written."""
+    work = asyncio.ensure_future(respond())
+    gone = asyncio.ensure_future(_disconnected(http))
+    try:
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not work.done():
+            work.cancel()  # the piece generator's cleanup aborts the engine request
+            job.state.engine.abort(job.stream.request_id)
+    if work.cancelled():
+        return JSONResponse(error_body("client disconnected", 499), status_code=499)
+    return work.result()
+
+
+async def _disconnected(http: Request) -> None:
+    while (await http.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _include_usage(body: CompletionRequest | ChatCompletionRequest) -> bool:
+    return body.stream_options is not None and body.stream_options.include_usage
+
+
+def _sse(
+    job: Job,
+    chunk: Callable[[Piece], BaseModel],
+    usage_chunk: BaseModel | None,
+    first: BaseModel | None,
+) -> StreamingResponse:
+    async def events() -> AsyncIterator[str]:
+        if first is not None:
+            yield f"data: {first.model_dump_json()}\n\n"
+        try:
+            async for piece in job.pieces():
+                if piece.text or piece.token_ids or piece.finish_reason:
+                    yield f"data: {chunk(piece).model_dump_json()}\n\n"
+        except EngineStopped:
+            error = error_body("the server stopped before the request finished", 503)
+            yield f"data: {JSONResponse(error).body.decode()}\n\n"
+        if usage_chunk is not None:
+            usage_chunk.usage = job.usage()
+            yield f"data: {usage_chunk.model_dump_json()}\n\n"
+        yield "data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def _completion_logprobs(state: ServerState, piece: Piece, offset: int) -> CompletionLogprobs:
+    tokens = [state.tokenizer.decode([t], skip_special=False) for t in piece.token_ids]
+    offsets, position = [], offset
+    for token in tokens:
+        offsets.append(position)
+        position += len(token)
+    return CompletionLogprobs(tokens=tokens, token_logprobs=piece.logprobs, text_offset=offsets)
+
+
+def _chat_logprobs(state: ServerState, piece: Piece) -> ChatLogprobs:
+    content = []
+    for token_id, logprob in zip(piece.token_ids, piece.logprobs, strict=True):
+        token = state.tokenizer.decode([token_id], skip_special=False)
+        content.append(ChatTokenLogprob(token=token, logprob=logprob, bytes=list(token.encode())))
+    return ChatLogprobs(content=content)

@@ -1,0 +1,97 @@
+"""One request's output as the client sees it: detokenized text, stop strings, log-probs.
+
+Stop strings are matched on the detokenized text, as vLLM does: once the output contains
+one, the text is cut just before it and the request is stopped. While streaming, the last
+``len(longest stop) - 1`` characters are held back, since they might be the start of a
+stop string that the next token completes; a client therefore never sees text that is
+later cut.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from claimbench.engine.outputs import FinishEvent, RejectEvent, TokenEvent
+from claimbench.models.tokenizer import Tokenizer
+from claimbench.serving.async_engine import AsyncEngine, RequestStream
+
+
+@dataclass(frozen=True)
+class Piece:
+    """What one engine event adds to a response."""
+
+    text: str  # new text safe to send
+    token_ids: list[int]  # output tokens since the previous piece
+    logprobs: list[float]  # theirs, when asked for
+    finish_reason: str | None  # set on the last piece: stop | length | abort
+
+
+class OutputAssembler:
+    """Turns token ids into the text to send, cutting at the first stop string."""
+
+    def __init__(self, tokenizer: Tokenizer, stop: list[str]) -> None:
+        self.decoder = tokenizer.stream_decoder()
+        self.stop = stop
+        self.holdback = max((len(s) for s in stop), default=1) - 1
+        self.text = ""  # decoded output, cut at a stop string once one is seen
+        self.num_sent_chars = 0
+        self.stopped = False  # a stop string ended the output
+
+    def push(self, token_id: int) -> str:
+        """Add one token; the text that may be sent now."""
+        self._extend(self.decoder.push(token_id))
+        return self._take(final=self.stopped)
+
+    def finish(self) -> str:
+        """Whatever text is still held back."""
+        if not self.stopped:
+            self._extend(self.decoder.flush())
+        return self._take(final=True)
+
+    def _extend(self, piece: str) -> None:
+        if not piece or self.stopped:
+            return
+        # A stop string completed by this piece starts at most holdback chars before it.
+        start = max(len(self.text) - self.holdback, 0)
+        self.text += piece
+        hits = [i for s in self.stop if (i := self.text.find(s, start)) >= 0]
+        if hits:
+            self.text = self.text[: min(hits)]
+            self.stopped = True
+
+    def _take(self, final: bool) -> str:
+        end = len(self.text) if final else max(len(self.text) - self.holdback, self.num_sent_chars)
+        out = self.text[self.num_sent_chars : end]
+        self.num_sent_chars = end
+        return out
+
+
+async def pieces(
+    engine: AsyncEngine, stream: RequestStream, assembler: OutputAssembler
+) -> AsyncIterator[Piece]:
+    """The request's output piece by piece, ending with one that has a finish_reason.
+
+    A stop string aborts the request in the engine (its pages are freed at once). If the
+    consumer goes away first (a client disconnect cancels it), the request is aborted."""
+    finished = False
+    try:
+        while True:
+            event = await stream.next()
+            if isinstance(event, TokenEvent):
+                text = assembler.push(event.token_id)
+                logprobs = [] if event.logprob is None else [event.logprob]
+                if assembler.stopped:
+                    engine.abort(stream.request_id)
+                    finished = True
+                    yield Piece(text + assembler.finish(), [event.token_id], logprobs, "stop")
+                    return
+                yield Piece(text, [event.token_id], logprobs, None)
+            elif isinstance(event, FinishEvent | RejectEvent):
+                finished = True
+                reason = "abort" if isinstance(event, RejectEvent) else event.reason
+                yield Piece(assembler.finish(), [], [], reason)
+                return
+    finally:
+        if not finished:
+            engine.abort(stream.request_id)

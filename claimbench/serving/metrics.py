@@ -1,0 +1,125 @@
+"""Prometheus metrics with vLLM's names and buckets, each labelled with the tenant.
+
+Latencies are observed on the engine thread from the engine's own event times (the same
+definitions as engine/metrics.py: TTFT from arrival, ITL between consecutive tokens, E2E
+from arrival to finish). Gauges (running, waiting, KV usage) are read from an engine
+snapshot when /metrics is scraped, so serving pays nothing for them between scrapes.
+Each server has its own registry: two servers in one process never share counters.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from claimbench.engine.engine import LLMEngine
+from claimbench.engine.outputs import Event, FinishEvent, RejectEvent, TokenEvent
+from claimbench.serving.async_engine import EngineSnapshot
+
+# vLLM's buckets (vllm/v1/metrics/loggers.py).
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0)
+TTFT_BUCKETS += (7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0)
+ITL_BUCKETS += (7.5, 10.0, 20.0, 40.0, 80.0)
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0)
+E2E_BUCKETS += (60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class ServerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.ttft = Histogram(
+            "vllm:time_to_first_token_seconds",
+            "Time to first token in seconds.",
+            ["tenant"],
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "vllm:inter_token_latency_seconds",
+            "Inter-token latency in seconds.",
+            ["tenant"],
+            buckets=ITL_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "vllm:e2e_request_latency_seconds",
+            "End-to-end request latency in seconds.",
+            ["tenant"],
+            buckets=E2E_BUCKETS,
+            registry=r,
+        )
+        self.prompt_tokens = Counter(
+            "vllm:prompt_tokens", "Number of prefill tokens processed.", ["tenant"], registry=r
+        )
+        self.generation_tokens = Counter(
+            "vllm:generation_tokens",
+            "Number of generation tokens processed.",
+            ["tenant"],
+            registry=r,
+        )
+        self.success = Counter(
+            "vllm:request_success",
+            "Count of finished requests by finish reason.",
+            ["tenant", "finished_reason"],
+            registry=r,
+        )
+        self.rejected = Counter(
+            "claimbench:requests_rejected",
+            "Requests refused at admission.",
+            ["tenant"],
+            registry=r,
+        )
+        self.running = Gauge(
+            "vllm:num_requests_running",
+            "Requests in model execution batches.",
+            ["tenant"],
+            registry=r,
+        )
+        self.waiting = Gauge(
+            "vllm:num_requests_waiting", "Requests waiting to be processed.", ["tenant"], registry=r
+        )
+        self.kv_usage = Gauge(
+            "vllm:kv_cache_usage_perc",
+            "Share of the KV pool's pages held (1 = full); per tenant, its own references.",
+            ["tenant"],
+            registry=r,
+        )
+        self._tenants_seen: set[str] = set()
+
+    def observe(self, engine: LLMEngine, events: list[Event]) -> None:
+        """Record one step's events (called on the engine thread)."""
+        generated: Tally[str] = Tally()
+        for event in events:
+            request = engine.requests[event.request_id]
+            tenant = request.tenant
+            if isinstance(event, TokenEvent):
+                generated[tenant] += 1
+                if event.index == 0:
+                    self.ttft.labels(tenant).observe(event.time_s - request.arrival_time)
+                    self.prompt_tokens.labels(tenant).inc(request.num_prompt_tokens)
+                else:
+                    self.itl.labels(tenant).observe(
+                        event.time_s - request.token_times[event.index - 1]
+                    )
+            elif isinstance(event, FinishEvent):
+                self.e2e.labels(tenant).observe(event.time_s - request.arrival_time)
+                self.success.labels(tenant, event.reason).inc()
+            elif isinstance(event, RejectEvent):
+                self.rejected.labels(tenant).inc()
+        for tenant, n in generated.items():
+            self.generation_tokens.labels(tenant).inc(n)
+
+    def render(self, snapshot: EngineSnapshot) -> bytes:
+        """The text exposition, with the gauges set from ``snapshot``."""
+        tenants = set(snapshot.running) | set(snapshot.waiting) | set(snapshot.tenant_pages)
+        self._tenants_seen |= tenants
+        for tenant in self._tenants_seen:  # a tenant gone idle reads 0, not its last value
+            self.running.labels(tenant).set(snapshot.running.get(tenant, 0))
+            self.waiting.labels(tenant).set(snapshot.waiting.get(tenant, 0))
+            pages = snapshot.tenant_pages.get(tenant, 0)
+            self.kv_usage.labels(tenant).set(pages / snapshot.num_usable_pages)
+        return generate_latest(self.registry)

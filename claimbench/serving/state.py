@@ -1,0 +1,93 @@
+"""Everything a running server holds: the engine loop, tenants, template, metrics, golden.
+
+Built once before uvicorn starts (``build_state``), so start-up work (the golden
+recording) happens before the first request can arrive.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from claimbench.engine.engine import LLMEngine
+from claimbench.serving.async_engine import AsyncEngine
+from claimbench.serving.chat import ChatTemplate
+from claimbench.serving.health import GOLDEN_PROMPT, record_golden
+from claimbench.serving.metrics import ServerMetrics
+from claimbench.serving.tenants import TenantKeys
+
+SINGLE_TENANT = "default"  # every request's tenant when no tenants file is given
+
+
+class PrefixSharing(StrEnum):
+    """Who may share prefix-cache blocks. The engine runs in its "salted" mode and the
+    server chooses each request's salt, so a request's own ``cache_salt`` (vLLM's field)
+    narrows sharing further in every mode."""
+
+    per_tenant = "per-tenant"  # salt = tenant + cache_salt: tenants never share (default)
+    shared = "shared"  # salt = cache_salt: requests without one share across tenants
+    off = "off"  # no prefix caching
+
+    @property
+    def engine_mode(self) -> str:
+        return "off" if self is PrefixSharing.off else "salted"
+
+
+@dataclass
+class ServerState:
+    engine: AsyncEngine
+    tokenizer: object  # claimbench.models.tokenizer.Tokenizer
+    model_name: str
+    max_model_len: int
+    chat_template: ChatTemplate
+    tenants: TenantKeys | None  # None: single-tenant, no API keys
+    prefix_sharing: PrefixSharing
+    metrics: ServerMetrics
+    golden_prompt_ids: list[int]
+    golden_tokens: list[int]
+    created: int = field(default_factory=lambda: int(time.time()))
+    draining: bool = False  # set on SIGTERM: admit nothing new
+
+    def cache_salt(self, tenant: str, request_salt: str | None) -> str | None:
+        if self.prefix_sharing is PrefixSharing.per_tenant:
+            # The NUL cannot occur in a tenant name from YAML keys in practice, and keeps
+            # ("a", "b:c") and ("a:b", "c") apart.
+            return f"{tenant}\x00{request_salt or ''}"
+        return request_salt
+
+
+def build_state(
+    engine: LLMEngine,
+    *,
+    model_dir: Path,
+    model_name: str,
+    tenants: TenantKeys | None,
+    prefix_sharing: PrefixSharing = PrefixSharing.per_tenant,
+) -> ServerState:
+    """Record the golden completion on ``engine`` (idle, not yet looping) and wrap it.
+
+    ValueError if the engine's prefix-caching mode does not match ``prefix_sharing``."""
+    if engine.config.prefix_caching != prefix_sharing.engine_mode:
+        raise ValueError(
+            f"prefix sharing {prefix_sharing.value!r} needs an engine with prefix_caching="
+            f"{prefix_sharing.engine_mode!r}, got {engine.config.prefix_caching!r}"
+        )
+    if engine.tokenizer is None:
+        raise ValueError("the server needs an engine with a tokenizer")
+    golden_prompt_ids = engine.tokenizer.encode(GOLDEN_PROMPT)
+    golden_tokens = record_golden(engine, golden_prompt_ids)
+    metrics = ServerMetrics()
+    return ServerState(
+        engine=AsyncEngine(engine, observer=metrics.observe),
+        tokenizer=engine.tokenizer,
+        model_name=model_name,
+        max_model_len=engine.config.max_model_len,
+        chat_template=ChatTemplate.for_model(model_dir),
+        tenants=tenants,
+        prefix_sharing=prefix_sharing,
+        metrics=metrics,
+        golden_prompt_ids=golden_prompt_ids,
+        golden_tokens=golden_tokens,
+    )

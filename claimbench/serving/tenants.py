@@ -1,0 +1,124 @@
+"""API keys -> tenants: tenants.yaml, with keys stored only as sha256 hashes.
+
+    tenants:
+      - name: alice                 # the engine's tenant id
+        key_sha256: [9f86d0...]     # sha256 hex of each API key (a key is never stored)
+        priority: 0                 # every engine/tenants.py Tenant field may follow:
+        weight: 2.0                 # weight, priority, guaranteed_pages, burst_pages,
+        max_queued_requests: 8      # max_queued_requests, max_queued_tokens, token_rate,
+                                    # token_burst, ttft_slo_s, tpot_slo_s
+
+A request's ``Authorization: Bearer <key>`` is hashed and looked up; a leaked file gives
+away no key. Keys are 32 random bytes, so an unsalted fast hash is enough (nothing to
+brute-force, unlike a password).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import secrets
+from pathlib import Path
+
+import yaml
+
+from claimbench.engine.tenants import Tenant
+
+KEY_PREFIX = "cb-"
+SETTINGS = tuple(f.name for f in dataclasses.fields(Tenant) if f.name != "id")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def new_key() -> str:
+    """A fresh API key: the prefix and 32 random bytes, URL-safe."""
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+class TenantKeys:
+    """The tenants of a tenants file and the hashes of their keys."""
+
+    def __init__(self, tenants: list[Tenant], key_hashes: dict[str, str]) -> None:
+        self.tenants = tenants  # in file order
+        self.key_hashes = key_hashes  # sha256 hex -> tenant id
+
+    def tenant_for(self, key: str) -> str | None:
+        """The tenant whose key this is, or None."""
+        return self.key_hashes.get(hash_key(key))
+
+    @classmethod
+    def load(cls, path: Path) -> TenantKeys:
+        """Read and validate a tenants file; ValueError naming the file and the problem."""
+        tenants, key_hashes = [], {}
+        for entry in _read_entries(path):
+            tenant, hashes = _parse_entry(path, entry)
+            if any(t.id == tenant.id for t in tenants):
+                raise ValueError(f"{path}: tenant {tenant.id!r} appears twice")
+            for digest in hashes:
+                if digest in key_hashes:
+                    raise ValueError(
+                        f"{path}: a key of {tenant.id!r} is also {key_hashes[digest]!r}'s"
+                    )
+                key_hashes[digest] = tenant.id
+            tenants.append(tenant)
+        if not tenants:
+            raise ValueError(f"{path}: no tenants")
+        return cls(tenants, key_hashes)
+
+
+def add_tenant(path: Path, name: str, settings: dict[str, object]) -> str:
+    """Add tenant ``name`` with a new key to ``path`` (created if missing); returns the key.
+
+    ValueError if the tenant exists or a setting is invalid; the file is then untouched."""
+    entries = _read_entries(path) if path.exists() else []
+    if any(isinstance(e, dict) and e.get("name") == name for e in entries):
+        raise ValueError(f"{path}: tenant {name!r} already exists")
+    key = new_key()
+    entry = {"name": name, "key_sha256": [hash_key(key)]}
+    entry |= {k: v for k, v in settings.items() if v is not None}
+    _parse_entry(path, entry)  # the same validation a server start applies
+    entries.append(entry)
+    if path.exists():
+        TenantKeys.load(path)  # refuse to extend a file the server would reject
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump({"tenants": entries}, sort_keys=False))
+    tmp.replace(path)
+    return key
+
+
+def _read_entries(path: Path) -> list:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ValueError(f"cannot read tenants file {path}: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from e
+    if not isinstance(data, dict) or not isinstance(data.get("tenants"), list):
+        raise ValueError(f"{path} must hold a mapping with a 'tenants' list")
+    return data["tenants"]
+
+
+def _parse_entry(path: Path, entry: object) -> tuple[Tenant, list[str]]:
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+        raise ValueError(f"{path}: every tenant needs a 'name', got {entry!r}")
+    name = entry["name"]
+    unknown = sorted(set(entry) - {"name", "key_sha256", *SETTINGS})
+    if unknown:
+        raise ValueError(f"{path}: tenant {name!r} has unknown fields {unknown}; known: {SETTINGS}")
+    hashes = entry.get("key_sha256")
+    if isinstance(hashes, str):
+        hashes = [hashes]
+    if not isinstance(hashes, list) or not hashes:
+        raise ValueError(f"{path}: tenant {name!r} needs key_sha256 (a list of sha256 hex)")
+    for digest in hashes:
+        if not isinstance(digest, str) or not _HEX64.fullmatch(digest):
+            raise ValueError(f"{path}: tenant {name!r} key_sha256 {digest!r} is not sha256 hex")
+    try:
+        tenant = Tenant(name, **{k: entry[k] for k in SETTINGS if k in entry})
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{path}: {e}") from e
+    return tenant, hashes
