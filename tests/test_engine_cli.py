@@ -68,15 +68,42 @@ def test_generate_streams_only_the_text_to_stdout(checkpoint):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--temperature", "-1"], "temperature"),
-        (["--max-tokens", "1000"], "exceeds 256"),
-        (["--top-p", "0"], "top_p"),
+        (["--temperature", "-1"], "--temperature must be >= 0, got -1"),
+        (["--max-tokens", "1000"], "--max-tokens 1000 exceeds 256"),
+        (["--max-tokens", "0"], "--max-tokens must be >= 1, got 0"),
+        (["--top-p", "0"], "--top-p must be in (0, 1], got 0"),
+        (["--top-k", "-2"], "--top-k must be >= 0"),
+        (["--seed", "-1"], "--seed must be in [0, 2**32)"),
     ],
 )
 def test_generate_bad_input_is_one_line_and_exit_2(checkpoint, args, message):
     result = invoke(checkpoint, "generate", "x", *args)
     assert result.exit_code == 2
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    # The user typed a flag: the config field's name (top_p, max_tokens) must not show.
+    assert not any(field in result.stderr for field in ("max_tokens", "top_p", "top_k"))
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--max-num-seqs", "64", "--max-num-batched-tokens", "32"],
+            "--max-num-batched-tokens=32 < --max-num-seqs=64",
+        ),
+        (["--max-num-seqs", "0"], "--max-num-seqs must be > 0, got 0"),
+        (["--kv-scale", "abc"], "--kv-scale 'abc' is neither 'calibrate' nor a number > 0"),
+        (["--kv-pool-mb", "0"], "--kv-pool-mb must be > 0, got 0.0"),
+        (["--kv-dtype", "int4"], "Invalid value for '--kv-dtype': 'int4' is not one of"),
+        (["--output-len", "300"], "(--input-len 8, --range-ratio 0.0) + --output-len 300 exceed"),
+    ],
+)
+def test_bench_bad_input_names_the_flag(checkpoint, args, message):
+    result = invoke(checkpoint, "bench", "--input-len", "8", "--output-len", "4", *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    for field in ("max_num_seqs", "max_num_batched_tokens", "kv_scale", "kv_pool_bytes"):
+        assert field not in result.stderr
 
 
 def test_bench_prints_a_summary_and_saves_records(checkpoint, tmp_path):
@@ -89,5 +116,13 @@ def test_bench_prints_a_summary_and_saves_records(checkpoint, tmp_path):
     assert summary["num_completed"] == 4 and summary["total_output_tokens"] == 20
     assert summary["output_throughput"] > 0 and 0 <= summary["host_share_pct"] <= 100
     assert (out / "requests.parquet").is_file() and (out / "steps.parquet").is_file()
-    table = invoke(checkpoint, *args, "--out", str(out))
+    # By default the records go under <root>/bench/, never into the claims' results store.
+    root = tmp_path / "project"
+    root.mkdir()
+    table = invoke(checkpoint, "--root", str(root), *args)
+    assert table.exit_code == 0, table.output
     assert "Serving Benchmark Result" in table.stdout and "Median TTFT (ms):" in table.stdout
+    (records,) = (root / "bench").iterdir()
+    assert (records / "requests.parquet").is_file() and (records / "steps.parquet").is_file()
+    assert f"records in {records}" in table.stderr
+    assert not (root / "results").exists()

@@ -1,7 +1,8 @@
 """`claimbench bench`: a vLLM-style serving benchmark on held-out prompts.
 
 Prints the summary table (or one JSON object with --json) and saves the engine's
-per-request and per-step records as Parquet.
+per-request and per-step records as Parquet under ``<root>/bench/<time>/`` (git-ignored): not
+in results/, which holds only the claims' runs.
 """
 
 from __future__ import annotations
@@ -10,12 +11,38 @@ import json
 import math
 import sys
 import time
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from claimbench.cli.common import err_console, fail, global_options
+from claimbench.cli.common import err_console, fail, flag_message, global_options, option_flags
+
+BENCH_DIR = "bench"
+# EngineConfig fields set by the option of the same name (kv_pool_bytes comes from --kv-pool-mb,
+# checked here first, so its own message never reaches the user).
+ENGINE_FLAGS = option_flags(
+    ("kv_dtype", "kv_scale", "weights", "max_num_seqs", "max_num_batched_tokens")
+)
+
+
+class KVDtype(StrEnum):
+    """KV cache storage (engine.config.KV_DTYPES); auto = the model dtype."""
+
+    auto = "auto"
+    bf16 = "bf16"
+    f32 = "f32"
+    int8 = "int8"
+    fp8 = "fp8"
+
+
+class WeightFormat(StrEnum):
+    """Weight-only quantization (engine.config.WEIGHT_FORMATS); bf16 = none."""
+
+    bf16 = "bf16"
+    int8 = "int8"
+    fp8 = "fp8"
 
 
 def bench(
@@ -35,16 +62,21 @@ def bench(
     max_num_seqs: Annotated[int, typer.Option(help="Sequences in flight at most.")] = 32,
     max_num_batched_tokens: Annotated[int, typer.Option(help="Token budget per step.")] = 512,
     kv_pool_mb: Annotated[float, typer.Option(help="KV cache pool in MiB.")] = 256.0,
-    kv_dtype: Annotated[str, typer.Option(help="auto | bf16 | f32 | int8 | fp8.")] = "auto",
+    kv_dtype: Annotated[
+        KVDtype, typer.Option(help="KV cache dtype; auto = the model's.")
+    ] = KVDtype.auto,
     kv_scale: Annotated[
         str, typer.Option(help="fp8 KV tensor scale: a number, or calibrate (held-out text).")
     ] = "1.0",
     weights: Annotated[
-        str, typer.Option(help="Weight-only quantization: bf16 (none) | int8 | fp8.")
-    ] = "bf16",
+        WeightFormat, typer.Option(help="Weight-only quantization; bf16 = none.")
+    ] = WeightFormat.bf16,
     seed: Annotated[int, typer.Option(help="Seed for prompts and arrivals.")] = 0,
     timeout_s: Annotated[float, typer.Option(help="Abort what is unfinished after this.")] = 3600,
-    out: Annotated[Path | None, typer.Option(help="Directory for the Parquet records.")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Directory for the Parquet records (default: <root>/bench/<time>)."),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Serve a Poisson/gamma workload of held-out prompts and summarize it."""
@@ -67,30 +99,39 @@ def bench(
         )
     if not rate > 0 or not burstiness > 0:
         fail(f"--rate and --burstiness must be > 0, got {rate}, {burstiness}")
+    if not kv_pool_mb * 2**20 >= 1:
+        fail(f"--kv-pool-mb must be > 0, got {kv_pool_mb}")
     min_len = max(2, int(input_len * (1 - range_ratio)))
     max_len = int(input_len * (1 + range_ratio))
     try:
         path = opts.model or default_model_path()
         model_cfg = read_config(path)
         tokenizer = Tokenizer.from_dir(path)
-        if max_len + output_len > model_cfg.max_position_embeddings:
-            fail(
-                f"prompts up to {max_len} + {output_len} output tokens exceed the model's "
-                f"{model_cfg.max_position_embeddings} positions"
-            )
+    except (ValueError, FileNotFoundError) as e:
+        fail(f"--model: {str(e).splitlines()[0]}")
+    if max_len + output_len > model_cfg.max_position_embeddings:
+        fail(
+            f"prompts up to {max_len} tokens (--input-len {input_len}, --range-ratio "
+            f"{range_ratio}) + --output-len {output_len} exceed the model's "
+            f"{model_cfg.max_position_embeddings} positions"
+        )
+    try:
         config = EngineConfig(
             model_path=path,
             dtype=opts.dtype,
-            kv_dtype=kv_dtype,
+            kv_dtype=kv_dtype.value,
             kv_scale=kv_scale,
-            weights=weights,
+            weights=weights.value,
             kv_pool_bytes=int(kv_pool_mb * 2**20),
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
             max_model_len=max_len + output_len,
         )
+    except ValueError as e:
+        fail(flag_message(e, ENGINE_FLAGS))
+    try:
         prompts = heldout_prompts(tokenizer, requests, min_len, max_len, seed)
-    except (ValueError, FileNotFoundError) as e:
+    except ValueError as e:
         fail(str(e).splitlines()[0])
     items = benchmark_items(prompts, output_len, rate, burstiness, seed)
     engine = LLMEngine(config, tokenizer=tokenizer)
@@ -110,17 +151,19 @@ def bench(
         100 * steps_df["host_s"].sum() / (steps_df["host_s"] + steps_df["device_s"]).sum()
     )
     summary["timed_out"] = float(result.timed_out)
-    out_dir = out or opts.root / "results" / "bench" / time.strftime("%Y%m%d-%H%M%S")
+    out_dir = out or opts.root / BENCH_DIR / time.strftime("%Y%m%d-%H%M%S")
     out_dir.mkdir(parents=True, exist_ok=True)
     requests_df.to_parquet(out_dir / "requests.parquet")
     steps_df.to_parquet(out_dir / "steps.parquet")
     if json_out:
         clean = {k: None if math.isnan(v) else v for k, v in summary.items()}
         sys.stdout.write(json.dumps(clean | {"records": str(out_dir)}) + "\n")
+        err_console.print(f"records in {out_dir}", style="dim", highlight=False, soft_wrap=True)
         return
     print(format_summary(summary))
     err_console.print(
         f"host share of step time {summary['host_share_pct']:.1f}% · records in {out_dir}",
         style="dim",
         highlight=False,
+        soft_wrap=True,
     )

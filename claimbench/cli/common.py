@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -34,3 +36,19 @@ def fail(message: str, code: int = 2) -> NoReturn:
     """Print one line naming the problem to stderr and exit non-zero, never a traceback."""
     err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def option_flags(names: Iterable[str]) -> dict[str, str]:
+    """Config field -> the CLI flag that sets it, for fields named like their option:
+    ``max_tokens`` -> ``--max-tokens``."""
+    return {name: "--" + name.replace("_", "-") for name in names}
+
+
+def flag_message(err: Exception, flags: dict[str, str]) -> str:
+    """The first line of a config's ValueError with each field name replaced by its flag, so the
+    user reads the option they typed (``--top-p``) rather than a dataclass field (``top_p``)."""
+    lines = str(err).strip().splitlines()
+    text = lines[0] if lines else type(err).__name__
+    for name in sorted(flags, key=len, reverse=True):  # longest first: max_num_batched_tokens
+        text = re.sub(rf"(?<![\w-]){re.escape(name)}(?!\w)", flags[name], text)
+    return text

@@ -12,9 +12,11 @@ from typing import Annotated
 
 import typer
 
-from claimbench.cli.common import err_console, fail, global_options
+from claimbench.cli.common import err_console, fail, flag_message, global_options, option_flags
 
 MAX_CHUNK_TOKENS = 64  # prefill chunk: three compiled step shapes (16, 32, 64) at most
+# SamplingParams fields set by the option of the same name.
+SAMPLING_FLAGS = option_flags(("max_tokens", "temperature", "top_k", "top_p", "seed", "ignore_eos"))
 
 
 def generate(
@@ -46,6 +48,9 @@ def generate(
             seed=seed,
             ignore_eos=ignore_eos,
         )
+    except ValueError as e:
+        fail(flag_message(e, SAMPLING_FLAGS))
+    try:
         path = opts.model or default_model_path()
         model_cfg = read_config(path)
         tokenizer = Tokenizer.from_dir(path)

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from claimbench.cli.common import console, fail
+from claimbench.cli.common import console, fail, global_options
 from claimbench.harness.hardware import CHIPS, COMPUTE_DTYPES, ChipSpec, detect, get_chip
-from claimbench.harness.model_presets import PRESET_NAMES, get_preset
+from claimbench.harness.model_presets import PRESET_NAMES, ModelShape, get_preset, shape_from_config
+from claimbench.harness.model_provenance import ModelDirError, read_model_config
 from claimbench.harness.roofline import (
     BYTES_PER_ELEMENT,
     DEFAULT_HBM_RESERVE,
@@ -20,6 +23,11 @@ from claimbench.harness.roofline import (
 )
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+DEFAULT_PRESET = "llama-3.1-8b"
+# Choices from the tables they index, so --help lists exactly what is known.
+Chip = StrEnum("Chip", {name: name for name in CHIPS})
+StorageDtype = StrEnum("StorageDtype", {name: name for name in BYTES_PER_ELEMENT})
+ComputeDtype = StrEnum("ComputeDtype", {name: name for name in COMPUTE_DTYPES})
 
 
 def _number(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
@@ -81,10 +89,28 @@ def _attention_backend() -> str:
     return name
 
 
-def _choice(flag: str, value: str, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        fail(f"{flag} {value!r} is not one of {', '.join(choices)}")
-    return value
+def _model_shape(ctx: typer.Context, model: str | None) -> tuple[str, ModelShape]:
+    """The shape roofline models, and its label: roofline's --model (a preset name or a model
+    directory), else the global --model directory, else DEFAULT_PRESET. Exits 2 if unusable."""
+    global_model = global_options(ctx).model
+    if model is not None and global_model is not None:
+        fail(f"give the model once: roofline --model {model} or the global --model {global_model}")
+    if model is None:
+        model = str(global_model) if global_model is not None else DEFAULT_PRESET
+    if model in PRESET_NAMES:
+        return model, get_preset(model)
+    path = Path(model)
+    if not path.is_dir():
+        fail(
+            f"--model {model!r} is neither a preset ({', '.join(PRESET_NAMES)}) "
+            "nor a model directory"
+        )
+    try:
+        config = read_model_config(path)
+    except ModelDirError as err:
+        fail(f"--model: {err}")
+    name = path.resolve().name
+    return name, shape_from_config(name, config)
 
 
 def _estimate_rows(est: dict[str, Any]) -> list[tuple[str, str]]:
@@ -112,16 +138,25 @@ def _estimate_rows(est: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def roofline(
-    model: Annotated[str, typer.Option(help=f"Model preset: {', '.join(PRESET_NAMES)}.")] = (
-        "llama-3.1-8b"
-    ),
-    chip: Annotated[str, typer.Option(help=f"Chip: {', '.join(CHIPS)}.")] = "v5e",
+    ctx: typer.Context,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            metavar="PRESET|DIR",
+            help=f"A preset ({', '.join(PRESET_NAMES)}) or a Hugging Face model directory, "
+            f"whose config.json gives the shape (default: the global --model, else "
+            f"{DEFAULT_PRESET}).",
+        ),
+    ] = None,
+    chip: Annotated[Chip, typer.Option(help="Chip spec.")] = Chip.v5e,
     chips: Annotated[int, typer.Option(help="Chips the model is tensor-parallel over.")] = 1,
     batch: Annotated[int, typer.Option(help="Sequences decoded per step.")] = 32,
     context: Annotated[int, typer.Option(help="Cached tokens per sequence.")] = 4096,
-    weights: Annotated[str, typer.Option(help="Weight storage dtype: bf16, int8, fp8.")] = "bf16",
-    kv: Annotated[str, typer.Option(help="KV cache dtype: bf16, int8, fp8.")] = "bf16",
-    compute: Annotated[str, typer.Option(help="Matmul dtype: bf16, int8, fp8.")] = "bf16",
+    weights: Annotated[
+        StorageDtype, typer.Option(help="Weight storage dtype.")
+    ] = StorageDtype.bf16,
+    kv: Annotated[StorageDtype, typer.Option(help="KV cache dtype.")] = StorageDtype.bf16,
+    compute: Annotated[ComputeDtype, typer.Option(help="Matmul dtype.")] = ComputeDtype.bf16,
     ici: Annotated[bool, typer.Option(help="Add the per-layer ICI all-reduce time.")] = False,
     reserve: Annotated[
         float, typer.Option(help="Fraction of HBM held back from weights and KV.")
@@ -129,19 +164,16 @@ def roofline(
     json_output: JsonFlag = False,
 ) -> None:
     """Estimate decode step time, throughput, capacity and MFU from the chip spec table."""
-    _choice("--model", model, PRESET_NAMES)
-    _choice("--chip", chip, tuple(CHIPS))
-    _choice("--weights", weights, tuple(BYTES_PER_ELEMENT))
-    _choice("--kv", kv, tuple(BYTES_PER_ELEMENT))
-    _choice("--compute", compute, COMPUTE_DTYPES)
+    chip, weights, kv, compute = chip.value, weights.value, kv.value, compute.value
     for flag, value in (("--chips", chips), ("--batch", batch), ("--context", context)):
         if value <= 0:
             fail(f"{flag} must be > 0, got {value}")
     if not 0.0 <= reserve < 1.0:
         fail(f"--reserve must be in [0, 1), got {reserve}")
+    model, shape = _model_shape(ctx, model)
     try:
         setup = ServingSetup(
-            model=get_preset(model),
+            model=shape,
             chip=get_chip(chip),
             num_chips=chips,
             batch=batch,
