@@ -14,13 +14,23 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
 pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
+TORCH=torch==2.13.0
+TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
 
 case "${1:-}" in
   test)
-    # torch goes in first, pinned: pulled in later as a dependency of the test extras, pip
-    # would be free to pick a CUDA build several gigabytes large.
-    "${pip[@]}" torch==2.13.0
+    # torch goes in first, as the CPU-only build: PyPI's Linux x86_64 wheel of this version
+    # pulls in the CUDA runtime, cuDNN, NCCL and Triton (several GB). The CPU build lives on
+    # PyTorch's own index; PyPI stays an extra index for torch's dependencies. Where that index
+    # cannot be reached (an offline mirror) the first try fails fast and the plain pin is
+    # taken; check_torch_cpu.py below fails the set-up if that brought CUDA.
+    if ! "${pip[@]}" --timeout 10 --retries 0 --index-url "$TORCH_CPU_INDEX" \
+        --extra-index-url https://pypi.org/simple "$TORCH" 2>/dev/null; then
+      echo "PyTorch's CPU index is unreachable: installing $TORCH from the configured index" >&2
+      "${pip[@]}" "$TORCH"
+    fi
     "${pip[@]}" -e ".[test]"
+    .venv/bin/python scripts/check_torch_cpu.py
     ;;
   "")
     "${pip[@]}" -e .
