@@ -1,28 +1,34 @@
 """prefix-leak: a tenant learns other tenants' prompts from its own time to first token.
 
-Per trial the same traffic is served twice, on one engine reset between modes: with the prefix
-cache shared across tenants, and salted per tenant (engine mode "per-tenant": the tenant id
-salts each chain's first block). The traffic:
+``num_tenants`` victim tenants and one attacker use one application: every prompt starts with
+the same ``system_prompt_len``-token system prompt, then a document (``prefix_len`` tokens),
+then the request's own question (``suffix_len`` tokens); both lengths are drawn per prompt from
+length distributions. Per trial the same traffic is served twice, on one engine reset between
+modes (which mode goes first alternates across trials): with the prefix cache shared across
+tenants, and salted per tenant (engine mode "per-tenant": the tenant id salts each chain's first
+block). Shared, a tenant's first request already hits the system prompt other tenants cached;
+salted, each tenant computes it once itself, then hits its own blocks as before. The traffic:
 
-1. The victim sends ``victim_rounds_before`` rounds; each round has one request per secret
-   (``num_secrets`` random ``prefix_len``-token prefixes), each followed by a fresh
-   ``suffix_len``-token suffix, the round's requests served together.
+1. The victims send ``victim_rounds_before`` rounds; each round has one request per secret
+   (``num_secrets`` random documents, dealt round-robin to the victim tenants, each secret
+   always sent by its owner), the round's requests served together.
 2. The attacker calibrates with its own requests only: it primes half of ``num_calibration``
-   fresh prefixes (one request each), then probes all of them. Its threshold is the TTFT that
+   fresh documents (one request each), then probes all of them. Its threshold is the TTFT that
    best separates primed (hit) from unprimed (miss) probes: of the cuts halfway (in log time)
    between neighbouring sorted TTFTs, the one with the highest calibration accuracy (the
-   lowest such cut on ties).
-3. The attacker probes ``num_probes`` candidate prefixes, half of them secrets the victim
+   lowest such cut on ties). Nothing about the threshold is set by hand.
+3. The attacker probes ``num_probes`` candidate documents, half of them secrets the victims
    sent and half never sent, in random order, each with a fresh suffix, and classifies a
    probe as "sent" when its TTFT is below the threshold. Every candidate is probed once, so
    its own probe never primes it. Calibration and probes run one at a time on an otherwise
    idle engine: the attacker's best case.
-4. The victim sends ``victim_rounds_after`` more rounds.
+4. The victims send ``victim_rounds_after`` more rounds.
 
-Metrics: attack accuracy (% of probes classified correctly; 50% is guessing) per mode, and
-the victim's own prefix-hit rate (cached prompt tokens / prompt tokens over all its requests)
-salted as a percentage of shared. Token ids are drawn uniformly from the vocabulary (ids below
-3 excluded: special tokens); the cache and the timing depend only on lengths and equality.
+Metrics, every one per trial: attack accuracy over the probed candidates (% classified
+correctly; 50% is guessing) per mode, and the victims' own prefix-hit rate (cached prompt
+tokens / prompt tokens over all their requests, pooled) salted as a percentage of shared.
+Token ids are drawn uniformly from the vocabulary (ids below 3 excluded: special tokens); the
+cache and the timing depend only on lengths and equality.
 """
 
 from __future__ import annotations
@@ -36,42 +42,55 @@ import numpy as np
 import pandas as pd
 
 from claimbench.engine.sampler import SamplingParams
+from claimbench.workload.lengths import length_dist_from_dict
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
     from claimbench.harness.context import RunContext
 
 DEFAULT_PARAMS: dict[str, Any] = {
-    "prefix_len": 256,
-    "suffix_len": 16,
+    "system_prompt_len": 128,
+    # Documents and questions of varied length, as a tenant's traffic has: a short document
+    # is a small timing signal, a long question a large noise.
+    "prefix_len": {"kind": "lognormal", "mean": 256, "sigma": 0.5, "lo": 32, "hi": 512},
+    "suffix_len": {"kind": "lognormal", "mean": 16, "sigma": 0.5, "lo": 1, "hi": 64},
+    "num_tenants": 4,
     "num_secrets": 8,
     "victim_rounds_before": 2,
     "victim_rounds_after": 1,
     "num_calibration": 8,
     "num_probes": 16,
+    "engine": {},
 }
 ENGINE_MODES = {"shared": "shared", "salted": "per-tenant"}  # claim's name -> engine mode
 FIRST_TOKEN = SamplingParams(max_tokens=1, ignore_eos=True)  # TTFT is all the attacker reads
-VICTIM, ATTACKER = "victim", "attacker"
+ATTACKER = "attacker"
 MIN_TOKEN_ID = 3
+Prompt = tuple[str, list[int]]  # (tenant, prompt token ids)
+
+
+def victim(index: int) -> str:
+    """The tenant id of victim ``index``."""
+    return f"victim{index}"
 
 
 @dataclass(frozen=True)
 class Plan:
     """One trial's prompts, identical in both modes."""
 
-    victim_rounds: list[list[list[int]]]  # [round][request] prompt ids
+    victim_rounds: list[list[Prompt]]  # [round][request]
     num_rounds_before: int
     primes: list[list[int]]  # attacker's priming requests
     calibration: list[list[int]]  # attacker's calibration probes
     calibration_primed: list[bool]  # per calibration probe
     probes: list[list[int]]  # attacker's candidate probes
-    probe_sent: list[bool]  # per probe: did the victim send that prefix
+    probe_sent: list[bool]  # per probe: did a victim send that document
 
 
 @dataclass(frozen=True)
 class ModeResult:
     attack_acc_pct: float
+    calibration_acc_pct: float  # the threshold's accuracy on the attacker's own labelled set
     victim_hit_rate_pct: float
     threshold_s: float
     requests: pd.DataFrame  # the engine's requests frame plus role and truth columns
@@ -83,19 +102,33 @@ def draw_plan(params: dict[str, Any], rng: np.random.Generator, vocab_size: int)
     def tokens(n: int) -> list[int]:
         return rng.integers(MIN_TOKEN_ID, vocab_size, size=n).tolist()
 
-    prefix_len, suffix_len = params["prefix_len"], params["suffix_len"]
-    secrets = [tokens(prefix_len) for _ in range(params["num_secrets"])]
-    rounds = params["victim_rounds_before"] + params["victim_rounds_after"]
-    victim_rounds = [[s + tokens(suffix_len) for s in secrets] for _ in range(rounds)]
+    prefix_len = length_dist_from_dict(params["prefix_len"])
+    suffix_len = length_dist_from_dict(params["suffix_len"])
 
-    own = [tokens(prefix_len) for _ in range(params["num_calibration"])]
+    def document() -> list[int]:
+        return tokens(int(prefix_len.sample(rng, 1)[0]))
+
+    system = tokens(params["system_prompt_len"])
+
+    def prompt(document: list[int]) -> list[int]:
+        return system + document + tokens(int(suffix_len.sample(rng, 1)[0]))
+
+    secrets = [document() for _ in range(params["num_secrets"])]
+    owners = [victim(i % params["num_tenants"]) for i in range(len(secrets))]
+    rounds = params["victim_rounds_before"] + params["victim_rounds_after"]
+    victim_rounds = [
+        [(owner, prompt(s)) for owner, s in zip(owners, secrets, strict=True)]
+        for _ in range(rounds)
+    ]
+
+    own = [document() for _ in range(params["num_calibration"])]
     primed = rng.permutation(len(own)) < len(own) // 2
-    primes = [p + tokens(suffix_len) for p, is_primed in zip(own, primed, strict=True) if is_primed]
-    calibration = [p + tokens(suffix_len) for p in own]
+    primes = [prompt(p) for p, is_primed in zip(own, primed, strict=True) if is_primed]
+    calibration = [prompt(p) for p in own]
 
     num_sent = params["num_probes"] // 2
     sent = [secrets[i] for i in rng.choice(len(secrets), size=num_sent, replace=False)]
-    unsent = [tokens(prefix_len) for _ in range(params["num_probes"] - num_sent)]
+    unsent = [document() for _ in range(params["num_probes"] - num_sent)]
     order = rng.permutation(params["num_probes"])
     candidates = sent + unsent
     return Plan(
@@ -104,7 +137,7 @@ def draw_plan(params: dict[str, Any], rng: np.random.Generator, vocab_size: int)
         primes=primes,
         calibration=calibration,
         calibration_primed=[bool(x) for x in primed],
-        probes=[candidates[i] + tokens(suffix_len) for i in order],
+        probes=[prompt(candidates[i]) for i in order],
         probe_sent=[bool(i < num_sent) for i in order],
     )
 
@@ -124,24 +157,29 @@ def best_threshold(ttft_s: np.ndarray, is_hit: np.ndarray) -> float:
     return float(cuts[int(np.argmax(accuracy))])
 
 
-def serve(engine: LLMEngine, prompts: list[list[int]], tenant: str) -> list[str]:
+def serve(engine: LLMEngine, prompts: list[Prompt]) -> list[str]:
     """Submit the prompts together and step until the engine is idle; their request ids."""
-    ids = [engine.add_request(p, FIRST_TOKEN, tenant=tenant) for p in prompts]
+    ids = [engine.add_request(p, FIRST_TOKEN, tenant=tenant) for tenant, p in prompts]
     while engine.has_unfinished:
         engine.step()
     return ids
+
+
+def accuracy_pct(ttft_s: np.ndarray, threshold_s: float, is_hit: list[bool]) -> float:
+    """% of requests the threshold classifies right (below it: a hit)."""
+    return 100.0 * float(np.mean((ttft_s < threshold_s) == np.asarray(is_hit)))
 
 
 def play(engine: LLMEngine, plan: Plan) -> ModeResult:
     """Serve one trial's traffic on a freshly reset engine; score the attack."""
     roles: dict[str, tuple[str, bool | None]] = {}  # id -> (role, truth)
 
-    def victim_rounds(rounds: list[list[list[int]]]) -> None:
+    def victim_rounds(rounds: list[list[Prompt]]) -> None:
         for prompts in rounds:
-            roles.update(dict.fromkeys(serve(engine, prompts, VICTIM), ("victim", None)))
+            roles.update(dict.fromkeys(serve(engine, prompts), ("victim", None)))
 
     def one_by_one(prompts: list[list[int]], role: str, truths: list[bool]) -> list[str]:
-        ids = [serve(engine, [p], ATTACKER)[0] for p in prompts]
+        ids = [serve(engine, [(ATTACKER, p)])[0] for p in prompts]
         roles.update({i: (role, t) for i, t in zip(ids, truths, strict=True)})
         return ids
 
@@ -155,23 +193,29 @@ def play(engine: LLMEngine, plan: Plan) -> ModeResult:
     if frame["completed"].sum() != len(frame):
         raise RuntimeError(f"{len(frame) - frame['completed'].sum()} requests did not complete")
     ttft = frame["ttft_s"]
-    threshold = best_threshold(
-        ttft[calibration_ids].to_numpy(), np.asarray(plan.calibration_primed)
-    )
-    predicted_sent = ttft[probe_ids].to_numpy() < threshold
-    accuracy = 100.0 * float(np.mean(predicted_sent == np.asarray(plan.probe_sent)))
-    victim = frame[frame["tenant"] == VICTIM]
-    hit_rate = 100.0 * victim["prefix_hit_tokens"].sum() / victim["prompt_tokens"].sum()
+    calibration_ttft = ttft[calibration_ids].to_numpy()
+    threshold = best_threshold(calibration_ttft, np.asarray(plan.calibration_primed))
+    victims = frame[frame["tenant"] != ATTACKER]
+    hit_rate = 100.0 * victims["prefix_hit_tokens"].sum() / victims["prompt_tokens"].sum()
     frame = frame.reset_index(drop=True).assign(
         role=[roles[i][0] for i in frame["request_id"]],
         truth=[roles[i][1] for i in frame["request_id"]],
     )
-    return ModeResult(accuracy, float(hit_rate), threshold, frame)
+    return ModeResult(
+        attack_acc_pct=accuracy_pct(ttft[probe_ids].to_numpy(), threshold, plan.probe_sent),
+        calibration_acc_pct=accuracy_pct(calibration_ttft, threshold, plan.calibration_primed),
+        victim_hit_rate_pct=float(hit_rate),
+        threshold_s=threshold,
+        requests=frame,
+    )
 
 
-def _params(ctx: RunContext) -> dict[str, Any]:
-    params = DEFAULT_PARAMS | {k: v for k, v in ctx.params.items() if k in DEFAULT_PARAMS}
+def _check(params: dict[str, Any]) -> None:
+    for name in ("prefix_len", "suffix_len"):
+        length_dist_from_dict(params[name])  # a bad distribution fails before any serving
     for key, value in params.items():
+        if key in ("engine", "prefix_len", "suffix_len"):
+            continue
         minimum = 0 if key == "victim_rounds_after" else 1
         if not isinstance(value, int) or value < minimum:
             raise ValueError(f"param {key} must be an integer >= {minimum}, got {value!r}")
@@ -185,18 +229,31 @@ def _params(ctx: RunContext) -> dict[str, Any]:
             f"num_probes={params['num_probes']} needs {params['num_probes'] // 2} secrets, "
             f"num_secrets={params['num_secrets']}"
         )
-    return params
+    if params["num_tenants"] > params["num_secrets"]:
+        raise ValueError(
+            f"num_tenants={params['num_tenants']} victims need at least as many secrets, "
+            f"num_secrets={params['num_secrets']}"
+        )
+
+
+def _check_fits(plan: Plan, max_model_len: int) -> None:
+    prompts = [p for r in plan.victim_rounds for _, p in r] + plan.calibration + plan.probes
+    longest = max(len(p) for p in prompts)
+    if longest >= max_model_len:
+        raise ValueError(f"a prompt of {longest} tokens leaves no room in {max_model_len=}")
 
 
 def run(ctx: RunContext) -> None:
-    """Record shared_attack_acc_pct, salted_attack_acc_pct and salted_own_hit_retention_pct."""
-    params = _params(ctx)
-    engine = ctx.engine()
-    engine.precompile()
+    """Record shared_attack_acc_pct, salted_attack_acc_pct and salted_own_hit_retention_pct
+    per trial, with each mode's threshold, calibration accuracy and victim hit rate beside."""
+    params = ctx.merged(DEFAULT_PARAMS)
+    _check(params)
+    engine = ctx.engine(precompile=True)
     for trial in range(ctx.trials):
         plan = draw_plan(
             params, np.random.default_rng([ctx.seed, trial]), engine.model_cfg.vocab_size
         )
+        _check_fits(plan, engine.config.max_model_len)
         results: dict[str, ModeResult] = {}
         # Alternate which mode goes first, so slow drift on the machine favours neither.
         for name in list(ENGINE_MODES)[:: 1 if trial % 2 == 0 else -1]:
@@ -205,13 +262,13 @@ def run(ctx: RunContext) -> None:
             ctx.save_frames(requests=results[name].requests, mode=name, trial=trial)
         for name, result in results.items():
             ctx.record(f"{name}_attack_acc_pct", result.attack_acc_pct, trial=trial, unit="%")
-            ctx.record(
-                "victim_hit_rate_pct", result.victim_hit_rate_pct, trial=trial, unit="%", mode=name
-            )
-            ctx.record("ttft_threshold_s", result.threshold_s, trial=trial, unit="s", mode=name)
+            labels = {"trial": trial, "mode": name}
+            ctx.record("calibration_acc_pct", result.calibration_acc_pct, unit="%", **labels)
+            ctx.record("victim_hit_rate_pct", result.victim_hit_rate_pct, unit="%", **labels)
+            ctx.record("ttft_threshold_s", result.threshold_s, unit="s", **labels)
         shared_rate = results["shared"].victim_hit_rate_pct
         if shared_rate == 0:
-            raise RuntimeError("the victim never hit the shared cache: the KV pool is too small")
+            raise RuntimeError("the victims never hit the shared cache: the KV pool is too small")
         retention = 100.0 * results["salted"].victim_hit_rate_pct / shared_rate
         ctx.record("salted_own_hit_retention_pct", retention, trial=trial, unit="%")
 
