@@ -9,8 +9,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from claimbench.cli import project
+from claimbench.cli import project, score_json
 from claimbench.cli.common import console, fail, global_options
+from claimbench.cli.evidence_options import OriginOption, SinceOption, selected_runs
 from claimbench.harness import registry, scoring
 from claimbench.harness.claims import find_claim
 
@@ -48,6 +49,8 @@ def list_claims(ctx: typer.Context, as_json: JsonOption = False) -> None:
 def show_claim(
     ctx: typer.Context,
     claim_id: Annotated[str, typer.Argument(metavar="ID", help="The claim's id.")],
+    since: SinceOption = None,
+    origin: OriginOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Show one claim: statement, prediction, what would refute it, and its evidence."""
@@ -57,25 +60,33 @@ def show_claim(
         claim = find_claim(claims, claim_id)
     except ValueError as err:
         fail(str(err))
-    runs = project.read_results(project.results_dir(root, None))
+    runs = selected_runs(project.results_dir(root, None), since, origin)
     score = scoring.score_claim(claim, runs)
     experiment = registry.experiment_path(root, claim)
     if as_json:
-        data = claim.model_dump() | project.score_dict(root, score)
+        data = claim.model_dump() | score_json.score_dict(root, score)
         data["experiment_path"] = str(experiment)
         typer.echo(json.dumps(data, indent=2))
         return
     console.print(
         f"[bold]{claim.id}[/]  part {claim.part} · {escape(claim.title)}", highlight=False
     )
-    console.print(claim.statement, markup=False, highlight=False)
+    plain = {"markup": False, "highlight": False}
+    console.print(claim.statement, **plain)
     console.print(
         f"confidence {claim.confidence:g} · scope {claim.scope} · "
         f"status [bold]{project.claim_status(root, score)}[/]",
         highlight=False,
     )
-    plain = {"markup": False, "highlight": False}
-    console.print("prediction: " + "; ".join(str(c) for c in claim.prediction), **plain)
+    if claim.scope_reason:
+        console.print(f"scope: {claim.scope_reason}", **plain)
+    console.print(
+        "prediction: "
+        + "; ".join(
+            f"{c}{' (analytic)' if c.basis == 'analytic' else ''}" for c in claim.prediction
+        ),
+        **plain,
+    )
     console.print(f"refuted if: {claim.refuted_if}", **plain)
     console.print(f"experiment: {experiment.relative_to(root)}", **plain)
     for profile, params in claim.params.items():
@@ -85,13 +96,22 @@ def show_claim(
     for group in score.groups:
         scope_note = "" if group.in_scope else " (outside scope: indicative)"
         console.print(
-            f"\n[bold]{group.evidence}[/] evidence{scope_note}: {group.verdict} "
-            f"· run {group.run_id} · profile {group.profile}",
+            f"\n[bold]{group.evidence}[/] evidence{scope_note}: {len(group.runs)} run(s), "
+            f"{group.num_agree} of {len(group.current_runs)} current agree with the scored one",
             highlight=False,
         )
-        for cs in group.conditions:
+        for run in group.runs:
+            role = "scored" if run is group.scored else ("current" if run.current else "earlier")
+            note = "" if run.current else " (measured against an earlier prediction, not scored)"
             console.print(
-                f"  {cs.condition}: {project.format_estimate(cs)} "
-                f"over {cs.num_trials} trials -> {cs.status}",
+                f"  {run.run_id} [{role}] {run.verdict}{note} · {score_json.run_label(run.info)}",
                 **plain,
             )
+            if run is group.scored:
+                for cs in run.conditions:
+                    if cs.status != "other-basis":
+                        console.print(
+                            f"    {cs.condition}: {score_json.format_estimate(cs)} "
+                            f"over {cs.num_trials} trial(s) from {cs.evidence} -> {cs.status}",
+                            **plain,
+                        )

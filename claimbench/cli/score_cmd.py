@@ -11,9 +11,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from claimbench.cli import project
+from claimbench.cli import project, score_json
 from claimbench.cli.common import console, global_options
-from claimbench.harness import results, scoring
+from claimbench.cli.evidence_options import OriginOption, SinceOption, selected_runs
+from claimbench.harness import calibration, results, score_table, scoring
 
 VERDICT_STYLE = {
     "confirmed": "green",
@@ -30,11 +31,38 @@ def _write_scores(store: Path, scores: list[scoring.ClaimScore]) -> Path:
     path = store / results.SCORES_FILE
     tmp = store / f"{results.TMP_PREFIX}{results.SCORES_FILE}"
     try:
-        scoring.scores_frame(scores).to_parquet(tmp, index=False)
+        score_table.scores_frame(scores).to_parquet(tmp, index=False)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def _evidence_cell(s: scoring.ClaimScore) -> str:
+    """Where the row's values come from, and the replications behind them."""
+    if s.shown is None:
+        earlier = f"\n{s.num_earlier} run(s) against an earlier prediction" if s.num_earlier else ""
+        return "-" + earlier
+    lines = [s.shown.evidence + ("" if s.headline or s.shown.in_scope else " (indicative)")]
+    lines.append(score_json.run_label(s.shown.info))
+    group = s.group(s.shown.evidence)
+    if group is not None:
+        lines.append(f"{group.num_agree} of {len(group.current_runs)} current run(s) agree")
+    if s.num_earlier:
+        lines.append(f"{s.num_earlier} run(s) against an earlier prediction, not scored")
+    return "\n".join(escape(line) for line in lines)
+
+
+def _condition_line(cs: scoring.ConditionScore) -> str:
+    basis = "analytic" if cs.condition.basis == "analytic" else "measured"
+    source = f"{cs.evidence}{'' if cs.in_scope else ', indicative'}" if cs.evidence else "none"
+    status = cs.status
+    if status == "too-few-trials":
+        status += f" ({cs.num_trials} of {cs.min_trials})"
+    return (
+        f"{escape(str(cs.condition))} ({basis}): {escape(score_json.format_estimate(cs))}"
+        f" from {source} -> {status}"
+    )
 
 
 def score(
@@ -42,22 +70,26 @@ def score(
     results_dir: Annotated[
         Path | None, typer.Option(help="Results store (default: <root>/results).")
     ] = None,
+    since: SinceOption = None,
+    origin: OriginOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
 ) -> None:
     """Score every claim from the stored runs; write results/scores.parquet."""
     root = global_options(ctx).root
     claims = project.open_claims(root)
     store = project.results_dir(root, results_dir)
-    runs = project.read_results(store)
+    runs = selected_runs(store, since, origin)
     scores = scoring.score_claims(claims, runs)
-    cal = scoring.calibration(scores)
+    cal = calibration.calibration(scores)
     path = _write_scores(store, scores)
     counts = scoring.verdict_counts(scores)
     if as_json:
         data = {
-            "claims": [project.score_dict(root, s) for s in scores],
-            "calibration": project.calibration_dict(cal),
+            "claims": [score_json.score_dict(root, s) for s in scores],
+            "calibration": score_json.calibration_dict(cal),
             "totals": counts,
+            "num_runs": len(runs),
+            "selection": {"since": since, "origin": origin},
             "cost_usd": results.total_cost_usd(runs),
             "scores_path": str(path),
         }
@@ -65,32 +97,29 @@ def score(
         return
 
     table = Table(title=f"claims scored from {len(runs)} run(s)")
-    for column in ("id", "conf", "scope", "verdict", "evidence", "estimate [95% CI] vs prediction"):
+    for column in ("id", "conf", "scope", "verdict", "evidence", "conditions (basis): estimate"):
         table.add_column(column, overflow="fold", no_wrap=column in ("id", "verdict"))
     for s in scores:
         style = VERDICT_STYLE[s.verdict]
-        shown = s.headline or (s.groups[0] if s.groups else None)
-        lines = [
-            f"{escape(str(cs.condition))}: {project.format_estimate(cs)}"
-            for cs in (shown.conditions if shown else ())
-        ]
         table.add_row(
             s.claim.id,
             f"{s.claim.confidence:g}",
             s.claim.scope,
             f"[{style}]{s.verdict}[/]",
-            shown.evidence if shown else "-",
-            "\n".join(lines) or "-",
+            _evidence_cell(s),
+            "\n".join(_condition_line(cs) for cs in s.conditions) if s.shown else "-",
         )
     console.print(table)
     console.print(" · ".join(f"{n} {verdict}" for verdict, n in counts.items()), highlight=False)
     if cal.num_decided:
         console.print(
-            f"calibration over {cal.num_decided} decided claim(s): Brier {cal.brier:.3f} "
+            f"calibration over {cal.num_decided} claim(s) decided in scope: "
+            f"Brier {cal.brier:.3f} [{cal.brier_ci[0]:.3f}, {cal.brier_ci[1]:.3f}] "
             f"(coin {cal.coin_brier:.2f}, lower is better) · log score {cal.log_score:.3f} "
-            f"(coin {scoring.COIN_LOG_SCORE:.3f}, higher is better)",
+            f"[{cal.log_score_ci[0]:.3f}, {cal.log_score_ci[1]:.3f}] "
+            f"(coin {cal.coin_log_score:.3f}, higher is better)",
             highlight=False,
         )
     else:
-        console.print("calibration: no decided claims yet", highlight=False)
+        console.print("calibration: no claims decided in scope yet", highlight=False)
     console.print(f"wrote {path}", highlight=False, markup=False)

@@ -9,6 +9,7 @@ import typer
 
 from claimbench.cli import project
 from claimbench.cli.common import console, fail, global_options
+from claimbench.cli.evidence_options import OriginOption, SinceOption, selected_runs
 
 
 def site(
@@ -19,13 +20,15 @@ def site(
     results_dir: Annotated[
         Path | None, typer.Option(help="Results store (default: <root>/results).")
     ] = None,
+    since: SinceOption = None,
+    origin: OriginOption = None,
 ) -> None:
     """Render the scoreboard from the stored runs; open index.html from disk or publish it."""
     from claimbench.site.render import render_site
 
     root = global_options(ctx).root
     claims = project.open_claims(root)
-    runs = project.read_results(project.results_dir(root, results_dir))
+    runs = selected_runs(project.results_dir(root, results_dir), since, origin)
     out_dir = (out if out is not None else root / project.SITE_DIR).resolve()
     if out_dir.exists() and not out_dir.is_dir():
         fail(f"--out {out_dir} exists and is not a directory")

@@ -1,120 +1,145 @@
-"""Scoring: per-condition estimates with bootstrap CIs, verdicts, and calibration.
+"""Scoring: each condition decided by evidence of its basis in the claim's scope; verdicts.
 
-Evidence is grouped per (claim, hardware class). For each group the most recent run holding that
-class's measurements is scored: each condition's metric is reduced to one value per trial (the mean
-of that trial's values), estimated by the mean over trials, with a seeded percentile bootstrap 95%
-CI. A measured group (cpu | gpu | tpu) falls back on the same run's analytic values for a metric it
-did not measure, since analytic evidence is valid on any hardware.
+Evidence groups: one per hardware class (tpu, gpu, cpu) holding every run with measured values
+of the claim's measured conditions, and one "analytic" group of the runs with analytic values of
+its analytic conditions. Groups never displace each other. Within a group the scored run is the
+newest whose meta ``prediction_hash`` equals today's ``claim.prediction_hash(profile)``; runs
+measured against an earlier prediction (or stored before hashes) are shown, never scored.
+
+Conditions: an analytic condition is decided by the scored analytic run's value, exactly (no
+interval). A measured condition is decided by a run's trials of one class: each trial's values
+are averaged, and the estimate and its interval come from harness.intervals (Student-t; ratios
+in log space). Too few trials (evidence_rules.min_trials) or identical values in every trial
+leave it undecided. A measured condition is never filled from analytic values.
+
+Verdict: the headline is the scored run of the first in-scope measured class in MEASURED order.
+confirmed: every condition holds on in-scope evidence of its basis. refuted: some condition fails
+on such evidence (a failing analytic condition refutes: every condition must hold).
+indicative-only: measured conditions have only out-of-scope evidence and nothing in scope fails.
+not-run: no scored run at all. inconclusive: anything else.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from claimbench.harness.claims import Claim, Condition
+from claimbench.harness import evidence_rules, intervals
+from claimbench.harness.claims import PROFILES, Claim, Condition
+from claimbench.harness.evidence_rules import ANALYTIC, MEASURED
 from claimbench.harness.results import StoredRun
+from claimbench.harness.run_info import RunInfo
 
-MIN_TRIALS = 3
-CONFIDENCE_LEVEL = 0.95
-NUM_RESAMPLES = 2000
-COIN_BRIER = 0.25  # Brier score of always saying 0.5
-COIN_LOG_SCORE = math.log(0.5)  # log score of always saying 0.5
-MEASURED = ("tpu", "gpu", "cpu")
-IN_SCOPE = {
-    "any": {"cpu", "gpu", "tpu", "analytic"},
-    "accelerator": {"gpu", "tpu", "analytic"},
-    "tpu": {"tpu", "analytic"},
-}
 VERDICTS = ("confirmed", "refuted", "inconclusive", "indicative-only", "not-run")
 DECIDED = ("confirmed", "refuted")
+# other-basis: the condition is not this evidence kind's to decide (a measured one in an
+# analytic run).
+STATUSES = ("holds", "fails", "unclear", "too-few-trials", "missing", "other-basis")
 
 
 @dataclass(frozen=True)
 class ConditionScore:
-    """One condition's estimate from one evidence group."""
+    """One condition's estimate from one run's values of one evidence class."""
 
     condition: Condition
     trial_values: tuple[float, ...]  # one per trial, in trial order
-    estimate: float | None  # mean over trials; None when the metric is missing
-    ci_lo: float | None
+    estimate: float | None  # None when the metric is missing
+    ci_lo: float | None  # None when there is no honest interval (constant, one trial, missing)
     ci_hi: float | None
-    evidence: str | None  # the class the values came from (may be "analytic" in a measured group)
-    status: str  # holds | fails | unclear | too-few-trials | missing
+    method: str | None  # intervals.METHODS, "exact" (analytic), "inconsistent", or None
+    evidence: str | None  # the class the values came from
+    in_scope: bool  # whether this evidence may decide the condition (basis and scope)
+    status: str  # one of STATUSES
+    unit: str = ""
+    min_trials: int = evidence_rules.MIN_TRIALS
+    run_id: str | None = None
 
     @property
     def num_trials(self) -> int:
         return len(self.trial_values)
 
+    @property
+    def constant(self) -> bool:
+        """A measured metric with the same value in every trial (no interval, undecided)."""
+        return self.method == "constant"
+
 
 @dataclass(frozen=True)
-class EvidenceScore:
-    """A claim scored on one hardware class's evidence, from that class's latest run."""
+class RunScore:
+    """One stored run scored on one evidence class's values."""
 
+    info: RunInfo
     evidence: str  # cpu | gpu | tpu | analytic
-    run_id: str
-    run_end: str  # ISO time the run finished
-    profile: str
     in_scope: bool
+    current: bool  # measured against today's prediction (hash matches); only these are scored
     conditions: tuple[ConditionScore, ...]
-    verdict: str  # confirmed | refuted | inconclusive
+    verdict: str  # confirmed | refuted | inconclusive: this run's own verdict
+
+    @property
+    def run_id(self) -> str:
+        return self.info.run_id
+
+
+@dataclass(frozen=True)
+class EvidenceGroup:
+    """Every run of one evidence class for one claim (replications), newest first."""
+
+    evidence: str
+    in_scope: bool
+    runs: tuple[RunScore, ...]
+
+    @property
+    def scored(self) -> RunScore | None:
+        """The newest run measured against today's prediction, or None."""
+        return next((r for r in self.runs if r.current), None)
+
+    @property
+    def current_runs(self) -> tuple[RunScore, ...]:
+        return tuple(r for r in self.runs if r.current)
+
+    @property
+    def earlier_runs(self) -> tuple[RunScore, ...]:
+        """Runs measured against an earlier prediction: shown, not scored."""
+        return tuple(r for r in self.runs if not r.current)
+
+    @property
+    def num_agree(self) -> int:
+        """Current runs whose own verdict equals the scored run's (the scored run included)."""
+        scored = self.scored
+        return sum(r.verdict == scored.verdict for r in self.current_runs) if scored else 0
 
 
 @dataclass(frozen=True)
 class ClaimScore:
-    """A claim's headline verdict and every evidence group behind it."""
+    """A claim's verdict, the condition scores behind it, and every evidence group."""
 
     claim: Claim
     verdict: str  # one of VERDICTS
-    headline: EvidenceScore | None  # the in-scope group the verdict comes from
-    groups: tuple[EvidenceScore, ...]  # every evidence class with runs, measured first
+    conditions: tuple[ConditionScore, ...]  # per condition: the deciding (or shown) score
+    shown: RunScore | None  # the run the row shows: the headline, else indicative or analytic
+    headline: RunScore | None  # the in-scope measured run the verdict comes from
+    groups: tuple[EvidenceGroup, ...]  # measured classes in MEASURED order, then analytic
 
     @property
     def decided(self) -> bool:
-        return self.verdict in DECIDED
+        """Confirmed or refuted on in-scope evidence of each condition's basis; the claims
+        calibration counts."""
+        if self.verdict == "confirmed":
+            return all(cs.in_scope and cs.status == "holds" for cs in self.conditions)
+        if self.verdict == "refuted":
+            return any(cs.in_scope and cs.status == "fails" for cs in self.conditions)
+        return False
 
+    @property
+    def num_earlier(self) -> int:
+        """Runs measured against an earlier prediction, over every group."""
+        return sum(len(g.earlier_runs) for g in self.groups)
 
-@dataclass(frozen=True)
-class ReliabilityBin:
-    """Decided claims whose stated confidence fell in [lo, hi)."""
-
-    lo: float
-    hi: float
-    count: int
-    mean_confidence: float
-    observed_rate: float  # fraction confirmed
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """How well stated confidences matched outcomes over the decided claims."""
-
-    num_decided: int
-    brier: float | None  # mean (p - outcome)^2; lower is better, COIN_BRIER for always 0.5
-    log_score: float | None  # mean ln(p if confirmed else 1 - p); higher is better, 0 is perfect
-    bins: tuple[ReliabilityBin, ...]
-    coin_brier: float = COIN_BRIER
-
-
-def bootstrap_ci(
-    values: np.ndarray, *, seed: int = 0, num_resamples: int = NUM_RESAMPLES
-) -> tuple[float, float]:
-    """Percentile bootstrap CONFIDENCE_LEVEL interval of the mean of ``values`` f64[n], n >= 1."""
-    values = np.asarray(values, dtype=np.float64)
-    if values.ndim != 1 or values.size == 0:
-        raise ValueError(f"values must be a non-empty 1-D array, got shape {values.shape}")
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, values.size, size=(num_resamples, values.size))
-    means = values[picks].mean(axis=1)
-    tail = (1.0 - CONFIDENCE_LEVEL) / 2 * 100
-    lo, hi = np.percentile(means, [tail, 100 - tail])
-    # A mean never leaves the data's range; clipping removes float drift (mean of [1.9] * 3 is
-    # 1.8999999999999997), which would otherwise move a CI off a threshold it sits on.
-    low, high = values.min(), values.max()
-    return float(np.clip(lo, low, high)), float(np.clip(hi, low, high))
+    def group(self, evidence: str) -> EvidenceGroup | None:
+        """The group of ``evidence``, if it has runs."""
+        return next((g for g in self.groups if g.evidence == evidence), None)
 
 
 def interval_status(condition: Condition, lo: float, hi: float) -> str:
@@ -123,7 +148,6 @@ def interval_status(condition: Condition, lo: float, hi: float) -> str:
     if condition.holds(lo) and condition.holds(hi):
         return "holds"
     if not condition.holds(lo) and not condition.holds(hi):
-        # Both ends wrong: for a one-sided threshold the whole interval is on the wrong side.
         return "fails"
     return "unclear"
 
@@ -134,155 +158,200 @@ def trial_values(measurements: pd.DataFrame, metric: str) -> np.ndarray:
     return rows.groupby("trial")["value"].mean().sort_index().to_numpy(dtype=np.float64)
 
 
+def _unit(measurements: pd.DataFrame, metric: str) -> str:
+    units = measurements.loc[measurements["metric"] == metric, "unit"].dropna().astype(str)
+    units = units[units != ""]
+    return str(units.iloc[0]) if len(units) else ""
+
+
+def missing_score(condition: Condition, status: str = "missing") -> ConditionScore:
+    """A condition with no values (missing) or not this evidence's to decide (other-basis)."""
+    return ConditionScore(condition, (), None, None, None, None, None, False, status)
+
+
 def score_condition(
-    condition: Condition, values: np.ndarray, evidence: str | None, *, seed: int = 0
+    condition: Condition,
+    rows: pd.DataFrame,
+    evidence: str,
+    *,
+    scope: str,
+    profile: str,
+    run_id: str | None = None,
 ) -> ConditionScore:
-    """Estimate one condition from its per-trial values f64[num_trials] (may be empty)."""
+    """Score ``condition`` on ``rows`` (one run's measurements of one ``evidence`` class)."""
+    values = trial_values(rows, condition.metric)
+    unit = _unit(rows, condition.metric)
     if values.size == 0:
-        return ConditionScore(condition, (), None, None, None, None, "missing")
-    lo, hi = bootstrap_ci(values, seed=seed)
-    status = interval_status(condition, lo, hi) if values.size >= MIN_TRIALS else "too-few-trials"
+        return missing_score(condition)
+    if evidence == ANALYTIC:
+        # Arithmetic, recorded once: the value is exact. Rows that disagree (an old run that
+        # copied a value per trial, then changed it) decide nothing.
+        exact = bool(np.ptp(values) == 0)
+        value = float(values[0]) if exact else float(values.mean())
+        status = ("holds" if condition.holds(value) else "fails") if exact else "unclear"
+        return ConditionScore(
+            condition,
+            tuple(values.tolist()),
+            value,
+            value if exact else None,
+            value if exact else None,
+            "exact" if exact else "inconsistent",
+            evidence,
+            condition.basis == "analytic",
+            status,
+            unit,
+            1,
+            run_id,
+        )
+    need = evidence_rules.min_trials(condition.metric, unit, profile)
+    interval = intervals.estimate_interval(values, unit)
+    if values.size < need:
+        status = "too-few-trials"
+    elif interval.lo is None or interval.hi is None:
+        status = "unclear"  # constant: identical trials give no interval to decide with
+    else:
+        status = interval_status(condition, interval.lo, interval.hi)
     return ConditionScore(
-        condition, tuple(values.tolist()), float(values.mean()), lo, hi, evidence, status
+        condition,
+        tuple(values.tolist()),
+        interval.estimate,
+        interval.lo,
+        interval.hi,
+        interval.method,
+        evidence,
+        condition.basis == "measured" and evidence_rules.in_scope(scope, evidence),
+        status,
+        unit,
+        need,
+        run_id,
     )
 
 
-def group_verdict(conditions: tuple[ConditionScore, ...]) -> str:
-    """confirmed if every condition holds; inconclusive if any lacks data (missing or fewer than
-    MIN_TRIALS trials); refuted if some condition fails; inconclusive otherwise."""
-    statuses = [c.status for c in conditions]
-    if any(s in ("missing", "too-few-trials") for s in statuses):
-        return "inconclusive"
-    if all(s == "holds" for s in statuses):
-        return "confirmed"
+def combine(conditions: tuple[ConditionScore, ...]) -> str:
+    """A verdict from condition statuses: refuted if any fails, confirmed if all hold, else
+    inconclusive; other-basis conditions are left out."""
+    statuses = [c.status for c in conditions if c.status != "other-basis"]
     if any(s == "fails" for s in statuses):
         return "refuted"
+    if statuses and all(s == "holds" for s in statuses):
+        return "confirmed"
     return "inconclusive"
 
 
-def score_group(claim: Claim, evidence: str, run: StoredRun, *, seed: int = 0) -> EvidenceScore:
-    """Score ``claim`` on ``run``'s measurements of one evidence class."""
-    rows = run.measurements[run.measurements["claim_id"] == claim.id]
-    own = rows[rows["evidence"] == evidence]
-    analytic = rows[rows["evidence"] == "analytic"]
-    conditions = []
-    for condition in claim.prediction:
-        values, source = trial_values(own, condition.metric), evidence
-        if values.size == 0 and evidence in MEASURED:
-            values, source = trial_values(analytic, condition.metric), "analytic"
-        conditions.append(score_condition(condition, values, source, seed=seed))
-    conditions_t = tuple(conditions)
-    return EvidenceScore(
-        evidence=evidence,
-        run_id=run.run_id,
-        run_end=str(run.meta.get("end", "")),
-        profile=str(run.meta.get("profile", "")),
-        in_scope=evidence in IN_SCOPE[claim.scope],
-        conditions=conditions_t,
-        verdict=group_verdict(conditions_t),
-    )
+def is_current(claim: Claim, meta: dict) -> bool:
+    """Whether the run was measured against today's prediction of ``claim``."""
+    profile = meta.get("profile")
+    if profile not in PROFILES:
+        return False
+    return meta.get("prediction_hash") == claim.prediction_hash(profile)
 
 
-def score_claim(claim: Claim, runs: list[StoredRun], *, seed: int = 0) -> ClaimScore:
-    """The claim's verdict from ``runs`` (any order; other claims' runs are ignored).
+def score_run(
+    claim: Claim,
+    run: StoredRun,
+    evidence: str,
+    analytic_scores: tuple[ConditionScore, ...] | None = None,
+) -> RunScore:
+    """Score ``run``'s values of one evidence class against ``claim``.
 
-    Headline: the in-scope groups, measured preferred over analytic, then the most recent run.
-    With only out-of-scope evidence the verdict is indicative-only; with none, not-run.
+    An analytic run scores the analytic conditions (measured ones are other-basis). A measured
+    run scores the measured conditions and takes the analytic ones from ``analytic_scores`` (the
+    claim's scored analytic evidence; missing when None).
     """
-    metrics = {condition.metric for condition in claim.prediction}
-    latest: dict[str, StoredRun] = {}
-    for run in sorted(runs, key=lambda r: r.run_id):
-        if run.claim_id != claim.id:
-            continue
-        m = run.measurements
-        # Only values of the predicted metrics are evidence; side metrics (byte counts behind a
-        # ratio, say) recorded as analytic must not open an analytic group of their own.
-        relevant = m[(m["claim_id"] == claim.id) & m["metric"].isin(metrics)]
-        for evidence in relevant["evidence"].unique():
-            latest[str(evidence)] = run
-    order = [*MEASURED, "analytic"]
-    groups = tuple(
-        score_group(claim, evidence, latest[evidence], seed=seed)
-        for evidence in sorted(latest, key=lambda e: order.index(e) if e in order else len(order))
-    )
-    if not groups:
-        return ClaimScore(claim, "not-run", None, groups)
-    in_scope = [g for g in groups if g.in_scope]
-    if not in_scope:
-        return ClaimScore(claim, "indicative-only", None, groups)
-    measured = [g for g in in_scope if g.evidence != "analytic"] or in_scope
-    headline = max(measured, key=lambda g: g.run_id)
-    return ClaimScore(claim, headline.verdict, headline, groups)
-
-
-def score_claims(claims: list[Claim], runs: list[StoredRun], *, seed: int = 0) -> list[ClaimScore]:
-    """Every claim's score, in the claims file's order."""
-    return [score_claim(claim, runs, seed=seed) for claim in claims]
-
-
-def brier_score(confidences: np.ndarray, outcomes: np.ndarray) -> float:
-    """Mean squared error of stated probabilities f64[n] against outcomes {0, 1}[n]."""
-    confidences, outcomes = _check_forecasts(confidences, outcomes)
-    return float(np.mean((confidences - outcomes) ** 2))
-
-
-def log_score(confidences: np.ndarray, outcomes: np.ndarray) -> float:
-    """Mean natural-log probability given to what happened (0 is perfect, ln 0.5 a coin)."""
-    confidences, outcomes = _check_forecasts(confidences, outcomes)
-    return float(np.mean(np.log(np.where(outcomes == 1, confidences, 1.0 - confidences))))
-
-
-def reliability_bins(
-    confidences: np.ndarray, outcomes: np.ndarray, *, num_bins: int = 10
-) -> tuple[ReliabilityBin, ...]:
-    """Equal-width bins over [0, 1] of stated confidence; only non-empty bins are returned."""
-    confidences, outcomes = _check_forecasts(confidences, outcomes)
-    # Rounded first so a confidence on a bin edge (0.7 * 10 = 7.000000000000001) lands in the
-    # bin it names whatever the float error.
-    index = np.minimum(np.floor(np.round(confidences * num_bins, 9)).astype(int), num_bins - 1)
-    bins = []
-    for b in range(num_bins):
-        mask = index == b
-        if mask.any():
-            bins.append(
-                ReliabilityBin(
-                    lo=b / num_bins,
-                    hi=(b + 1) / num_bins,
-                    count=int(mask.sum()),
-                    mean_confidence=float(confidences[mask].mean()),
-                    observed_rate=float(outcomes[mask].mean()),
+    info = RunInfo.from_meta(run.meta)
+    rows = run.measurements
+    rows = rows[(rows["claim_id"] == claim.id) & (rows["evidence"] == evidence)]
+    scores = []
+    for i, condition in enumerate(claim.prediction):
+        if evidence == ANALYTIC and condition.basis == "measured":
+            scores.append(missing_score(condition, "other-basis"))
+        elif evidence != ANALYTIC and condition.basis == "analytic":
+            scores.append(analytic_scores[i] if analytic_scores else missing_score(condition))
+        else:
+            scores.append(
+                score_condition(
+                    condition,
+                    rows,
+                    evidence,
+                    scope=claim.scope,
+                    profile=info.profile,
+                    run_id=info.run_id,
                 )
             )
-    return tuple(bins)
-
-
-def _check_forecasts(confidences: np.ndarray, outcomes: np.ndarray) -> tuple[np.ndarray, ...]:
-    confidences = np.asarray(confidences, dtype=np.float64)
-    outcomes = np.asarray(outcomes, dtype=np.float64)
-    if confidences.shape != outcomes.shape or confidences.ndim != 1 or confidences.size == 0:
-        raise ValueError(
-            f"need two equal non-empty 1-D arrays, got {confidences.shape} and {outcomes.shape}"
-        )
-    if not np.all((confidences > 0) & (confidences < 1)):
-        raise ValueError(f"confidences must lie in (0, 1), got {confidences.tolist()}")
-    if not np.all((outcomes == 0) | (outcomes == 1)):
-        raise ValueError(f"outcomes must be 0 or 1, got {outcomes.tolist()}")
-    return confidences, outcomes
-
-
-def calibration(scores: list[ClaimScore]) -> Calibration:
-    """Brier, log score and reliability bins over the decided claims (confirmed = 1)."""
-    decided = [s for s in scores if s.decided]
-    if not decided:
-        return Calibration(num_decided=0, brier=None, log_score=None, bins=())
-    confidences = np.array([s.claim.confidence for s in decided])
-    outcomes = np.array([1.0 if s.verdict == "confirmed" else 0.0 for s in decided])
-    return Calibration(
-        num_decided=len(decided),
-        brier=brier_score(confidences, outcomes),
-        log_score=log_score(confidences, outcomes),
-        bins=reliability_bins(confidences, outcomes),
+    conditions = tuple(scores)
+    return RunScore(
+        info=info,
+        evidence=evidence,
+        in_scope=evidence == ANALYTIC or evidence_rules.in_scope(claim.scope, evidence),
+        current=is_current(claim, run.meta),
+        conditions=conditions,
+        verdict=combine(conditions),
     )
+
+
+def _classes(claim: Claim, run: StoredRun) -> set[str]:
+    """The evidence classes ``run`` holds for ``claim``: a measured class when it has values of
+    a measured condition's metric, analytic when it has analytic values of an analytic one."""
+    m = run.measurements
+    m = m[m["claim_id"] == claim.id]
+    classes = set()
+    for condition in claim.prediction:
+        found = set(m.loc[m["metric"] == condition.metric, "evidence"].astype(str))
+        classes |= found & ({ANALYTIC} if condition.basis == "analytic" else set(MEASURED))
+    return classes
+
+
+def score_claim(claim: Claim, runs: list[StoredRun]) -> ClaimScore:
+    """The claim's verdict from ``runs`` (any order; other claims' runs are ignored)."""
+    own = sorted((r for r in runs if r.claim_id == claim.id), key=lambda r: r.run_id, reverse=True)
+    by_class: dict[str, list[StoredRun]] = {}
+    for run in own:
+        for evidence in _classes(claim, run):
+            by_class.setdefault(evidence, []).append(run)
+
+    analytic_group = None
+    if ANALYTIC in by_class:
+        analytic_runs = tuple(score_run(claim, r, ANALYTIC) for r in by_class[ANALYTIC])
+        analytic_group = EvidenceGroup(ANALYTIC, True, analytic_runs)
+    analytic_run = analytic_group.scored if analytic_group else None
+    analytic_scores = analytic_run.conditions if analytic_run else None
+
+    measured = [
+        EvidenceGroup(
+            evidence,
+            evidence_rules.in_scope(claim.scope, evidence),
+            tuple(score_run(claim, r, evidence, analytic_scores) for r in by_class[evidence]),
+        )
+        for evidence in MEASURED
+        if evidence in by_class
+    ]
+    groups = tuple(measured) + ((analytic_group,) if analytic_group else ())
+    scored = [g.scored for g in measured if g.scored]
+    headline = next((g.scored for g in measured if g.in_scope and g.scored), None)
+    shown = headline or (scored[0] if scored else analytic_run)
+    if shown is None:
+        conditions = tuple(missing_score(c) for c in claim.prediction)
+        return ClaimScore(claim, "not-run", conditions, None, None, groups)
+    conditions = shown.conditions
+    if shown.evidence == ANALYTIC:
+        # Only analytic evidence: its measured conditions are missing, not other-basis.
+        conditions = tuple(
+            missing_score(cs.condition) if cs.status == "other-basis" else cs for cs in conditions
+        )
+    if any(cs.in_scope and cs.status == "fails" for cs in conditions):
+        verdict = "refuted"
+    elif all(cs.in_scope and cs.status == "holds" for cs in conditions):
+        verdict = "confirmed"
+    elif headline is None and scored:
+        verdict = "indicative-only"
+    else:
+        verdict = "inconclusive"
+    return ClaimScore(claim, verdict, conditions, shown, headline, groups)
+
+
+def score_claims(claims: list[Claim], runs: list[StoredRun]) -> list[ClaimScore]:
+    """Every claim's score, in the claims file's order."""
+    return [score_claim(claim, runs) for claim in claims]
 
 
 def verdict_counts(scores: list[ClaimScore]) -> dict[str, int]:
@@ -298,44 +367,3 @@ def format_value(x: float | None) -> str:
     if x is None:
         return "-"
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
-
-
-def _number(x: float | None) -> float:
-    return math.nan if x is None else x
-
-
-def scores_frame(scores: list[ClaimScore]) -> pd.DataFrame:
-    """One row per (claim, evidence class, condition); a not-run claim gets rows with no evidence.
-
-    Columns: claim_id, verdict (headline), headline (this group gives it), evidence, run_id,
-    profile, run_end, group_verdict, metric, op, target, estimate, ci_lo, ci_hi, num_trials,
-    condition_status, value_evidence.
-    """
-    rows = []
-    for score in scores:
-        groups = score.groups or (None,)
-        for group in groups:
-            for i, condition in enumerate(score.claim.prediction):
-                cs = group.conditions[i] if group is not None else None
-                rows.append(
-                    {
-                        "claim_id": score.claim.id,
-                        "verdict": score.verdict,
-                        "headline": group is not None and group is score.headline,
-                        "evidence": group.evidence if group else None,
-                        "run_id": group.run_id if group else None,
-                        "profile": group.profile if group else None,
-                        "run_end": group.run_end if group else None,
-                        "group_verdict": group.verdict if group else None,
-                        "metric": condition.metric,
-                        "op": condition.op,
-                        "target": condition.value,
-                        "estimate": _number(cs.estimate if cs else None),
-                        "ci_lo": _number(cs.ci_lo if cs else None),
-                        "ci_hi": _number(cs.ci_hi if cs else None),
-                        "num_trials": cs.num_trials if cs else 0,
-                        "condition_status": cs.status if cs else "missing",
-                        "value_evidence": cs.evidence if cs else None,
-                    }
-                )
-    return pd.DataFrame(rows)

@@ -8,14 +8,19 @@ import re
 from matplotlib import rc_context
 from matplotlib.figure import Figure
 
+from claimbench.harness.calibration import Calibration
 from claimbench.harness.claims import Condition
-from claimbench.harness.scoring import Calibration, ConditionScore
+from claimbench.harness.scoring import ConditionScore
 
 # Text stays text (the page's font renders it) rather than glyph paths: smaller, selectable.
 _RC = {"svg.fonttype": "none", "font.size": 9}
 _PROLOGUE = re.compile(r"^.*?(?=<svg)", re.DOTALL)
 _METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.DOTALL)
 CLASS_COLOURS = {"tpu": "#1b7837", "gpu": "#2166ac", "cpu": "#b35806", "analytic": "#762a83"}
+# The x axis spans at least this fraction of the largest magnitude shown, so a miss of 0.5% of
+# the threshold takes a few percent of the axis instead of all of it.
+MIN_SPAN_FRACTION = 0.1
+PAD_FRACTION = 0.08
 
 
 def figure_to_svg(fig: Figure) -> str:
@@ -45,14 +50,35 @@ def calibration_svg(cal: Calibration) -> str:
             offset, align = ((-10, -3), "right") if x > 0.8 else ((10, -3), "left")
             ax.annotate(f"n={b.count}", (x, y), textcoords="offset points", xytext=offset, ha=align)
     else:
-        ax.text(0.5, 0.5, "no decided claims yet", ha="center", va="center", color="#666666")
+        ax.text(0.5, 0.5, "no claims decided in scope yet", ha="center", va="center", color="#666")
     ax.set_xlim(0, 1)
     ax.set_ylim(-0.05, 1.05)
-    ax.set_xlabel("stated confidence")
-    ax.set_ylabel("observed rate confirmed")
+    ax.set_xlabel("stated confidence (probability)")
+    ax.set_ylabel("observed rate confirmed (fraction)")
     ax.legend(loc="upper left", frameon=False, markerscale=0.6)
     ax.grid(alpha=0.3)
     return figure_to_svg(fig)
+
+
+def axis_limits(values: list[float]) -> tuple[float, float, bool]:
+    """(lo, hi, zoomed) of an x axis showing ``values`` (threshold included by the caller).
+
+    The span is at least MIN_SPAN_FRACTION of the largest magnitude, then padded; an axis over
+    non-negative values stops at 0 rather than pad into negatives. ``zoomed``: zero is not on
+    the axis, so distances along it are not proportions of the values.
+    """
+    if not values:
+        raise ValueError("axis_limits needs at least one value")
+    lo, hi = min(values), max(values)
+    min_span = MIN_SPAN_FRACTION * max(abs(lo), abs(hi))
+    if hi - lo < min_span:
+        centre = (lo + hi) / 2
+        lo, hi = centre - min_span / 2, centre + min_span / 2
+    pad = (hi - lo) * PAD_FRACTION or 1.0
+    left, right = lo - pad, hi + pad
+    if min(values) >= 0 > left:
+        left = 0.0
+    return left, right, left > 0 or right < 0
 
 
 @rc_context(_RC)
@@ -61,38 +87,42 @@ def condition_svg(condition: Condition, rows: list[tuple[str, ConditionScore]]) 
     the predicted threshold (line) with the predicted side shaded.
 
     ``rows`` holds (label, score) pairs, one per evidence group; groups without values are shown
-    as "missing".
+    as "missing". The x axis always includes the threshold, is labelled with the metric's unit,
+    and says when it is zoomed (zero not shown).
     """
-    fig = Figure(figsize=(6.0, 0.7 + 0.45 * max(len(rows), 1)))
+    fig = Figure(figsize=(6.0, 0.9 + 0.45 * max(len(rows), 1)))
     ax = fig.add_subplot()
     values = [condition.value]
+    for _, cs in rows:
+        if cs.estimate is not None:
+            values += [*cs.trial_values, cs.estimate]
+            values += [v for v in (cs.ci_lo, cs.ci_hi) if v is not None]
+    left, right, zoomed = axis_limits(values)
     for y, (_, cs) in enumerate(rows):
         colour = CLASS_COLOURS.get(cs.evidence or "", "#444444")
         if cs.estimate is None:
             ax.text(condition.value, y, " missing", va="center", color="#666666")
             continue
         ax.scatter(cs.trial_values, [y] * cs.num_trials, s=14, color=colour, alpha=0.5)
-        ax.errorbar(
-            cs.estimate,
-            y,
-            # Clamped: with identical trials the bootstrap CI and the mean differ by rounding.
-            xerr=[[max(cs.estimate - cs.ci_lo, 0.0)], [max(cs.ci_hi - cs.estimate, 0.0)]],
-            fmt="D",
-            color=colour,
-            capsize=4,
-            markersize=5,
-        )
-        values += [*cs.trial_values, cs.ci_lo, cs.ci_hi]
-    lo, hi = min(values), max(values)
-    pad = (hi - lo) * 0.15 or abs(hi) * 0.15 or 1.0
-    ax.set_xlim(lo - pad, hi + pad)
+        if cs.ci_lo is not None and cs.ci_hi is not None and cs.method != "exact":
+            xerr = [[max(cs.estimate - cs.ci_lo, 0.0)], [max(cs.ci_hi - cs.estimate, 0.0)]]
+            ax.errorbar(cs.estimate, y, xerr=xerr, fmt="D", color=colour, capsize=4, markersize=5)
+        else:
+            ax.plot(cs.estimate, y, "D", color=colour, markersize=5)
+            note = {"exact": " exact", "constant": " constant: no interval"}.get(cs.method or "")
+            if note:
+                ax.annotate(note, (cs.estimate, y), xytext=(6, 4), textcoords="offset points")
+    ax.set_xlim(left, right)
     ax.axvline(condition.value, color="#333333", linewidth=1)
-    predicted = (
-        (condition.value, hi + pad) if condition.op in (">=", ">") else (lo - pad, condition.value)
-    )
-    ax.axvspan(*predicted, color="#1b7837", alpha=0.08, label="predicted side")
+    predicted = (condition.value, right) if condition.op in (">=", ">") else (left, condition.value)
+    ax.axvspan(*predicted, color="#1b7837", alpha=0.08)
     ax.set_yticks(range(len(rows)), [label for label, _ in rows])
     ax.set_ylim(-0.6, max(len(rows), 1) - 0.4)
-    ax.set_xlabel(str(condition))
+    unit = next((cs.unit for _, cs in rows if cs.unit), "")
+    label = f"{condition.metric} ({unit})" if unit else condition.metric
+    label += f" · predicted {condition.op} {condition.value:g} (shaded)"
+    if zoomed:
+        label += f"\naxis zoomed to {left:.3g} – {right:.3g}: zero not shown"
+    ax.set_xlabel(label)
     ax.grid(axis="x", alpha=0.3)
     return figure_to_svg(fig)

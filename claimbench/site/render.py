@@ -16,8 +16,9 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
-from claimbench.harness import registry, results, scoring
+from claimbench.harness import calibration, registry, results, scoring
 from claimbench.harness.claims import Claim
+from claimbench.harness.run_info import RunInfo
 from claimbench.site import charts
 
 BUDGET_USD = 100.0
@@ -47,13 +48,6 @@ def format_time(iso: str | None) -> str:
         return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
     except ValueError:
         return iso
-
-
-def _hardware_text(meta: dict[str, Any]) -> str:
-    hw = meta.get("hardware") or {}
-    kind = hw.get("device_kind") or ""
-    count = hw.get("device_count")
-    return f"{hw.get('platform', '?')} · {kind} ×{count}" if count else str(hw.get("platform"))
 
 
 def _figures(root: Path, claim: Claim, run_dirs: list[Path]) -> list[Figure]:
@@ -94,18 +88,52 @@ def _claim_row(
 ) -> dict[str, Any]:
     """What the index shows for one claim."""
     own = [run for run in runs if run.claim_id == score.claim.id]
-    shown = score.headline or (score.groups[0] if score.groups else None)
-    meta = next((r.meta for r in own if shown and r.run_id == shown.run_id), {})
+    shown = score.shown
+    group = score.group(shown.evidence) if shown else None
     return {
         "score": score,
         "claim": score.claim,
         "shown": shown,
-        "indicative": score.headline is None and shown is not None,
-        "hardware": _hardware_text(meta) if meta else "-",
+        "info": shown.info if shown else None,
+        "indicative": score.verdict == "indicative-only",
+        "group": group,
         "last_run": own[-1].meta.get("end") if own else None,
         "num_runs": len(own),
         "status": registry.claim_status(root, score.claim, score.verdict),
     }
+
+
+def _chart_rows(
+    score: scoring.ClaimScore, index: int
+) -> list[tuple[str, scoring.ConditionScore, scoring.RunScore, scoring.EvidenceGroup]]:
+    """Per evidence group that may speak to condition ``index``: its scored run, else its newest
+    run (measured against an earlier prediction), with a label saying which."""
+    rows = []
+    for group in score.groups:
+        run = group.scored or group.runs[0]
+        cs = run.conditions[index]
+        if cs.status == "other-basis" or (cs.evidence != group.evidence and cs.evidence):
+            continue  # not this group's to decide (analytic values inside a measured run)
+        label = group.evidence
+        if not group.in_scope:
+            label += " (indicative)"
+        if not run.current:
+            label += " (earlier prediction)"
+        rows.append((label, cs, run, group))
+    return rows
+
+
+def _condition_items(score: scoring.ClaimScore) -> list[dict[str, Any]]:
+    items = []
+    for i, condition in enumerate(score.claim.prediction):
+        rows = _chart_rows(score, i)
+        chart = None
+        if rows:
+            chart = Markup(charts.condition_svg(condition, [(label, cs) for label, cs, *_ in rows]))
+        items.append(
+            {"condition": condition, "deciding": score.conditions[i], "rows": rows, "chart": chart}
+        )
+    return items
 
 
 def render_site(
@@ -123,7 +151,7 @@ def render_site(
     """
     env = _environment()
     scores = scoring.score_claims(claims, runs)
-    cal = scoring.calibration(scores)
+    cal = calibration.calibration(scores)
     spent = results.total_cost_usd(runs)
     generated = (now or datetime.now(UTC)).isoformat()
     rows = [_claim_row(root, score, runs) for score in scores]
@@ -136,7 +164,6 @@ def render_site(
             rows=rows,
             calibration=cal,
             calibration_svg=Markup(charts.calibration_svg(cal)),
-            coin_log_score=scoring.COIN_LOG_SCORE,
             totals=scoring.verdict_counts(scores),
             spent=spent,
             budget=BUDGET_USD,
@@ -149,24 +176,13 @@ def render_site(
     for row in rows:
         claim = row["claim"]
         own = [run for run in runs if run.claim_id == claim.id]
-        conditions = []
-        for i, condition in enumerate(claim.prediction):
-            group_rows = [(g, g.conditions[i]) for g in row["score"].groups]
-            chart = None
-            if group_rows:
-                labels = [
-                    (f"{g.evidence}{'' if g.in_scope else ' (indicative)'}", cs)
-                    for g, cs in group_rows
-                ]
-                chart = Markup(charts.condition_svg(condition, labels))
-            conditions.append({"condition": condition, "groups": group_rows, "chart": chart})
         page = out_dir / CLAIMS_SUBDIR / f"{claim.id}.html"
         page.write_text(
             env.get_template("claim.html").render(
                 row=row,
-                conditions=conditions,
+                conditions=_condition_items(row["score"]),
                 runs=list(reversed(own)),
-                hardware_text=_hardware_text,
+                run_info=RunInfo.from_meta,
                 has_experiment=registry.has_experiment(root, claim),
                 experiment=registry.experiment_path(root, claim).relative_to(root),
                 figures=_figures(root, claim, [run.path for run in own]),
