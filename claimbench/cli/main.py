@@ -104,3 +104,8 @@ from claimbench.cli import bench_cmd, generate_cmd  # noqa: E402
 
 app.command("generate")(generate_cmd.generate)
 app.command("bench")(bench_cmd.bench)
+from claimbench.cli import doctor_cmd, serve_cmd, tenants_cmd  # noqa: E402
+
+app.command("serve")(serve_cmd.serve)
+app.command("doctor")(doctor_cmd.doctor)
+app.add_typer(tenants_cmd.app, name="tenants")

@@ -76,7 +76,14 @@ async def completions(state: ServerState, tenant: str, body: CompletionRequest, 
     request_id = f"cmpl-{uuid.uuid4().hex}"
     want_logprobs = body.logprobs is not None
 
+    sent_chars = 0  # text offset of the next streamed token
+
     def chunk(piece: Piece) -> BaseModel:
+        nonlocal sent_chars
+        logprobs = None
+        if want_logprobs:
+            logprobs = _completion_logprobs(state, piece, sent_chars)
+            sent_chars += sum(len(t) for t in logprobs.tokens)
         return CompletionResponse(
             id=request_id,
             created=state.created,
@@ -84,7 +91,7 @@ async def completions(state: ServerState, tenant: str, body: CompletionRequest, 
             choices=[
                 CompletionChoice(
                     text=piece.text,
-                    logprobs=_completion_logprobs(state, piece, 0) if want_logprobs else None,
+                    logprobs=logprobs,
                     finish_reason=piece.finish_reason,
                 )
             ],

@@ -79,10 +79,10 @@ class GracefulServer(uvicorn.Server):
 
     def __init__(self, config: uvicorn.Config, state: ServerState) -> None:
         super().__init__(config)
-        self.server_state = state
+        self.claimbench_state = state
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self.server_state.draining = True
+        self.claimbench_state.draining = True
         if sig == signal.SIGTERM:
             self.should_exit = True  # not recorded: uvicorn would re-raise it at the end
             return

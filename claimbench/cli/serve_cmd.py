@@ -1,0 +1,83 @@
+"""`claimbench serve`: the engine behind an OpenAI-compatible HTTP API, API keys as tenants."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from claimbench.cli.common import err_console, fail, global_options
+from claimbench.serving.state import PrefixSharing
+
+
+def serve(
+    ctx: typer.Context,
+    port: Annotated[int, typer.Option(help="TCP port to listen on.")] = 8000,
+    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = (
+        "127.0.0.1"
+    ),
+    tenants: Annotated[
+        Path | None,
+        typer.Option(help="tenants.yaml (API key hashes -> tenants); none = single-tenant."),
+    ] = None,
+    prefix_sharing: Annotated[
+        PrefixSharing, typer.Option(help="Who shares prefix-cache blocks.")
+    ] = PrefixSharing.per_tenant,
+    served_model_name: Annotated[
+        str | None, typer.Option(help="Model id clients send (default: the model directory's).")
+    ] = None,
+    max_model_len: Annotated[int, typer.Option(help="Prompt + output tokens at most.")] = 1024,
+    max_num_seqs: Annotated[int, typer.Option(help="Sequences in flight at most.")] = 32,
+    max_num_batched_tokens: Annotated[int, typer.Option(help="Token budget per step.")] = 512,
+    kv_pool_mb: Annotated[float, typer.Option(help="KV cache pool in MiB.")] = 256.0,
+    kv_dtype: Annotated[str, typer.Option(help="auto | bf16 | f32 | int8 | fp8.")] = "auto",
+    weights: Annotated[str, typer.Option(help="Weights: bf16 (none) | int8 | fp8.")] = "bf16",
+    scheduling_policy: Annotated[
+        str, typer.Option(help="fcfs | priority | priority-aging | vtc | wvtc.")
+    ] = "fcfs",
+    victim_policy: Annotated[str, typer.Option(help="Preemption victim policy.")] = "newest",
+    precompile: Annotated[
+        bool, typer.Option(help="Compile every step shape before serving.")
+    ] = True,
+    shutdown_timeout_s: Annotated[
+        float, typer.Option(help="On SIGTERM, wait this long for in-flight requests.")
+    ] = 30.0,
+) -> None:
+    """Serve the model over HTTP (OpenAI's /v1/completions and /v1/chat/completions)."""
+    from claimbench.engine.config import EngineConfig
+    from claimbench.models.checkpoint import ModelLoadError, default_model_path
+    from claimbench.serving.server import ServeOptions, build_server_state, make_server
+
+    opts = global_options(ctx)
+    if not 0 < port < 65536:
+        fail(f"--port {port} is not a TCP port")
+    try:
+        options = ServeOptions(
+            model_dir=opts.model or default_model_path(),
+            engine=EngineConfig(
+                dtype=opts.dtype,
+                kv_dtype=kv_dtype,
+                weights=weights,
+                kv_pool_bytes=int(kv_pool_mb * 2**20),
+                max_num_seqs=max_num_seqs,
+                max_num_batched_tokens=max_num_batched_tokens,
+                max_model_len=max_model_len,
+                scheduling_policy=scheduling_policy,
+                victim_policy=victim_policy,
+            ),
+            tenants_file=tenants,
+            prefix_sharing=prefix_sharing,
+            model_name=served_model_name,
+            host=host,
+            port=port,
+            shutdown_timeout_s=shutdown_timeout_s,
+            precompile=precompile,
+        )
+        state, lines = build_server_state(options)
+    except (ValueError, FileNotFoundError, ModelLoadError) as e:
+        fail(str(e).splitlines()[0])
+    for line in lines:
+        err_console.print(line, style="dim", highlight=False)
+    err_console.print(f"serving {state.model_name!r} on http://{host}:{port}/v1", highlight=False)
+    make_server(state, options).run()
