@@ -1,17 +1,31 @@
 """admission-at-ingress: does bounded per-tenant admission keep admitted requests' TTFT in check?
 
-``num_tenants`` equal tenants share one length mix with poisson arrivals. Each trial serves
-three runs, in an order that rotates from trial to trial: ``base_load`` (50%) of the
-saturation output throughput measured first, with no
-limits; ``overload`` (2x) with per-tenant ingress limits; and the same overload with no
-limits. The limit caps each tenant's waiting requests so that all tenants together queue at
-most ``queue_batches`` x max_num_seqs requests (at least one each); a request over it is
-rejected at add time. Runs stop ``drain_s`` after the last arrival; a request still waiting
-then counts the time it had waited (a lower bound on its TTFT). Rejected requests are not
-admitted and are left out.
+``num_tenants`` equal tenants share one length mix with poisson arrivals. Each trial measures
+its own saturation (the engine's service rate on the mix), then serves one stream of
+requests three times, in an order that rotates from trial to trial:
 
-Metrics: admitted_p99_ttft_ratio (p99 TTFT of admitted requests under overload with limits /
-at base load) and unbounded_p99_ttft_ratio (the same without limits / at base load).
+    base       every request at ``base_load`` (50%) x saturation, no limits
+    bounded    an overload episode, then recovery: ``overload`` (2x) x saturation for as long
+               as the engine needs to serve ``episode_requests`` requests at saturation, then
+               ``base_load`` for ``recovery_requests``' worth; per-tenant ingress limits
+    unbounded  the same arrivals as bounded, no limits
+
+The three arms serve the same requests (the stream's arrival times are warped, never
+redrawn), and bounded and unbounded differ only in the limits. The limit caps each tenant's
+waiting requests so that all tenants together queue at most ``queue_batches`` x
+max_num_seqs requests (at least one each); a request over it is rejected at add time and
+is not admitted. Every run is served to completion.
+
+Metrics: admitted_p99_ttft_ratio (p99 TTFT of the admitted requests, bounded / base) and
+unbounded_p99_ttft_ratio (unbounded / base).
+
+Why each condition can come out either way: the overload lasts a pre-registered number of
+service units and is followed by recovery, so the unbounded queue peaks at a size set by
+the episode and then drains; its p99 is a fixed quantity of the design, not one that grows
+with however long the run is left going, and it is the same on a faster engine. Whether
+that reaches 10x the base p99 depends on how the base-load TTFT tail compares with the
+episode's backlog. The bounded arm's p99 depends on how much waiting the queue limit still
+allows and on how much admitted work slows each step, which is what the claim is about.
 """
 
 from __future__ import annotations
@@ -29,25 +43,42 @@ if TYPE_CHECKING:
 
 DEFAULT_PARAMS: dict[str, Any] = {
     "engine": {},
+    "compile_cache": True,
     "num_tenants": 4,
     "base_load": 0.5,
     "overload": 2.0,
     "queue_batches": 1.0,
     "prompt_len": [16, 64],
     "output_len": [16, 48],
-    "duration_s": 12.0,
-    "drain_s": 4.0,
+    "episode_requests": 128,
+    "recovery_requests": 64,
     "saturation_requests": 32,
 }
 
 
 def mix(params: dict[str, Any], seed: int) -> WorkloadSpec:
+    """``num_tenants`` equal tenants (rates scaled later)."""
     lengths = (params["prompt_len"], params["output_len"])
     n = params["num_tenants"]
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"param num_tenants must be an integer >= 1, got {n!r}")
     tenants = tuple(tr.poisson_tenant(f"t{i}", 1.0 / n, *lengths) for i in range(n))
-    return WorkloadSpec(tenants, seed=seed, max_duration_s=params["duration_s"])
+    return WorkloadSpec(tenants, seed=seed, max_requests=params["saturation_requests"])
+
+
+def phases(params: dict[str, Any]) -> dict[str, list[tr.Phase]]:
+    """Each arm's timeline. The base arm's one phase covers the same stretch of the request
+    stream as the episode and recovery together, so it serves the same requests."""
+    base, over = params["base_load"], params["overload"]
+    episode, recovery = params["episode_requests"], params["recovery_requests"]
+    if not 0 < base < 1 < over:
+        raise ValueError(f"params need 0 < base_load < 1 < overload, got {base!r}, {over!r}")
+    overloaded = [tr.Phase(episode, over), tr.Phase(recovery, base)]
+    return {
+        "base": [tr.Phase(episode * over / base + recovery, base)],
+        "bounded": overloaded,
+        "unbounded": overloaded,
+    }
 
 
 def ingress_limits(params: dict[str, Any], max_num_seqs: int) -> tuple[Tenant, ...]:
@@ -59,30 +90,41 @@ def ingress_limits(params: dict[str, Any], max_num_seqs: int) -> tuple[Tenant, .
 
 def run(ctx: RunContext) -> None:
     """Record admitted_p99_ttft_ratio and unbounded_p99_ttft_ratio per trial."""
-    params = DEFAULT_PARAMS | ctx.params
+    params = ctx.merged(DEFAULT_PARAMS)
+    timelines = phases(params)
     engine = tr.experiment_engine(ctx, params)
-    saturation = tr.measure_saturation(engine, mix(params, ctx.seed), params["saturation_requests"])
-    limits = ingress_limits(params, engine.config.max_num_seqs)
-    timeout_s = params["duration_s"] + params["drain_s"]
-    runs = {
-        "base": (params["base_load"], ()),
-        "bounded": (params["overload"], limits),
-        "unbounded": (params["overload"], ()),
-    }
+    baseline = engine.config
+    limits = ingress_limits(params, baseline.max_num_seqs)
+    vocab_size = engine.model_cfg.vocab_size
     for trial in range(ctx.trials):
-        seed = ctx.seed * 1000 + trial + 1
-        p99, rejected = {}, {}
-        for mode in tr.rotated(list(runs), trial):
-            load, tenants = runs[mode]
-            spec = tr.at_load(mix(params, seed), saturation, load)
-            engine = tr.reset_with(engine, tenants=tenants)
-            served = tr.serve(
-                engine, tr.workload_requests(spec, engine.model_cfg.vocab_size), timeout_s
+        seed = tr.trial_seed(ctx, trial)
+        saturation = tr.measure_saturation(
+            engine, mix(params, seed), params["saturation_requests"], config=baseline
+        )
+        arms = {
+            mode: tr.Arm(
+                tr.phased_requests(mix(params, seed), saturation, timeline, vocab_size),
+                {"tenants": limits if mode == "bounded" else ()},
             )
-            p99[mode] = tr.percentile(tr.observed_ttft_s(served.requests), 99)
-            rejected[mode] = int((served.requests["finish_reason"] == "rejected").sum())
-            ctx.save_frames(requests=served.requests, steps=served.steps, mode=mode, trial=trial)
-        labels = {"p99_base_s": p99["base"], "saturation_tok_s": saturation.output_tokens_per_s}
+            for mode, timeline in timelines.items()
+        }
+        longest = max(
+            sum(saturation.seconds_for(p.service_requests) for p in timeline)
+            for timeline in timelines.values()
+        )
+        served = tr.serve_arms(
+            ctx, engine, baseline, arms, trial, timeout_s=tr.safety_timeout_s(longest)
+        )
+        p99 = {m: tr.percentile(tr.observed_ttft_s(r.requests), 99) for m, r in served.items()}
+        rejected = {
+            m: int((r.requests["finish_reason"] == "rejected").sum()) for m, r in served.items()
+        }
+        labels = {
+            "p99_base_s": p99["base"],
+            "saturation_tok_s": saturation.output_tokens_per_s,
+            "num_requests": len(arms["base"].requests),
+            "timed_out": any(r.timed_out for r in served.values()),
+        }
         ctx.record(
             "admitted_p99_ttft_ratio",
             tr.ratio(p99["bounded"], p99["base"]),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from claimbench.models.tokenizer import Tokenizer
 ROOT = Path(__file__).resolve().parents[1]
 
 # Small enough that one run takes seconds; long enough that queues form and drain.
-TINY_PARAMS = {
+TINY_ENGINE_PARAMS = {
     "engine": {
         "dtype": "float32",
         "page_size": 8,
@@ -31,10 +32,10 @@ TINY_PARAMS = {
     "compile_cache": False,
     "prompt_len": [4, 12],
     "output_len": [4, 8],
-    "duration_s": 1.5,
-    "drain_s": 1.0,
     "saturation_requests": 12,
 }
+# For experiments whose windows are still in wall seconds.
+TINY_PARAMS = TINY_ENGINE_PARAMS | {"duration_s": 1.5, "drain_s": 1.0}
 
 
 def write_checkpoint(path: Path) -> Path:
@@ -69,12 +70,15 @@ def experiment(claim_id: str):
     return load_experiment(ROOT, find_claim(load_claims(ROOT), claim_id))
 
 
-def run_tiny(claim_id: str, checkpoint: Path, trials: int = 2, **params) -> RunContext:
-    """Run the claim's experiment with TINY_PARAMS (``params`` override) on ``checkpoint``."""
+def run_tiny(
+    claim_id: str, checkpoint: Path, trials: int = 2, *, base: dict | None = None, **params
+) -> RunContext:
+    """Run the claim's experiment with ``base`` (default TINY_PARAMS), ``params`` on top, on
+    ``checkpoint``."""
     ctx = RunContext(
         claim_id=claim_id,
         profile="quick",
-        params=TINY_PARAMS | params,
+        params=(TINY_PARAMS if base is None else base) | params,
         trials=trials,
         seed=0,
         hardware={"platform": "cpu"},
@@ -97,3 +101,23 @@ def assert_claim_metrics_recorded(ctx: RunContext) -> pd.DataFrame:
         assert sorted(rows["trial"]) == list(range(ctx.trials)), metric
         assert all(math.isfinite(v) for v in rows["value"]), (metric, list(rows["value"]))
     return frame
+
+
+def trial_labels(ctx: RunContext, metric: str) -> list[dict]:
+    """The labels of ``metric``'s rows, in trial order."""
+    frame = ctx.measurements_frame("run")
+    rows = frame[frame["metric"] == metric].sort_values("trial")
+    return [json.loads(labels) for labels in rows["labels"]]
+
+
+def arm_requests(ctx: RunContext, trial: int, mode: str) -> pd.DataFrame:
+    """The requests one arm of one trial served, in arrival order."""
+    requests = ctx.frames()["requests"]
+    rows = requests[(requests["trial"] == trial) & (requests["mode"] == mode)]
+    return rows.sort_values(["arrival_s", "request_id"]).reset_index(drop=True)
+
+
+def modes_in_order(ctx: RunContext, trial: int) -> list[str]:
+    """The arms of ``trial`` in the order they were served (saved)."""
+    requests = ctx.frames()["requests"]
+    return list(dict.fromkeys(requests.loc[requests["trial"] == trial, "mode"]))

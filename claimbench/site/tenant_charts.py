@@ -69,25 +69,58 @@ def ttft_cdf_svg(requests: pd.DataFrame) -> str:
     return figure_to_svg(fig)
 
 
+# One style per tenant, told apart by dash and marker as well as colour: under VTC the
+# tenants' lines lie on top of each other, and a solid line would hide the one below.
+_TENANT_STYLES = (
+    {"ls": "-", "marker": "o"},
+    {"ls": "--", "marker": "s"},
+    {"ls": ":", "marker": "^"},
+    {"ls": "-.", "marker": "D"},
+)
+
+
 @rc_context(_RC)
 def service_svg(steps: pd.DataFrame, *, input_weight: float, output_weight: float) -> str:
     """Cumulative service (w_in * input + w_out * output tokens) per tenant against time,
-    one panel per mode; the first trial saved under each mode."""
+    one panel per mode (the first trial saved under each), one legend for all panels."""
     panels = _panels(steps)
-    fig = Figure(figsize=(3.8 * len(panels), 3.0))
+    fig = Figure(figsize=(3.8 * len(panels), 3.3))
     axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    tenants = sorted({t for _, g in panels for t in frame_tenants(g.dropna(axis=1, how="all"))})
+    handles = {}
     for ax, (mode, group) in zip(axes, panels, strict=True):
         if "trial" in group.columns:
             group = group[group["trial"] == group["trial"].min()]
         group = group.dropna(axis=1, how="all")
         service = cumulative_service(group, input_weight=input_weight, output_weight=output_weight)
         for tenant in frame_tenants(group):
-            ax.plot(group["start_s"], service[tenant], label=tenant)
+            style = _TENANT_STYLES[tenants.index(tenant) % len(_TENANT_STYLES)]
+            (line,) = ax.plot(
+                group["start_s"],
+                service[tenant] / 1000.0,
+                color=f"C{tenants.index(tenant)}",
+                lw=1.4,
+                markevery=max(len(group) // 8, 1),
+                markersize=4,
+                markerfacecolor="none",
+                label=tenant,
+                **style,
+            )
+            handles.setdefault(tenant, line)
         ax.set_title(mode)
-        ax.set_xlabel("time (s)")
+        ax.set_xlabel("time since run start (s)")
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("cumulative service")
-    axes[-1].legend(loc="upper left", frameon=False, fontsize=7)
+    weights = f"{input_weight:g} x input + {output_weight:g} x output"
+    axes[0].set_ylabel(f"cumulative service\n(thousand weighted tokens:\n{weights})")
+    fig.legend(
+        list(handles.values()),
+        [f"tenant {t}" for t in handles],
+        loc="upper center",
+        ncol=len(handles),
+        frameon=False,
+        fontsize=8,
+    )
+    fig.subplots_adjust(top=0.8, bottom=0.17, left=0.17 / len(panels) + 0.05)
     return figure_to_svg(fig)
 
 
