@@ -107,14 +107,15 @@ def describe_model(path: Path) -> dict[str, Any]:
     """What meta.json records of a model: name (the directory's), path, architecture summary
     and ``weights_sha256`` (file name -> sha256 of every *.safetensors file).
 
-    ``num_params`` counts the elements actually stored in the weight files. ModelDirError
-    when ``path`` is not a loadable model directory.
+    ``num_params`` counts the elements actually stored in the weight files. ModelDirError when
+    ``path`` lacks a readable config.json or weights (a tokenizer is not required: an experiment
+    may load the weights alone).
     """
-    config = check_model_dir(path)
+    config = read_model_config(path)
     files = _weight_files(path)
     return {
         "name": path.resolve().name,
-        "path": str(path),
+        "path": str(path.resolve()),
         "architecture": {
             "model_type": config.model_type,
             "num_layers": config.num_layers,
