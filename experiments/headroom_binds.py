@@ -1,8 +1,12 @@
 """headroom-binds: does output throughput stop rising where KV headroom runs out?
 
-A closed-loop sweep: at each offered concurrency N (``concurrencies``) the engine keeps N
-requests in flight, submitting a new request whenever one finishes, until N * (1 +
-``requests_per_slot``) requests have been submitted. Throughput is measured in the steady
+A closed-loop sweep: at each offered concurrency N the engine keeps N requests in flight,
+submitting a new request whenever one finishes, until N * (1 + ``requests_per_slot``) requests
+have been submitted. A closed loop sets load by requests in flight, never by wall time, so a
+faster engine runs the same experiment. The levels are ``kv_fit_levels``: multiples of the
+pool's KV-fit concurrency, the usable pages over the pages a request of mean length holds at
+its end (from the length distributions), so the sweep brackets the pool's limit whatever its
+size. Throughput is measured in the steady
 window from the first completion to the last submission (N requests in flight throughout):
 output tokens emitted in that window / its length. The request stream (lognormal prompt and
 output lengths, outputs ignoring EOS) is the same at every level of a trial; each level starts
@@ -16,8 +20,9 @@ limit never binds and only compute, the token budget or the KV pool can.
   capped at the token budget left after one token per running request) does not fit in the
   free pages, so admission stalls on KV.
 
-The recorded ratio is knee / exhaustion; each level's throughput and minimum KV headroom (free
-pages / usable pages) are recorded too, labelled with the concurrency.
+Both are measured in every trial, on that trial's own sweep. The recorded ratio is knee /
+exhaustion; each level's throughput and minimum KV headroom (free pages / usable pages) are
+recorded too, labelled with the concurrency.
 """
 
 from __future__ import annotations
@@ -44,12 +49,14 @@ if TYPE_CHECKING:
     from claimbench.harness.context import RunContext
 
 DEFAULT_PARAMS: dict[str, Any] = {
-    "concurrencies": [1, 2, 4, 6, 8, 12, 16],
-    "requests_per_slot": 3,
+    "kv_fit_levels": [0.1, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0],
+    "requests_per_slot": 2,
     "knee_fraction": 0.95,
     "prompt_len": {"kind": "lognormal", "mean": 96, "sigma": 0.8, "lo": 4, "hi": 256},
     "output_len": {"kind": "lognormal", "mean": 48, "sigma": 0.8, "lo": 4, "hi": 128},
+    "engine": {},
 }
+LENGTHS = ("prompt_len", "output_len")
 
 
 @dataclass(frozen=True)
@@ -65,11 +72,22 @@ class Level:
         return self.num_preemptions > 0 or self.num_kv_stalls > 0
 
 
+def kv_fit_concurrency(params: dict[str, Any], num_usable_pages: int, page_size: int) -> float:
+    """Requests of mean prompt + output length whose KV fills the pool at their last token."""
+    mean_tokens = sum(length_dist_from_dict(params[k]).expected_len() for k in LENGTHS)
+    return num_usable_pages / (mean_tokens / page_size)
+
+
+def concurrencies(levels: list[float], kv_fit: float) -> list[int]:
+    """The sweep in requests in flight: each level times ``kv_fit``, rounded, at least 1,
+    duplicates dropped."""
+    return sorted({max(1, round(level * kv_fit)) for level in levels})
+
+
 def draw_requests(
-    params: dict[str, Any], seed: int, vocab_size: int, max_model_len: int
+    params: dict[str, Any], num: int, seed: int, vocab_size: int, max_model_len: int
 ) -> list[WorkloadRequest]:
-    """Enough requests for the largest level, in the order every level submits them."""
-    num = max(params["concurrencies"]) * (1 + params["requests_per_slot"])
+    """``num`` requests of the length mix, in the order every level submits them."""
     load = TenantLoad(
         "default",
         arrival="constant",  # only the order matters: the closed loop submits them itself
@@ -143,36 +161,54 @@ def knee_and_exhaustion(levels: list[Level], knee_fraction: float) -> tuple[int,
     return knee, min(exhausted) if exhausted else None
 
 
-def _params(ctx: RunContext) -> dict[str, Any]:
-    params = DEFAULT_PARAMS | {k: v for k, v in ctx.params.items() if k in DEFAULT_PARAMS}
-    levels = params["concurrencies"]
+def _check(params: dict[str, Any]) -> None:
+    levels = params["kv_fit_levels"]
     if (
         not isinstance(levels, list)
-        or not levels
-        or not all(isinstance(n, int) and n >= 1 for n in levels)
+        or len(levels) < 2
+        or not all(isinstance(x, int | float) and x > 0 for x in levels)
         or levels != sorted(set(levels))
     ):
-        raise ValueError(
-            f"param concurrencies must be increasing positive integers, got {levels!r}"
-        )
+        raise ValueError(f"param kv_fit_levels must be >= 2 increasing numbers > 0, got {levels!r}")
     if not isinstance(params["requests_per_slot"], int) or params["requests_per_slot"] < 1:
         raise ValueError(
             f"param requests_per_slot must be >= 1, got {params['requests_per_slot']!r}"
         )
     if not 0 < params["knee_fraction"] <= 1:
         raise ValueError(f"param knee_fraction must be in (0, 1], got {params['knee_fraction']!r}")
-    return params
+
+
+def sweep_levels(ctx: RunContext, params: dict[str, Any]) -> tuple[LLMEngine, list[int]]:
+    """The engine, sized so the sequence limit never binds, and the sweep's concurrencies."""
+    # The pool's size does not depend on max_num_seqs: a probe engine's pool sizes the sweep.
+    probe = ctx.engine(prefix_caching="off")
+    kv_fit = kv_fit_concurrency(
+        params, probe.block_manager.num_usable_pages, probe.config.page_size
+    )
+    levels_n = concurrencies(params["kv_fit_levels"], kv_fit)
+    budget = max(levels_n[-1], probe.config.max_num_batched_tokens)
+    engine = ctx.engine(
+        precompile=True,
+        max_num_seqs=levels_n[-1],
+        max_num_batched_tokens=budget,
+        prefix_caching="off",
+    )
+    return engine, levels_n
 
 
 def run(ctx: RunContext) -> None:
     """Record knee_over_kv_exhaustion per trial (plus each level's throughput and headroom)."""
-    params = _params(ctx)
-    levels_n = params["concurrencies"]
-    engine = ctx.engine(max_num_seqs=max(levels_n), prefix_caching="off")
-    engine.precompile()
+    params = ctx.merged(DEFAULT_PARAMS)
+    _check(params)
+    engine, levels_n = sweep_levels(ctx, params)
+    num_requests = levels_n[-1] * (1 + params["requests_per_slot"])
     for trial in range(ctx.trials):
         stream = draw_requests(
-            params, ctx.seed + trial, engine.model_cfg.vocab_size, engine.config.max_model_len
+            params,
+            num_requests,
+            ctx.seed + trial,
+            engine.model_cfg.vocab_size,
+            engine.config.max_model_len,
         )
         levels = []
         for n in levels_n:
@@ -188,7 +224,7 @@ def run(ctx: RunContext) -> None:
         if exhaustion is None:
             raise RuntimeError(
                 f"KV headroom never reached zero up to concurrency {levels_n[-1]}: extend "
-                "concurrencies or shrink the engine's kv_pool_bytes"
+                "kv_fit_levels"
             )
         ctx.record("knee_concurrency", knee, trial=trial, unit="requests")
         ctx.record("kv_exhaustion_concurrency", exhaustion, trial=trial, unit="requests")
