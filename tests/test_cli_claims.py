@@ -72,8 +72,10 @@ def test_show_json_with_evidence(project):
     assert data["verdict"] == "indicative-only" and data["status"] == "indicative-only"
     (group,) = data["groups"]
     assert group["evidence"] == "cpu" and group["in_scope"] is False
-    (condition,) = group["conditions"]
+    (run,) = group["runs"]
+    (condition,) = run["conditions"]
     assert condition["trial_values"] == pytest.approx([2.0, 2.01, 2.02])
+    assert condition["in_scope"] is False and data["decided"] is False
     assert data["prediction"] == [
         {"metric": "score", "op": ">=", "value": 1.0, "basis": "measured"}
     ]

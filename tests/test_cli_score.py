@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 from test_cli_claims import invoke
 
 
@@ -42,6 +43,17 @@ def test_score_json(project):
     # fake-pass (0.8) confirmed, fake-fail (0.6) refuted: ((0.2)^2 + (0.6)^2) / 2 = 0.2.
     assert cal["num_decided"] == 2
     assert abs(cal["brier"] - 0.2) < 1e-9 and cal["coin_brier"] == 0.25
+    assert cal["brier_ci"] == pytest.approx([0.04, 0.36])  # resampling the two claims
+    passed = next(c for c in data["claims"] if c["id"] == "fake-pass")
+    (condition,) = passed["conditions"]
+    assert (condition["basis"], condition["evidence"], condition["interval"]) == (
+        "measured",
+        "cpu",
+        "log-t",
+    )
+    (group,) = passed["groups"]
+    assert (group["num_runs"], group["num_current"], group["num_agree"]) == (1, 1, 1)
+    assert group["runs"][0]["scored"] is True and group["runs"][0]["current"] is True
     assert data["cost_usd"] == 0.0
 
 
@@ -62,15 +74,19 @@ def test_score_table_and_parquet(project):
     }
     passed = frame[frame["claim_id"] == "fake-pass"].iloc[0]
     assert passed["verdict"] == "confirmed" and passed["evidence"] == "cpu"
-    assert abs(passed["estimate"] - 2.01) < 1e-9
-    assert passed["num_trials"] == 3
+    # Unit x: the geometric mean of 2, 2.01, 2.02, estimated in log space.
+    assert abs(passed["estimate"] - (2.0 * 2.01 * 2.02) ** (1 / 3)) < 1e-9
+    assert passed["interval"] == "log-t" and passed["num_trials"] == 3
+    assert passed["basis"] == "measured" and passed["deciding_evidence"] == "cpu"
+    assert bool(passed["scored"]) and bool(passed["headline"]) and bool(passed["decided"])
+    assert (passed["num_runs"], passed["num_agree"]) == (1, 1)
 
 
 def test_score_with_no_runs(project):
     result = invoke("--root", str(project), "score")
     assert result.exit_code == 0, result.output
     assert "5 not-run" in result.stdout
-    assert "no decided claims yet" in result.stdout
+    assert "no claims decided in scope yet" in result.stdout
     assert (project / "results" / "scores.parquet").is_file()
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from claimbench.harness import results, scoring
+from claimbench.harness import calibration, results
 from claimbench.harness.claims import load_claims
 from claimbench.site import charts
 from claimbench.site.render import render_site
@@ -50,7 +50,9 @@ def test_claim_page(rendered):
     assert "The fake score is at least 1." in page
     assert "The fake score is confidently below 1." in page  # refuted_if
     assert "2, 2.01, 2.02" in page  # trial values
-    assert "2.01 [2, 2.02]" in page  # estimate [CI]
+    # Unit x: geometric mean 2.01 and its log-space t interval 2.01 * exp(+-4.303 * 0.00498 /
+    # sqrt(3)) = [1.99, 2.03].
+    assert "2.01 [1.99, 2.03]" in page
     assert '<table id="runs">' in page
     assert "Fake figure" in page and "runs=1" in page  # the experiment's figures() hook
     assert page.count("<svg") >= 2  # the condition chart and the figure
@@ -87,9 +89,9 @@ def test_figures_with_external_refs_or_errors_are_left_out(project):
 
 
 def test_charts_are_inline_svg():
-    svg = charts.calibration_svg(scoring.calibration([]))
+    svg = charts.calibration_svg(calibration.calibration([]))
     assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
-    assert "no decided claims yet" in svg
+    assert "no claims decided in scope yet" in svg
 
 
 def _chromium() -> str | None:
