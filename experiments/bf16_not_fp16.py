@@ -10,7 +10,9 @@ and float16. Per trial:
 * Speed: ``decode_batch`` sequences (``decode_prompt_len``-token held-out prompts) decode
   ``decode_tokens`` greedy tokens each on the bf16 and on the fp16 engine; decode tokens/s
   counts only decode-only steps (their host and device time), and fp16_speedup = fp16 /
-  bf16. Which dtype runs first alternates by trial, so drift cancels. The claim's scope is
+  bf16. Each trial times the two in an ABBA order (bf16, fp16, fp16, bf16, each dtype's
+  throughput the mean of its two runs) and the next trial in BAAB, so a drift in machine
+  speed within a trial cancels to first order and across trials alternates. The claim's scope is
   TPU, whose MXU takes bf16 natively; elsewhere speed is indicative only (on CPU, XLA
   emulates both 16-bit types, so the ratio reflects its CPU backend, not the formats).
 
@@ -27,9 +29,8 @@ import numpy as np
 from claimbench.engine.sampler import SamplingParams
 from claimbench.harness.precision import (
     QUALITY_DEFAULTS,
-    experiment_params,
     quality_engine,
-    run_pass,
+    run_passes,
     save_engine_frames,
     trial_windows,
     warm_up,
@@ -63,7 +64,7 @@ def decode_tokens_per_s(engine: LLMEngine, prompts: np.ndarray, num_tokens: int)
 
 def run(ctx: RunContext) -> None:
     """Record fp16_speedup and fp16_minus_bf16_top1_pts (and supporting numbers) per trial."""
-    params = experiment_params(ctx, DEFAULT_PARAMS)
+    params = ctx.merged(DEFAULT_PARAMS)
     if params["decode_batch"] > params["num_windows"]:
         raise ValueError(
             f"decode prompts come from the windows: decode_batch={params['decode_batch']} "
@@ -93,14 +94,15 @@ def run(ctx: RunContext) -> None:
         decode_tokens_per_s(engines[setting], first[:batch, :prompt_len], params["decode_tokens"])
     for trial in range(ctx.trials):
         windows = trial_windows(ctx, params, trial)
-        passes = {s: run_pass(ctx, e, windows, trial=trial, setting=s) for s, e in engines.items()}
+        passes = run_passes(ctx, engines, windows, trial=trial)
         agree = {s: top1_agreement_pct(passes[s], passes["f32"]) for s in ("bf16", "fp16")}
         ctx.record("fp16_minus_bf16_top1_pts", agree["fp16"] - agree["bf16"], trial=trial)
         prompts = windows[:batch, :prompt_len]
-        order = ("bf16", "fp16") if trial % 2 == 0 else ("fp16", "bf16")
-        speed = {
-            s: decode_tokens_per_s(engines[s], prompts, params["decode_tokens"]) for s in order
-        }
+        lead, follow = ("bf16", "fp16") if trial % 2 == 0 else ("fp16", "bf16")
+        runs: dict[str, list[float]] = {"bf16": [], "fp16": []}
+        for s in (lead, follow, follow, lead):
+            runs[s].append(decode_tokens_per_s(engines[s], prompts, params["decode_tokens"]))
+        speed = {s: float(np.mean(v)) for s, v in runs.items()}
         ctx.record("fp16_speedup", speed["fp16"] / speed["bf16"], trial=trial)
         for setting in ("bf16", "fp16"):
             ctx.record("top1_vs_f32_pct", agree[setting], trial=trial, unit="%", setting=setting)

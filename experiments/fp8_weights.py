@@ -1,28 +1,33 @@
 """fp8-weights: weight-only fp8 (e4m3, per-output-channel scales) against bf16 weights.
 
-Two engines serve the same model in bfloat16 (the claim's baseline, whatever --dtype says),
-one with every matrix quantized to fp8 (models/quantize.py: the linear layers and the
-embedding table / tied head; norms stay bf16). Per trial both serve the trial's held-out
-windows as a prompt pass:
+Quality (measured, per trial): two engines serve the run's model in bfloat16 (the claim's
+baseline, whatever --dtype says), differing only in the weight format: one with every matrix
+quantized to ``weights`` (models/quantize.py: the linear layers and the embedding table /
+tied head; norms stay bf16). Both serve the trial's held-out windows as a prompt pass:
 
-* ppl_delta_pct = 100 * (fp8 perplexity / bf16 perplexity - 1);
-* top1_agreement_pct = % of positions whose most likely next token is the same in both;
-* weight_bytes_ratio = fp8 weight bytes / bf16 weight bytes, as each engine holds them
-  (quantized values plus their f32 scales); the same in every trial.
+* ppl_delta_pct = 100 * (quantized perplexity / bf16 perplexity - 1);
+* top1_agreement_pct = % of positions whose most likely next token is the same in both.
 
-Supporting metrics: weight bytes, perplexity and prompt tokens/s of each setting.
-Params: num_windows, window_len, weights (the quantized format, default fp8), ``engine``.
+Bytes (analytic, once): weight_bytes_ratio = quantized / bf16 weight bytes of the ``model``
+layout (default Llama-3.1-8B, the series' model) in the engine's layout (one byte per matrix
+value plus an f32 scale per output channel; norms in bf16), with the layout's terms as
+inputs. The served engines' real weight bytes are a side metric (served_weight_bytes, once):
+tests check the formula against them.
+
+Params: num_windows, window_len, weights (int8 | fp8, default fp8), model, ``engine``.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from claimbench.harness.capacity import weight_layout_bytes
+from claimbench.harness.model_presets import get_preset
 from claimbench.harness.precision import (
     QUALITY_DEFAULTS,
-    experiment_params,
     quality_engine,
-    run_pass,
+    run_passes,
     save_engine_frames,
     trial_windows,
     warm_up,
@@ -32,29 +37,42 @@ from claimbench.harness.quality import ppl_delta_pct, top1_agreement_pct
 if TYPE_CHECKING:
     from claimbench.harness.context import RunContext
 
-DEFAULT_PARAMS: dict[str, Any] = QUALITY_DEFAULTS | {"weights": "fp8"}
+DEFAULT_PARAMS: dict[str, Any] = QUALITY_DEFAULTS | {"weights": "fp8", "model": "llama-3.1-8b"}
+
+
+def record_bytes_ratio(ctx: RunContext, model: str, weights: str) -> None:
+    """weight_bytes_ratio of the ``model`` layout, once, analytic, with its inputs."""
+    shape = get_preset(model)
+    base, quant = weight_layout_bytes(shape, "bf16"), weight_layout_bytes(shape, weights)
+    inputs = {"layout": asdict(shape), "bf16_bytes": base, f"{weights}_bytes": quant}
+    ctx.record_analytic("weight_bytes_ratio", quant / base, unit="x", inputs=inputs, model=model)
 
 
 def run(ctx: RunContext) -> None:
-    """Record ppl_delta_pct, top1_agreement_pct, weight_bytes_ratio per trial."""
-    params = experiment_params(ctx, DEFAULT_PARAMS)
-    if params["weights"] not in ("int8", "fp8"):
-        raise ValueError(f"param weights must be int8 or fp8, got {params['weights']!r}")
+    """Record weight_bytes_ratio once (analytic); ppl_delta_pct, top1_agreement_pct per trial."""
+    params = ctx.merged(DEFAULT_PARAMS)
+    quantized = params["weights"]
+    if quantized not in ("int8", "fp8"):
+        raise ValueError(f"param weights must be int8 or fp8, got {quantized!r}")
+    record_bytes_ratio(ctx, params["model"], quantized)
     engines = {
         setting: quality_engine(ctx, params, dtype="bfloat16", weights=setting)
-        for setting in ("bf16", params["weights"])
+        for setting in ("bf16", quantized)
     }
-    base, quant = engines["bf16"], engines[params["weights"]]
-    weight_bytes = {setting: e.runner.weight_bytes for setting, e in engines.items()}
+    for setting, engine in engines.items():
+        held = engine.stats().weight_bytes
+        ctx.record(
+            "served_weight_bytes",
+            held,
+            trial=0,
+            unit="bytes",
+            setting=setting,
+            model=ctx.model_path.name,
+        )
     warm_up(engines, trial_windows(ctx, params, 0))
     for trial in range(ctx.trials):
-        windows = trial_windows(ctx, params, trial)
-        ref = run_pass(ctx, base, windows, trial=trial, setting="bf16")
-        cand = run_pass(ctx, quant, windows, trial=trial, setting=params["weights"])
+        passes = run_passes(ctx, engines, trial_windows(ctx, params, trial), trial=trial)
+        ref, cand = passes["bf16"], passes[quantized]
         ctx.record("ppl_delta_pct", ppl_delta_pct(cand, ref), trial=trial, unit="%")
         ctx.record("top1_agreement_pct", top1_agreement_pct(cand, ref), trial=trial, unit="%")
-        ratio = weight_bytes[params["weights"]] / weight_bytes["bf16"]
-        ctx.record("weight_bytes_ratio", ratio, trial=trial)
-        for setting, value in weight_bytes.items():
-            ctx.record("weight_bytes", value, trial=trial, unit="bytes", setting=setting)
     save_engine_frames(ctx, engines)

@@ -1,39 +1,41 @@
 """kv-dominates: for Llama-3.1-8B at 32 sequences of 4k tokens in bf16, KV outweighs the weights.
 
-Sizes come from the model preset's dims through the roofline model's byte counts, so the
-numbers are exact arithmetic (evidence "analytic"), not a measurement on this machine. They do
-not vary between trials; every trial records the same values so the scorer gets its trials.
+The condition is arithmetic on the model's dims (the roofline model's byte counts:
+batch * context * 2 * layers * kv_heads * head_dim * bytes against params * bytes), so
+kv_over_weights is recorded once as analytic evidence, with the layout, batch, context and
+dtype as its inputs, and the byte counts behind it (kv_bytes, weight_bytes,
+kv_bytes_per_token) beside it.
 
-Measured part (param ``measure``): the engine serving the run's model (--model, default the
+Measured side (param ``measure``): the engine serving the run's model (--model, default the
 shipped claimbench-tiny) in bf16 is given a KV pool that holds exactly ``batch`` sequences of
-``context`` tokens (checked by filling it through its block manager), and the bytes of the
-arrays it really allocated are counted: the KV cache (null page included) and the weights.
-Only a served model with the claim model's exact shape is evidence for the claim, recorded as
-kv_over_weights (evidence = this platform); any other model's numbers are supporting metrics
-(served_kv_over_weights, served_kv_bytes, served_weight_bytes) labelled with its name.
+``context`` tokens (checked on its stats), and the bytes of the arrays it really allocated are
+counted: the KV cache (null page included) and the weights. These are side metrics labelled
+with the served model (served_kv_bytes, served_weight_bytes, served_kv_over_weights), never
+the condition: a small served model says nothing about Llama-3.1-8B's balance.
 
 Params (claims.yaml, per profile): model (a roofline preset), batch (sequences), context
-(tokens per sequence), dtype (bf16 | int8 | fp8, for both weights and KV), measure (bool).
+(tokens per sequence), dtype (bf16 | int8 | fp8, for both weights and KV), measure (bool),
+``engine`` (options of the measured engine; its page_size sizes the pool).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from claimbench.harness.model_presets import ModelShape, get_preset, shape_from_config
+from claimbench.harness.model_presets import ModelShape, get_preset
 from claimbench.harness.roofline import kv_bytes_per_token, weight_bytes
 
 if TYPE_CHECKING:
     from claimbench.harness.context import RunContext
 
-DEFAULT_PARAMS = {
+DEFAULT_PARAMS: dict[str, Any] = {
     "model": "llama-3.1-8b",
     "batch": 32,
     "context": 4096,
     "dtype": "bf16",
     "measure": False,
+    "engine": {},
 }
 
 
@@ -42,7 +44,7 @@ class KVWeightSizes:
     """The KV cache of a whole batch against the weights, in bytes."""
 
     kv_bytes_per_token: int
-    kv_bytes: int  # batch * context * kv_bytes_per_token
+    kv_bytes: int  # batch * context * kv_bytes_per_token (measured: the pool as allocated)
     weight_bytes: int
 
     @property
@@ -62,37 +64,34 @@ def analytic_sizes(model: ModelShape, *, batch: int, context: int, dtype: str) -
     )
 
 
-def record_sizes(
-    ctx: RunContext, sizes: KVWeightSizes, *, trial: int, evidence: str, **labels: Any
-) -> None:
-    """Record the claim's metric and the byte counts behind it for one trial."""
-    ctx.record("kv_over_weights", sizes.kv_over_weights, trial=trial, evidence=evidence, **labels)
+def record_analytic_sizes(ctx: RunContext, params: dict[str, Any]) -> None:
+    """kv_over_weights and the byte counts behind it, once each, with the formula's inputs."""
+    shape = get_preset(params["model"])
+    sizes = analytic_sizes(
+        shape, batch=params["batch"], context=params["context"], dtype=params["dtype"]
+    )
+    inputs = {
+        "layout": asdict(shape),
+        "num_params": shape.num_params,
+        "batch": params["batch"],
+        "context": params["context"],
+        "dtype": params["dtype"],
+    }
+    model = params["model"]
+    ctx.record_analytic("kv_over_weights", sizes.kv_over_weights, inputs=inputs, model=model)
     for metric in ("kv_bytes", "weight_bytes", "kv_bytes_per_token"):
         value = getattr(sizes, metric)
-        ctx.record(metric, value, trial=trial, unit="bytes", evidence=evidence, **labels)
+        ctx.record_analytic(metric, value, unit="bytes", inputs=inputs, model=model)
 
 
-def _params(ctx: RunContext) -> dict[str, Any]:
-    """DEFAULT_PARAMS overridden by the profile's; batch and context must be integers."""
-    given = {key: value for key, value in ctx.params.items() if key in DEFAULT_PARAMS}
-    params = DEFAULT_PARAMS | given
-    for key in ("batch", "context"):
-        if not isinstance(params[key], int):
-            raise ValueError(f"param {key} must be an integer, got {params[key]!r}")
-    return params
-
-
-def measured_sizes(
-    ctx: RunContext, *, batch: int, context: int
-) -> tuple[KVWeightSizes, ModelShape]:
-    """What the engine allocates for the run's model in bf16 with ``batch`` sequences of
-    ``context`` tokens: (sizes from its arrays' bytes, the served model's shape)."""
+def measured_sizes(ctx: RunContext, *, batch: int, context: int) -> KVWeightSizes:
+    """What the engine allocates for the run's model in bf16 with a pool sized for ``batch``
+    sequences of ``context`` tokens, counted on its stats."""
     # Imported here: the analytic part needs neither JAX nor the engine.
-    import jax
     import jax.numpy as jnp
 
     from claimbench.engine.kv_cache import kv_bytes_per_token as engine_kv_bytes_per_token
-    from claimbench.harness.capacity import fill_capacity
+    from claimbench.engine.kv_cache import max_concurrent_sequences
     from claimbench.models.checkpoint import read_config
 
     cfg = read_config(ctx.model_path)
@@ -108,47 +107,29 @@ def measured_sizes(
         kv_pool_bytes=num_pages * page_size * per_token,
         max_model_len=min(context, cfg.max_position_embeddings),
     )
-    held = fill_capacity(engine, context)
+    stats = engine.stats()
+    held = max_concurrent_sequences(stats.num_usable_pages, page_size, context)
     if held != batch:
-        raise RuntimeError(f"a pool sized for {batch} sequences of {context} tokens held {held}")
-    kv_bytes = sum(int(x.nbytes) for x in jax.tree.leaves(engine.runner.kv_caches))
-    sizes = KVWeightSizes(
-        kv_bytes_per_token=per_token, kv_bytes=kv_bytes, weight_bytes=engine.runner.weight_bytes
+        raise RuntimeError(f"a pool sized for {batch} sequences of {context} tokens holds {held}")
+    return KVWeightSizes(
+        kv_bytes_per_token=stats.kv_bytes_per_token,
+        kv_bytes=stats.kv_cache_bytes,
+        weight_bytes=stats.weight_bytes,
     )
-    return sizes, shape_from_config(ctx.model_path.name, cfg)
-
-
-def record_measured(
-    ctx: RunContext,
-    sizes: KVWeightSizes,
-    served: ModelShape,
-    claim_model: ModelShape,
-    *,
-    trial: int,
-) -> None:
-    """The claim's metric when the served model is the claim's model, else supporting ones."""
-    if dataclasses.replace(served, name=claim_model.name) == claim_model:
-        record_sizes(ctx, sizes, trial=trial, evidence=ctx.evidence, model=claim_model.name)
-        return
-    ctx.record("served_kv_over_weights", sizes.kv_over_weights, trial=trial, model=served.name)
-    for metric in ("kv_bytes", "weight_bytes"):
-        value = getattr(sizes, metric)
-        ctx.record(f"served_{metric}", value, trial=trial, unit="bytes", model=served.name)
 
 
 def run(ctx: RunContext) -> None:
-    """Record kv_over_weights (and kv_bytes, weight_bytes, kv_bytes_per_token) per trial."""
-    params = _params(ctx)
-    sizes = analytic_sizes(
-        get_preset(params["model"]),
-        batch=params["batch"],
-        context=params["context"],
-        dtype=params["dtype"],
-    )
-    measured = None
-    if params["measure"]:
-        measured = measured_sizes(ctx, batch=params["batch"], context=params["context"])
-    for trial in range(ctx.trials):
-        record_sizes(ctx, sizes, trial=trial, evidence="analytic", model=params["model"])
-        if measured is not None:
-            record_measured(ctx, *measured, get_preset(params["model"]), trial=trial)
+    """Record kv_over_weights once (analytic); with ``measure``, the served model's bytes."""
+    params = ctx.merged(DEFAULT_PARAMS)
+    for key in ("batch", "context"):
+        if not isinstance(params[key], int):
+            raise ValueError(f"param {key} must be an integer, got {params[key]!r}")
+    record_analytic_sizes(ctx, params)
+    if not params["measure"]:
+        return
+    sizes = measured_sizes(ctx, batch=params["batch"], context=params["context"])
+    served = ctx.model_path.name
+    ctx.record("served_kv_over_weights", sizes.kv_over_weights, trial=0, model=served)
+    for metric in ("kv_bytes", "weight_bytes"):
+        value = getattr(sizes, metric)
+        ctx.record(f"served_{metric}", value, trial=0, unit="bytes", model=served)

@@ -1,46 +1,43 @@
 """levers-multiply: weight and KV-cache quantization combine as independent levers.
 
-Four engines: bf16 weights + bf16 KV (the base), quantized weights alone (``weights``,
-default fp8), a quantized KV cache alone (``kv_dtype``, default int8), and both. They share
-one accelerator memory budget in which the bf16 weights take ``weight_share`` (default 0.5,
-like Llama-3.1-8B's 16 GB on a 32 GB v6e):
+Four settings: bf16 weights + bf16 KV (the base), quantized weights alone (``weights``,
+default fp8), a quantized KV cache alone (``kv_dtype``, default int8), and both.
+
+Capacity (analytic, once): capacity is pool arithmetic. For the claim's model layout
+(``model``, default Llama-3.1-8B) on an accelerator whose memory the bf16 weights fill to
+``weight_share`` (default 0.5, like Llama-3.1-8B's 16 GB on a 32 GB v6e):
 
     hbm_bytes = bf16 weight bytes / weight_share
     KV pool of a setting = hbm_bytes - that setting's weight bytes (values + scales)
+    capacity = sequences of ``seq_len`` tokens that pool holds (engine pool arithmetic)
 
-so shrinking the weights frees pool for KV. Capacity is measured on each engine by filling
-its pool with ``seq_len``-token sequences until an allocation fails; gains are capacities
-over the base's, and
+so shrinking the weights frees pool for KV, and multiply_ratio = combined gain /
+(weight-only gain * KV-only gain), which departs from 1 only through page and sequence
+rounding and the weights' share. Recorded once with every term as inputs.
 
-    multiply_ratio = combined gain / (weight-only gain * KV-only gain)
-
-Quality: each trial's held-out windows go through all four engines; delta_x =
-100 * (ppl_x / ppl_base - 1) and ppl_additivity_gap_pct = |delta_both - (delta_w + delta_kv)|
-in percentage points. Every engine computes in bfloat16, the claim's baseline.
-
-Supporting metrics: each setting's capacity, pool and weight bytes, perplexity delta and
-tokens/s, plus the gains and hbm_bytes.
+Quality (measured, per trial): each trial's held-out windows go through four engines that
+differ only in the lever under test (their weight format and KV format; the same pool, pages
+and buckets, all computing in bfloat16); delta_x = 100 * (ppl_x / ppl_base - 1) and
+ppl_additivity_gap_pct = delta_both - (delta_weights + delta_kv), in percentage points: by how
+much the combined cost exceeds the sum of the separate ones (negative when it falls short).
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from claimbench.harness.capacity import fill_capacity
+from claimbench.harness.capacity import pool_capacity, weight_layout_bytes
+from claimbench.harness.model_presets import get_preset, model_config
 from claimbench.harness.precision import (
     QUALITY_DEFAULTS,
-    experiment_params,
     quality_engine,
-    record_pool,
-    run_pass,
+    run_passes,
     save_engine_frames,
     trial_windows,
     warm_up,
 )
 from claimbench.harness.quality import ppl_delta_pct
-from claimbench.models.checkpoint import load_model
-from claimbench.models.llama import weight_bytes
-from claimbench.models.quantize import quantize_weights
 
 if TYPE_CHECKING:
     from claimbench.harness.context import RunContext
@@ -48,13 +45,16 @@ if TYPE_CHECKING:
 DEFAULT_PARAMS: dict[str, Any] = QUALITY_DEFAULTS | {
     "weights": "fp8",
     "kv_dtype": "int8",
+    "model": "llama-3.1-8b",
     "weight_share": 0.5,
-    "seq_len": 64,
+    "page_size": 16,
+    "seq_len": 1024,
 }
+LEVERS = ("weights", "kv", "both")
 
 
-def setting_overrides(params: dict[str, Any]) -> dict[str, dict[str, str]]:
-    """The four settings' engine options: base, weights only, KV only, both."""
+def setting_formats(params: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """The four settings' formats: base, weights only, KV only, both."""
     w, kv = params["weights"], params["kv_dtype"]
     return {
         "base": {"weights": "bf16", "kv_dtype": "bf16"},
@@ -64,52 +64,53 @@ def setting_overrides(params: dict[str, Any]) -> dict[str, dict[str, str]]:
     }
 
 
-def run(ctx: RunContext) -> None:
-    """Record multiply_ratio and ppl_additivity_gap_pct (and supporting numbers) per trial."""
-    params = experiment_params(ctx, DEFAULT_PARAMS)
+def capacity_gains(params: dict[str, Any]) -> tuple[dict[str, float], dict[str, Any]]:
+    """(each lever's capacity gain over the base and multiply_ratio; the formula's inputs)."""
     if not 0 < params["weight_share"] < 1:
         raise ValueError(f"param weight_share must be in (0, 1), got {params['weight_share']}")
-    model, _ = load_model(ctx.model_path, "bfloat16")
-    quantized_bytes = weight_bytes(quantize_weights(model, params["weights"]))
-    base_bytes = weight_bytes(model)
-    del model
-    hbm_bytes = int(base_bytes / params["weight_share"])
-    max_len = max(params["window_len"] + 1, params["seq_len"])
-    engines = {}
-    for setting, overrides in setting_overrides(params).items():
-        held = quantized_bytes if overrides["weights"] != "bf16" else base_bytes
-        engines[setting] = quality_engine(
-            ctx,
-            params,
-            dtype="bfloat16",
-            kv_pool_bytes=hbm_bytes - held,
-            max_model_len=max_len,
-            **overrides,
+    shape = get_preset(params["model"])
+    cfg = model_config(shape)
+    hbm_bytes = int(weight_layout_bytes(shape, "bf16") / params["weight_share"])
+    inputs: dict[str, Any] = {"layout": asdict(shape), "hbm_bytes": hbm_bytes}
+    seqs = {}
+    for setting, formats in setting_formats(params).items():
+        held = weight_layout_bytes(shape, formats["weights"])
+        pool = pool_capacity(
+            cfg,
+            formats["kv_dtype"],
+            page_size=params["page_size"],
+            pool_bytes=hbm_bytes - held,
+            seq_len=params["seq_len"],
         )
-        if engines[setting].runner.weight_bytes != held:
-            raise RuntimeError(
-                f"{setting}: the engine holds {engines[setting].runner.weight_bytes} weight "
-                f"bytes, the budget subtracted {held}"
-            )
-    capacity = {setting: fill_capacity(e, params["seq_len"]) for setting, e in engines.items()}
-    gains = {s: capacity[s] / capacity["base"] for s in ("weights", "kv", "both")}
+        inputs[setting] = {"weight_bytes": held, **pool.inputs()}
+        seqs[setting] = pool.num_seqs
+    gains = {lever: seqs[lever] / seqs["base"] for lever in LEVERS}
+    gains["multiply_ratio"] = gains["both"] / (gains["weights"] * gains["kv"])
+    return gains, inputs
+
+
+def run(ctx: RunContext) -> None:
+    """Record multiply_ratio once (analytic) and ppl_additivity_gap_pct per trial."""
+    params = ctx.merged(DEFAULT_PARAMS)
+    gains, inputs = capacity_gains(params)
+    model = params["model"]
+    ctx.record_analytic(
+        "multiply_ratio", gains["multiply_ratio"], unit="x", inputs=inputs, model=model
+    )
+    for lever in LEVERS:
+        ctx.record_analytic(
+            "capacity_gain", gains[lever], unit="x", inputs=inputs, model=model, setting=lever
+        )
+    engines = {
+        setting: quality_engine(ctx, params, dtype="bfloat16", **formats)
+        for setting, formats in setting_formats(params).items()
+    }
     warm_up(engines, trial_windows(ctx, params, 0))
     for trial in range(ctx.trials):
-        windows = trial_windows(ctx, params, trial)
-        passes = {s: run_pass(ctx, e, windows, trial=trial, setting=s) for s, e in engines.items()}
-        delta = {s: ppl_delta_pct(passes[s], passes["base"]) for s in ("weights", "kv", "both")}
-        multiply = gains["both"] / (gains["weights"] * gains["kv"])
-        gap = abs(delta["both"] - (delta["weights"] + delta["kv"]))
-        ctx.record("multiply_ratio", multiply, trial=trial)
+        passes = run_passes(ctx, engines, trial_windows(ctx, params, trial), trial=trial)
+        delta = {lever: ppl_delta_pct(passes[lever], passes["base"]) for lever in LEVERS}
+        gap = delta["both"] - (delta["weights"] + delta["kv"])
         ctx.record("ppl_additivity_gap_pct", gap, trial=trial, unit="pct points")
-        ctx.record("hbm_bytes", hbm_bytes, trial=trial, unit="bytes")
-        for setting, engine in engines.items():
-            record_pool(ctx, engine, capacity[setting], trial=trial, setting=setting)
-            held = engine.runner.weight_bytes
-            ctx.record("weight_bytes", held, trial=trial, unit="bytes", setting=setting)
-            pool = engine.runner.kv_cache_bytes
-            ctx.record("kv_pool_bytes", pool, trial=trial, unit="bytes", setting=setting)
-            if setting != "base":
-                ctx.record("capacity_gain", gains[setting], trial=trial, setting=setting)
-                ctx.record("ppl_delta_pct", delta[setting], trial=trial, unit="%", setting=setting)
+        for lever in LEVERS:
+            ctx.record("lever_ppl_delta_pct", delta[lever], trial=trial, unit="%", setting=lever)
     save_engine_frames(ctx, engines)

@@ -1,33 +1,44 @@
-"""paged-waste: KV waste and concurrency of a paged pool vs max-length contiguous reservation.
+"""paged-waste: KV waste and concurrency of paged allocation vs max-length reservation.
 
-The length mix is chat-like: lognormal prompt and output lengths whose means default to
-ShareGPT's as the vLLM paper reports them (161 prompt and 338 output tokens), sigma 1.0, the
-output capped to the room max_model_len leaves after the prompt (as a server caps max_tokens).
+A measurement on the real engine, not an allocator computation: each trial serves one
+backlogged chat-like workload twice on the same engine (the same model, pool, pages and
+buckets), once with paged allocation (a request's pages grow with its computed tokens) and
+once with ``kv_allocation="reserve_max"`` (every page of max_model_len taken at admission, as
+a server that reserves each request's maximum length up front). After every engine step the
+engine's stats give the running requests' held slots and the slots holding a computed token.
+Each serve runs ``num_steps`` steps (the same number in both allocations, so both pay alike)
+and measures the steps from ``warmup_steps`` on (past the first fill of an empty pool) while
+requests are still waiting (the pool, not the supply of work, limits what runs):
 
-Both layouts fill the same pool (``pool_tokens`` token slots) through the engine's own
-BlockManager, admitting sequences in draw order until an allocation fails:
+* waste = (held - filled) / held slots, summed over those steps: paged_waste_pct and
+  contiguous_waste_pct (reserve_max);
+* concurrency = mean running requests over those steps; concurrency_ratio = paged / reserved.
 
-* paged: pages of ``page_size`` tokens; each sequence holds the pages of its final length
-  (prompt + every output token), the most it ever holds, so the paged count is a floor;
-* contiguous: each sequence reserves ``max_model_len`` slots up front, i.e. one page of
-  max_model_len tokens.
-
-Waste is allocated-but-unused slots / allocated slots over the admitted sequences; the
-concurrency ratio is paged sequences / contiguous sequences. Each trial draws fresh lengths.
+Paging's waste here is what serving really leaves: the unfilled tail of each request's last
+page, with preemption (recompute) when the pool runs short, chunked prefill and the scheduler's
+admission, so it can come out either way. The length mix is chat-like: lognormal prompt and
+output lengths whose means default to ShareGPT's as the vLLM paper reports them (161 prompt
+and 338 output tokens), sigma 1.0, the output capped to the room max_model_len leaves after
+the prompt (as a server caps max_tokens). Both wastes depend on lengths only through their
+ratio to the page size and to max_model_len, so a CPU-sized profile may scale lengths, page
+size and max_model_len down together. Prompts are random token ids and outputs run to their
+drawn length (EOS ignored): the model's text does not matter, its lengths do. Each trial
+draws fresh lengths; which allocation runs first alternates by trial.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from claimbench.engine.block_manager import BlockManager
-from claimbench.engine.request import Request
 from claimbench.engine.sampler import SamplingParams
+from claimbench.harness.precision import arm_order
 from claimbench.workload.lengths import LognormalLength
 
 if TYPE_CHECKING:
+    from claimbench.engine.engine import LLMEngine
     from claimbench.harness.context import RunContext
 
 DEFAULT_PARAMS: dict[str, Any] = {
@@ -37,8 +48,14 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "output_sigma": 1.0,
     "max_model_len": 2048,
     "page_size": 16,
-    "pool_tokens": 131072,
+    "pool_tokens": 32768,  # KV slots in the pool (the null page besides)
+    "num_requests": 1000,  # all queued at the start: the backlog
+    "num_steps": 600,  # engine steps per serve
+    "warmup_steps": 200,  # steps before measuring: the empty pool's first fill
+    "max_num_seqs": 256,  # high, so the pool and not the sequence limit binds
+    "engine": {},
 }
+ALLOCATIONS = {"paged": "paged", "contiguous": "reserve_max"}
 
 
 def draw_lengths(
@@ -55,82 +72,133 @@ def draw_lengths(
     return prompt, np.minimum(output, max_len - prompt)
 
 
-def fill_pool(
-    lengths: np.ndarray, *, page_size: int, pool_tokens: int, reserve_tokens: int | None = None
-) -> tuple[int, int, int]:
-    """Admit sequences of ``lengths`` (i64[n] tokens each) into a pool of pool_tokens slots
-    until one does not fit; each reserves ``reserve_tokens`` (default: its own length).
+@dataclasses.dataclass(frozen=True)
+class Occupancy:
+    """The pool over the backlogged steps of one serve."""
 
-    Returns (sequences admitted, slots allocated, slots holding a token).
-    """
-    # +1: the block manager keeps page 0 as the null page, outside the pool's slots.
-    manager = BlockManager(pool_tokens // page_size + 1, page_size)
-    num_tokens = 0
-    for i, length in enumerate(lengths.tolist()):
-        reserve = length if reserve_tokens is None else reserve_tokens
-        request = Request(
-            f"seq{i}",
-            i,
-            [0] * length,
-            SamplingParams(max_tokens=1),
-            seed=0,
-            tenant="default",
-            priority=0,
-            arrival_time=float(i),
+    num_steps: int  # steps after which requests were still waiting
+    held_slots: int  # summed over those steps
+    filled_slots: int
+    mean_running: float
+    max_running: int
+
+    @property
+    def waste_pct(self) -> float:
+        return 100.0 * (self.held_slots - self.filled_slots) / self.held_slots
+
+
+def serve_backlog(
+    engine: LLMEngine,
+    prompts: list[list[int]],
+    outputs: list[int],
+    kv_allocation: str,
+    *,
+    num_steps: int,
+    warmup_steps: int,
+) -> Occupancy:
+    """Queue every request at once under ``kv_allocation`` and run ``num_steps`` steps,
+    sampling the engine's stats after each step from ``warmup_steps`` on while requests still
+    wait; then abort what is left."""
+    engine.reset(dataclasses.replace(engine.config, kv_allocation=kv_allocation))
+    ids = [
+        engine.add_request(p, SamplingParams(max_tokens=int(n), ignore_eos=True))
+        for p, n in zip(prompts, outputs, strict=True)
+    ]
+    held = filled = measured = running_sum = max_running = 0
+    for step in range(num_steps):
+        engine.step()
+        stats = engine.stats()
+        if stats.num_waiting == 0:
+            break  # the backlog drained: the supply of work, no longer the pool, limits
+        if step < warmup_steps:
+            continue
+        measured += 1
+        held += stats.num_held_slots
+        filled += stats.num_filled_slots
+        running_sum += stats.num_running
+        max_running = max(max_running, stats.num_running)
+    for request_id in ids:
+        engine.abort(request_id, "backlog-drained")
+    engine.step()  # delivers the aborts
+    if measured == 0:
+        raise ValueError(
+            f"the backlog of {len(ids)} requests drained before step {warmup_steps}: "
+            "queue more requests (num_requests) or warm up for fewer steps"
         )
-        if not manager.can_allocate(request, reserve):
-            return i, manager.num_used_pages * page_size, num_tokens
-        manager.allocate(request, reserve)
-        num_tokens += length
-    raise ValueError(f"{len(lengths)} sequences never filled a pool of {pool_tokens} slots")
+    return Occupancy(measured, held, filled, running_sum / measured, max_running)
 
 
-def measure(params: dict[str, Any], rng: np.random.Generator) -> dict[str, float]:
-    """One trial: both layouts over the same draw of sequences."""
-    page_size, max_len, pool = params["page_size"], params["max_model_len"], params["pool_tokens"]
-    # Enough sequences that even the shortest possible ones (1 token each) overfill the pool.
-    prompt, output = draw_lengths(params, rng, pool + 1)
-    lengths = prompt + output
-    paged_seqs, paged_alloc, paged_used = fill_pool(lengths, page_size=page_size, pool_tokens=pool)
-    contig_seqs, contig_alloc, contig_used = fill_pool(
-        lengths, page_size=max_len, pool_tokens=pool, reserve_tokens=max_len
+def _engine(ctx: RunContext, params: dict[str, Any]) -> LLMEngine:
+    """One engine whose pool holds ``pool_tokens`` slots (plus the null page) of the run's model."""
+    from claimbench.engine.kv_cache import kv_bytes_per_token, resolve_kv_dtype
+    from claimbench.models.checkpoint import read_config
+
+    cfg = read_config(ctx.model_path)
+    kv_dtype = params["engine"].get("kv_dtype", "auto")
+    per_token = kv_bytes_per_token(cfg, resolve_kv_dtype(kv_dtype, ctx.dtype))
+    page_size = params["page_size"]
+    num_pages = params["pool_tokens"] // page_size + 1
+    return ctx.engine(
+        compile_cache=True,
+        prefix_caching="off",
+        page_size=page_size,
+        max_model_len=params["max_model_len"],
+        max_num_seqs=params["max_num_seqs"],
+        kv_pool_bytes=num_pages * page_size * per_token,
     )
-    if contig_seqs == 0:
-        raise ValueError(f"pool_tokens={pool} holds no max_model_len={max_len} reservation")
-    return {
-        "paged_waste_pct": 100.0 * (paged_alloc - paged_used) / paged_alloc,
-        "contiguous_waste_pct": 100.0 * (contig_alloc - contig_used) / contig_alloc,
-        "concurrency_ratio": paged_seqs / contig_seqs,
-        "paged_sequences": paged_seqs,
-        "contiguous_sequences": contig_seqs,
-        "mean_sequence_tokens": float(lengths[:paged_seqs].mean()),
-    }
 
 
-UNITS = {
-    "paged_waste_pct": "%",
-    "contiguous_waste_pct": "%",
-    "concurrency_ratio": "x",
-    "paged_sequences": "sequences",
-    "contiguous_sequences": "sequences",
-    "mean_sequence_tokens": "tokens",
-}
-
-
-def _params(ctx: RunContext) -> dict[str, Any]:
-    params = DEFAULT_PARAMS | {k: v for k, v in ctx.params.items() if k in DEFAULT_PARAMS}
-    for key in ("max_model_len", "page_size", "pool_tokens"):
+def _check(params: dict[str, Any]) -> None:
+    keys = ("max_model_len", "page_size", "pool_tokens", "num_requests", "max_num_seqs")
+    for key in (*keys, "num_steps"):
         if not isinstance(params[key], int) or params[key] < 1:
             raise ValueError(f"param {key} must be a positive integer, got {params[key]!r}")
+    if not isinstance(params["warmup_steps"], int) or not (
+        0 <= params["warmup_steps"] < params["num_steps"]
+    ):
+        raise ValueError(
+            f"param warmup_steps must be an integer in [0, num_steps={params['num_steps']}), "
+            f"got {params['warmup_steps']!r}"
+        )
     if params["max_model_len"] < 2:
         raise ValueError(f"param max_model_len must be >= 2, got {params['max_model_len']}")
-    return params
+    if params["pool_tokens"] < params["max_model_len"]:
+        raise ValueError(
+            f"pool_tokens={params['pool_tokens']} holds no max_model_len="
+            f"{params['max_model_len']} reservation"
+        )
 
 
 def run(ctx: RunContext) -> None:
     """Record paged_waste_pct, contiguous_waste_pct and concurrency_ratio per trial."""
-    params = _params(ctx)
+    params = ctx.merged(DEFAULT_PARAMS)
+    _check(params)
+    engine = _engine(ctx, params)
+    vocab = engine.model_cfg.vocab_size
     for trial in range(ctx.trials):
         rng = np.random.default_rng([ctx.seed, trial])
-        for metric, value in measure(params, rng).items():
-            ctx.record(metric, value, trial=trial, unit=UNITS[metric])
+        prompt_lens, outputs = draw_lengths(params, rng, params["num_requests"])
+        prompts = [rng.integers(3, vocab, n).tolist() for n in prompt_lens]
+        occupancy = {}
+        for layout in arm_order(list(ALLOCATIONS), trial):
+            occupancy[layout] = serve_backlog(
+                engine,
+                prompts,
+                outputs,
+                ALLOCATIONS[layout],
+                num_steps=params["num_steps"],
+                warmup_steps=params["warmup_steps"],
+            )
+            ctx.save_frames(steps=engine.steps_frame(), layout=layout, trial=trial)
+        paged, contiguous = occupancy["paged"], occupancy["contiguous"]
+        ctx.record("paged_waste_pct", paged.waste_pct, trial=trial, unit="%")
+        ctx.record("contiguous_waste_pct", contiguous.waste_pct, trial=trial, unit="%")
+        ratio = paged.mean_running / contiguous.mean_running
+        ctx.record("concurrency_ratio", ratio, trial=trial, unit="x")
+        for layout, occ in occupancy.items():
+            for metric, value, unit in (
+                ("mean_running", occ.mean_running, "sequences"),
+                ("max_running", occ.max_running, "sequences"),
+                ("backlogged_steps", occ.num_steps, "steps"),
+            ):
+                ctx.record(metric, value, trial=trial, unit=unit, layout=layout)

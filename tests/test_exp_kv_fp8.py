@@ -1,18 +1,21 @@
-"""kv-fp8 at tiny size: both metrics every trial, calibrated scales, the unit-scale baseline."""
+"""kv-fp8 at tiny size: capacity once, analytic, for Llama-3.1-8B; calibrated-scale quality."""
 
 from __future__ import annotations
 
 import pytest
-from precision_helpers import assert_claim_metrics_recorded, run_experiment, write_tiny_model
+from precision_helpers import (
+    analytic_inputs,
+    assert_claim_metrics_recorded,
+    run_experiment,
+    write_tiny_model,
+)
 
 PARAMS = {
     "num_windows": 2,
     "window_len": 32,
-    "pool_bytes": 2**20,
-    "seq_len": 32,
     "kv_scale": "calibrate",
     "compare_unit_scale": True,
-    "engine": {"max_num_seqs": 4, "max_num_batched_tokens": 64},
+    "engine": {"kv_pool_bytes": 2**20, "max_num_seqs": 4, "max_num_batched_tokens": 64},
 }
 
 
@@ -21,12 +24,21 @@ def frame(tmp_path_factory):
     return run_experiment("kv-fp8", PARAMS, write_tiny_model(tmp_path_factory.mktemp("tiny")))
 
 
-def test_records_every_claim_metric_per_trial(frame):
+def test_capacity_is_analytic_once_for_the_claims_model(frame):
     values = assert_claim_metrics_recorded("kv-fp8", frame)
-    # fp8 stores 128 B per token against bf16's 256; the two f32 scales per layer (16 B) cost
-    # no page of a 1 MiB pool: 511 usable pages, 255 sequences of 2 pages, against 127.
-    assert values["capacity_ratio"] == [255 / 127] * 2
-    assert all(abs(d) < 5 for d in values["ppl_delta_pct"])
-    scales = frame[frame["metric"].isin(["k_scale", "v_scale"])]["value"]
-    assert ((scales > 0) & (scales < 1)).all()  # calibrated: absmax / 448, not 1.0
-    assert frame[frame["metric"] == "ppl_delta_pct_unit_scale"]["trial"].tolist() == [0, 1]
+    # 16 GiB of Llama-3.1-8B fp8 pages (1 MiB each, 256 B of scales beside): 16383 pages,
+    # 255 sequences of 1024 tokens, against 127 in bf16.
+    assert values["capacity_ratio"] == [255 / 127]
+    inputs = analytic_inputs(frame, "capacity_ratio")
+    assert inputs["fp8"]["fixed_bytes"] == 32 * 2 * 4
+    assert inputs["fp8"]["num_pages"] == 16383
+
+
+def test_calibrated_fp8_quantizes_and_calibration_is_recorded_once(frame):
+    deltas = frame[frame["metric"] == "ppl_delta_pct"]["value"]
+    assert (deltas != 0).all() and (deltas.abs() < 5).all()
+    scales = frame[frame["metric"].isin(["k_scale", "v_scale"])]
+    assert scales["trial"].tolist() == [0, 0]
+    assert ((scales["value"] > 0) & (scales["value"] < 1)).all()  # absmax / 448, not 1.0
+    unit = frame[frame["metric"] == "ppl_delta_pct_unit_scale"]
+    assert unit["trial"].tolist() == [0, 1]

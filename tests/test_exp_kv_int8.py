@@ -1,31 +1,55 @@
-"""kv-int8 at tiny size: both metrics every trial, capacity from the real bytes per token."""
+"""kv-int8 at tiny size: capacity once, analytic, for Llama-3.1-8B; quality per trial."""
 
 from __future__ import annotations
 
 import pytest
-from precision_helpers import assert_claim_metrics_recorded, run_experiment, write_tiny_model
+from precision_helpers import (
+    analytic_inputs,
+    assert_claim_metrics_recorded,
+    by_label,
+    run_context,
+    run_experiment,
+    write_tiny_model,
+)
 
-# Tiny model: 2 layers x 4 K/V rows x 16 dims. bf16 stores 2 * 4 * 16 * 2 = 256 B per token,
-# int8 2 * 4 * (16 + 4 scale bytes) = 160 B. A 1 MiB pool holds 256 bf16 pages of 16 tokens
-# (255 usable beside the null page: 127 sequences of 32 tokens, 2 pages each) and 409 int8
-# pages (408 usable: 204 sequences).
 PARAMS = {
     "num_windows": 2,
     "window_len": 32,
-    "pool_bytes": 2**20,
-    "seq_len": 32,
-    "engine": {"max_num_seqs": 4, "max_num_batched_tokens": 64},
+    "engine": {"kv_pool_bytes": 2**20, "max_num_seqs": 4, "max_num_batched_tokens": 64},
 }
 
 
 @pytest.fixture(scope="module")
-def frame(tmp_path_factory):
-    return run_experiment("kv-int8", PARAMS, write_tiny_model(tmp_path_factory.mktemp("tiny")))
+def ctx(tmp_path_factory):
+    return run_context("kv-int8", PARAMS, write_tiny_model(tmp_path_factory.mktemp("tiny")))
 
 
-def test_records_every_claim_metric_per_trial(frame):
+def test_capacity_is_analytic_once_for_the_claims_model(ctx):
+    frame = ctx.measurements_frame("t")
     values = assert_claim_metrics_recorded("kv-int8", frame)
-    assert values["capacity_ratio"] == [204 / 127] * 2
-    assert all(abs(d) < 5 for d in values["ppl_delta_pct"])
-    per_token = frame[frame["metric"] == "kv_bytes_per_token"].groupby("labels")["value"].first()
-    assert sorted(per_token.tolist()) == [160, 256]
+    # 16 GiB pools of Llama-3.1-8B pages hold 248 int8 and 127 bf16 sequences of 1024 tokens
+    # (tests/test_quality_capacity.py works them out by hand).
+    assert values["capacity_ratio"] == [248 / 127]
+    inputs = analytic_inputs(frame, "capacity_ratio")
+    assert inputs["layout"] == {"num_layers": 32, "num_kv_heads": 8, "head_dim": 128}
+    assert (inputs["int8"]["num_seqs"], inputs["bf16"]["num_seqs"]) == (248, 127)
+    assert inputs["int8"]["pool_bytes"] == inputs["bf16"]["pool_bytes"] == 16 * 2**30
+    assert analytic_inputs(frame, "kv_bytes_per_token_ratio") == inputs
+    assert not (frame["trial"] > 0)[frame["evidence"] == "analytic"].any()
+
+
+def test_quality_is_measured_on_engines_that_differ_only_in_kv_format(ctx):
+    frame = ctx.measurements_frame("t")
+    deltas = frame[frame["metric"] == "ppl_delta_pct"]["value"]
+    # The int8 cache really quantized: a different perplexity, but not a broken model.
+    assert (deltas != 0).all() and (deltas.abs() < 5).all()
+    # The tiny served model: 2 layers x 4 K/V rows x 16 dims: bf16 256 B, int8 2 x 4 x 20.
+    assert by_label(frame, "served_kv_bytes_per_token") == {"bf16": 256, "int8": 160}
+    configs = [{k: v for k, v in c.items() if k != "kv_dtype"} for c in ctx.engine_configs]
+    assert len(configs) == 2 and configs[0] == configs[1]
+    assert sorted(c["kv_dtype"] for c in ctx.engine_configs) == ["bf16", "int8"]
+
+
+def test_unknown_param_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="pool_byte"):
+        run_experiment("kv-int8", {"pool_byte": 1}, tmp_path)

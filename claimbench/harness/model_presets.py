@@ -176,6 +176,24 @@ def shape_from_config(name: str, cfg: ModelConfig) -> ModelShape:
     )
 
 
+def model_config(shape: ModelShape) -> ModelConfig:
+    """The engine's ModelConfig for a dense preset's layout, so the engine's own arithmetic
+    (KV bytes per token, pages per pool) runs on a model this machine does not serve."""
+    if shape.num_experts > 1 or shape.qkv_bias != shape.o_bias:
+        raise ValueError(f"{shape.name}: only dense Llama-style layouts map to a ModelConfig")
+    return ModelConfig(
+        vocab_size=shape.vocab_size,
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_layers=shape.num_layers,
+        num_heads=shape.num_heads,
+        num_kv_heads=shape.num_kv_heads,
+        head_dim=shape.head_dim,
+        tie_word_embeddings=shape.tie_word_embeddings,
+        attention_bias=shape.qkv_bias,
+    )
+
+
 def tiny_shape(model_dir: Path = TINY_DIR) -> ModelShape:
     """The shipped claimbench-tiny's shape: its config.json, else the config it is trained from."""
     config_path = model_dir / "config.json"

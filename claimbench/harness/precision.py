@@ -1,9 +1,11 @@
 """Shared steps of the precision-lever experiments (kv-int8, kv-fp8, fp8-weights, ...).
 
-Each setting (a weight format, a KV format, a dtype) is one engine, built once and reused
-by every trial, so trials differ only in their data: trial t reads its own seeded sample of
-held-out windows. Quality comes from the engine's own prompt pass (harness/quality.py),
-capacity from filling the engine's own pool (harness/capacity.py).
+Each setting (a weight format, a KV format, a dtype) is one engine from ``ctx.engine``, built
+once and reused by every trial, so trials differ only in their data: trial t reads its own
+seeded sample of held-out windows. Quality comes from the engine's own prompt pass
+(harness/quality.py) on the served model and is measured per trial. Capacity is arithmetic
+on the layout of the model a claim names (harness/capacity.py), recorded once as analytic
+evidence with the inputs of its formula.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from claimbench.harness.capacity import fill_capacity
+from claimbench.harness.capacity import PoolCapacity, layout_inputs, pool_capacity
+from claimbench.harness.model_presets import get_preset, model_config
 from claimbench.harness.quality import PromptPass, heldout_windows, prompt_pass
 
 if TYPE_CHECKING:
@@ -22,16 +25,16 @@ if TYPE_CHECKING:
 QUALITY_DEFAULTS: dict[str, Any] = {
     "num_windows": 8,  # held-out windows per trial
     "window_len": 256,  # tokens per window (window_len - 1 predictions each)
+    "engine": {},  # EngineConfig options of every setting's engine
 }
-
-
-def experiment_params(ctx: RunContext, defaults: dict[str, Any]) -> dict[str, Any]:
-    """``defaults`` overridden by the profile's params; unknown keys (other than the engine's
-    options and the trial count) raise ValueError naming them."""
-    extra = sorted(set(ctx.params) - set(defaults) - {"engine", "trials"})
-    if extra:
-        raise ValueError(f"{ctx.claim_id}: unknown params {extra}; known: {sorted(defaults)}")
-    return defaults | {key: ctx.params[key] for key in defaults if key in ctx.params}
+# The claims' capacity is about a Llama-3.1-8B-class model on an accelerator: its KV pool is
+# what a 32 GB v6e leaves beside 16 GB of bf16 weights.
+CAPACITY_DEFAULTS: dict[str, Any] = {
+    "model": "llama-3.1-8b",  # the model the claim names (harness/model_presets.py)
+    "pool_bytes": 16 * 2**30,  # that model's KV pool
+    "page_size": 16,  # tokens per page
+    "seq_len": 1024,  # tokens per sequence
+}
 
 
 def trial_seed(ctx: RunContext, trial: int) -> int:
@@ -44,6 +47,13 @@ def trial_windows(ctx: RunContext, params: dict[str, Any], trial: int) -> np.nda
     return heldout_windows(
         ctx.model_path, params["num_windows"], params["window_len"], trial_seed(ctx, trial)
     )
+
+
+def arm_order(names: list[str], trial: int) -> list[str]:
+    """The settings rotated by ``trial``: each goes first in turn, so a drift in machine speed
+    over a run does not always land on the same setting's timing."""
+    shift = trial % len(names)
+    return names[shift:] + names[:shift]
 
 
 def quality_engine(ctx: RunContext, params: dict[str, Any], **overrides: Any) -> LLMEngine:
@@ -60,13 +70,16 @@ def record_pass(ctx: RunContext, result: PromptPass, *, trial: int, setting: str
     )
 
 
-def run_pass(
-    ctx: RunContext, engine: LLMEngine, windows: np.ndarray, *, trial: int, setting: str
-) -> PromptPass:
-    """One setting's prompt pass over the trial's windows, its supporting numbers recorded."""
-    result = prompt_pass(engine, windows)
-    record_pass(ctx, result, trial=trial, setting=setting)
-    return result
+def run_passes(
+    ctx: RunContext, engines: dict[str, LLMEngine], windows: np.ndarray, *, trial: int
+) -> dict[str, PromptPass]:
+    """Every setting's prompt pass over the trial's windows, in ``arm_order``; each pass's
+    supporting numbers recorded."""
+    passes = {}
+    for setting in arm_order(list(engines), trial):
+        passes[setting] = prompt_pass(engines[setting], windows)
+        record_pass(ctx, passes[setting], trial=trial, setting=setting)
+    return passes
 
 
 def warm_up(engines: dict[str, LLMEngine], windows: np.ndarray) -> None:
@@ -83,27 +96,45 @@ def save_engine_frames(ctx: RunContext, engines: dict[str, LLMEngine]) -> None:
         )
 
 
-def capacity_engines(
-    ctx: RunContext, params: dict[str, Any], settings: dict[str, dict[str, Any]]
-) -> tuple[dict[str, LLMEngine], dict[str, int]]:
-    """One engine per setting over the same ``pool_bytes`` KV budget, and the number of
-    ``seq_len``-token sequences each one's pool holds (measured by filling it)."""
-    max_len = max(params["window_len"] + 1, params["seq_len"])
-    engines = {
-        name: quality_engine(
-            ctx, params, kv_pool_bytes=params["pool_bytes"], max_model_len=max_len, **overrides
+def claim_pool(params: dict[str, Any], kv_dtype: str) -> PoolCapacity:
+    """The capacity of the claim model's pool (``params``: CAPACITY_DEFAULTS) in ``kv_dtype``."""
+    return pool_capacity(
+        model_config(get_preset(params["model"])),
+        kv_dtype,
+        page_size=params["page_size"],
+        pool_bytes=params["pool_bytes"],
+        seq_len=params["seq_len"],
+    )
+
+
+def record_capacity_ratio(ctx: RunContext, params: dict[str, Any], kv_dtype: str) -> None:
+    """capacity_ratio = sequences a ``kv_dtype`` pool holds / a bf16 pool's, in the same bytes,
+    for the claim's model: recorded once, analytic, with every term of both counts. The
+    bytes-per-token ratio (the limit of a pool much larger than a sequence) goes beside it."""
+    shape = get_preset(params["model"])
+    base, cand = claim_pool(params, "bf16"), claim_pool(params, kv_dtype)
+    inputs = {"layout": layout_inputs(shape), "bf16": base.inputs(), kv_dtype: cand.inputs()}
+    ratio = cand.num_seqs / base.num_seqs
+    ctx.record_analytic("capacity_ratio", ratio, unit="x", inputs=inputs, model=shape.name)
+    ctx.record_analytic(
+        "kv_bytes_per_token_ratio",
+        base.bytes_per_token / cand.bytes_per_token,
+        unit="x",
+        inputs=inputs,
+        model=shape.name,
+    )
+
+
+def record_served_kv_bytes(ctx: RunContext, engines: dict[str, LLMEngine]) -> None:
+    """Side metric, once: each served engine's real KV bytes per token (its arrays' layout)."""
+    model = ctx.model_path.name
+    for setting, engine in engines.items():
+        per_token = engine.stats().kv_bytes_per_token
+        ctx.record(
+            "served_kv_bytes_per_token",
+            per_token,
+            trial=0,
+            unit="bytes",
+            setting=setting,
+            model=model,
         )
-        for name, overrides in settings.items()
-    }
-    capacity = {name: fill_capacity(e, params["seq_len"]) for name, e in engines.items()}
-    return engines, capacity
-
-
-def record_pool(
-    ctx: RunContext, engine: LLMEngine, capacity: int, *, trial: int, setting: str
-) -> None:
-    """The pool behind a capacity count: its format's bytes per token, pages and sequences."""
-    per_token = engine.runner.kv_bytes_per_token
-    ctx.record("kv_bytes_per_token", per_token, trial=trial, unit="bytes", setting=setting)
-    ctx.record("num_pages", engine.runner.num_pages, trial=trial, unit="pages", setting=setting)
-    ctx.record("capacity_seqs", capacity, trial=trial, unit="seqs", setting=setting)

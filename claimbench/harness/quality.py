@@ -72,10 +72,10 @@ def prompt_pass(engine: LLMEngine, windows: np.ndarray) -> PromptPass:
     """
     if windows.ndim != 2 or windows.shape[1] < 2:
         raise ValueError(f"need windows i32[n, length >= 2], got shape {windows.shape}")
-    compile_s = engine.runner.compile_time_s
+    compile_s = engine.stats().compile_time_s
     start = time.perf_counter()
     outputs = engine.generate([w.tolist() for w in windows], PROMPT_PASS)
-    serve_s = time.perf_counter() - start - (engine.runner.compile_time_s - compile_s)
+    serve_s = time.perf_counter() - start - (engine.stats().compile_time_s - compile_s)
     for out in outputs:
         if out.finish_reason != "length" or None in out.prompt_logprobs:
             raise ValueError(
