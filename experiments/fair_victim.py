@@ -2,15 +2,29 @@
 
 Three tenants of equal weight share a KV pool too small for a full batch (``kv_fraction`` of
 what ``max_num_seqs`` requests of the longest kind would need): ``top`` (tier 0) sends
-``top_share`` of the requests, the lower-tier ``mid`` and ``bulk`` the rest in the ratio
-``mid_share`` : 1 - top_share - mid_share. Arrivals are poisson at ``load`` x the saturation
-output throughput measured first on this pool. Each trial serves the same arrivals under the
-``newest`` victim policy (vLLM's) and under ``fair-share`` (the order rotating from trial to
-trial), FCFS ordering both times, and
-counts the tokens preemptions threw away (each must be computed again).
+``top_share`` of the requests, the lower-tier ``mid`` and ``bulk`` (tier 1) the rest in the
+ratio ``mid_share`` : 1 - top_share - mid_share. Each trial measures the engine's service
+rate on this pool first, then offers an episode of poisson arrivals at ``load`` x that rate
+for as long as the engine needs to serve ``episode_requests`` requests at saturation, and
+serves it to completion twice, in an order that rotates across trials: under the ``newest``
+victim policy (vLLM's default) and under ``tier-fair-share`` (the tenant furthest above its
+weighted share of the pool among the tiers below the top; policies.py). Nothing else
+differs. Both arms order requests by strict tier (``scheduling_policy``): the scheduler
+picks a victim only among running requests not yet given tokens this step, and serving
+the top tier first is what lets every lower-tier request still be a candidate when a
+top-tier one needs a page (under FCFS an older lower-tier request already scheduled could
+not be). The top tier is still preempted whenever it alone overflows the pool, or when a
+request needs a page and only top-tier candidates are left.
 
-Metrics: recompute_reduction_pct (100 * (newest - fair-share) / newest recomputed tokens) and
-top_tier_preemptions (preemptions of tier-0 requests under fair-share).
+Recomputed tokens are counted from the service ledger: every prompt token is input once,
+and every token computed again after a preemption is input once more, so recompute = the
+input tokens served - the prompt tokens of the requests served. That is the work really
+redone: a preempted request's full blocks still in the prefix cache when it is readmitted
+are taken by reference, not computed again.
+
+Metrics: recompute_reduction_pct (100 * (newest - tier-fair-share) / newest recomputed
+tokens) and top_tier_preemptions (preemptions of tier-0 requests under tier-fair-share;
+the count under newest is a label, showing whether the load put the top tier at risk).
 """
 
 from __future__ import annotations
@@ -18,6 +32,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
+
+from claimbench.engine.fairness import INPUT_PREFIX
 from claimbench.harness import tenant_runs as tr
 from claimbench.site import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
@@ -27,21 +44,24 @@ if TYPE_CHECKING:
 
 DEFAULT_PARAMS: dict[str, Any] = {
     "engine": {},
+    "compile_cache": True,
+    "scheduling_policy": "priority",
     "kv_fraction": 0.5,
     "load": 1.0,
     "top_share": 0.2,
     "mid_share": 0.3,
     "prompt_len": [16, 64],
     "output_len": [32, 96],
-    "duration_s": 12.0,
-    "drain_s": 6.0,
-    "saturation_requests": 32,
+    "episode_requests": 128,
+    "saturation_requests": 64,
 }
 TIERS = {"top": 0, "mid": 1, "bulk": 1}
-MODES = ("newest", "fair-share")
+BASELINE, FAIR = "newest", "tier-fair-share"
 
 
 def mix(params: dict[str, Any], seed: int) -> WorkloadSpec:
+    """The three tenants at relative rates top_share : mid_share : the rest; bounded by the
+    saturation burst's count (the episode takes its own span)."""
     lengths = (params["prompt_len"], params["output_len"])
     top, mid = params["top_share"], params["mid_share"]
     if not (top > 0 and mid > 0 and top + mid < 1):
@@ -51,7 +71,7 @@ def mix(params: dict[str, Any], seed: int) -> WorkloadSpec:
         tr.poisson_tenant(name, shares[name], *lengths, priority=tier)
         for name, tier in TIERS.items()
     )
-    return WorkloadSpec(tenants, seed=seed, max_duration_s=params["duration_s"])
+    return WorkloadSpec(tenants, seed=seed, max_requests=params["saturation_requests"])
 
 
 def pool_pages(params: dict[str, Any]) -> int:
@@ -69,42 +89,71 @@ def pool_pages(params: dict[str, Any]) -> int:
     return pages
 
 
+def recomputed_tokens(served: tr.ServedRun) -> int:
+    """Tokens computed again after preemptions: input tokens served beyond the prompts.
+
+    Only a run whose every request finished accounts for every prompt exactly once."""
+    requests = served.requests
+    if served.timed_out or not requests["completed"].all():
+        raise ValueError("recompute is counted only on a run served to completion")
+    last = served.steps.iloc[-1]
+    served_input = sum(int(last[c]) for c in served.steps.columns if c.startswith(INPUT_PREFIX))
+    return served_input - int(requests["prompt_tokens"].sum())
+
+
+def top_tier_preemptions(requests: pd.DataFrame) -> int:
+    """Preemptions suffered by tier-0 requests."""
+    return int(requests.loc[requests["priority"] == TIERS["top"], "num_preemptions"].sum())
+
+
 def run(ctx: RunContext) -> None:
     """Record recompute_reduction_pct and top_tier_preemptions per trial."""
-    params = DEFAULT_PARAMS | ctx.params
+    params = ctx.merged(DEFAULT_PARAMS)
     pool = tr.kv_pool_bytes(ctx, params["engine"], pool_pages(params))
-    engine = tr.experiment_engine(ctx, params, kv_pool_bytes=pool)
-    saturation = tr.measure_saturation(engine, mix(params, ctx.seed), params["saturation_requests"])
-    timeout_s = params["duration_s"] + params["drain_s"]
+    engine = tr.experiment_engine(
+        ctx, params, kv_pool_bytes=pool, scheduling_policy=params["scheduling_policy"]
+    )
+    baseline = engine.config
+    vocab_size = engine.model_cfg.vocab_size
     for trial in range(ctx.trials):
-        spec = tr.at_load(mix(params, ctx.seed * 1000 + trial + 1), saturation, params["load"])
-        requests = tr.workload_requests(spec, engine.model_cfg.vocab_size)
-        recomputed, top_preemptions = {}, {}
-        for mode in tr.rotated(MODES, trial):
-            engine = tr.reset_with(engine, victim_policy=mode)
-            served = tr.serve(engine, requests, timeout_s)
-            recomputed[mode] = sum(engine.scheduler.service.preempted_tokens.values())
-            top = served.requests["priority"] == TIERS["top"]
-            top_preemptions[mode] = int(served.requests.loc[top, "num_preemptions"].sum())
-            ctx.save_frames(requests=served.requests, steps=served.steps, mode=mode, trial=trial)
-        if recomputed["newest"] == 0:
+        seed = tr.trial_seed(ctx, trial)
+        saturation = tr.measure_saturation(
+            engine, mix(params, seed), params["saturation_requests"], config=baseline
+        )
+        phase = tr.Phase(params["episode_requests"], params["load"])
+        requests = tr.phased_requests(mix(params, seed), saturation, [phase], vocab_size)
+        arms = {mode: tr.Arm(requests, {"victim_policy": mode}) for mode in (BASELINE, FAIR)}
+        # The episode and its backlog to completion, with a safety margin.
+        timeout_s = tr.safety_timeout_s(2 * saturation.seconds_for(params["episode_requests"]))
+        served = tr.serve_arms(ctx, engine, baseline, arms, trial, timeout_s=timeout_s)
+        recomputed = {mode: recomputed_tokens(r) for mode, r in served.items()}
+        if recomputed[BASELINE] == 0:
             raise ValueError(
                 "no preemption under the newest policy: the pool is not tight enough to compare "
                 f"victim policies (kv_fraction={params['kv_fraction']}, load={params['load']})"
             )
+        top = {mode: top_tier_preemptions(r.requests) for mode, r in served.items()}
         labels = {
-            "recomputed_newest": recomputed["newest"],
-            "recomputed_fair_share": recomputed["fair-share"],
             "saturation_tok_s": saturation.output_tokens_per_s,
+            "num_requests": len(requests),
         }
-        reduction = 100.0 * (recomputed["newest"] - recomputed["fair-share"]) / recomputed["newest"]
-        ctx.record("recompute_reduction_pct", reduction, trial=trial, unit="%", **labels)
+        reduction = 100.0 * (recomputed[BASELINE] - recomputed[FAIR]) / recomputed[BASELINE]
+        ctx.record(
+            "recompute_reduction_pct",
+            reduction,
+            trial=trial,
+            unit="%",
+            recomputed_newest=recomputed[BASELINE],
+            recomputed_tier_fair_share=recomputed[FAIR],
+            **labels,
+        )
         ctx.record(
             "top_tier_preemptions",
-            top_preemptions["fair-share"],
+            top[FAIR],
             trial=trial,
             unit="preemptions",
-            top_tier_preemptions_newest=top_preemptions["newest"],
+            top_tier_preemptions_newest=top[BASELINE],
+            **labels,
         )
 
 

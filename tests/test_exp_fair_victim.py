@@ -1,5 +1,12 @@
+import dataclasses
+
 import pytest
-from tenant_exp_helpers import assert_claim_metrics_recorded, experiment, run_tiny, write_checkpoint
+from engine_helpers import tiny_engine
+from tenant_exp_helpers import TINY_PARAMS, experiment, write_checkpoint
+
+from claimbench.harness import tenant_runs as tr
+from claimbench.harness.context import RunContext
+from claimbench.workload.build import WorkloadRequest
 
 CLAIM = "fair-victim"
 
@@ -17,15 +24,72 @@ def test_pool_pages_is_a_fraction_of_a_full_batch():
         experiment(CLAIM).pool_pages(params | {"kv_fraction": 0.1})
 
 
-def test_tiny_run_records_the_claim_metrics_each_trial(tmp_path):
-    ctx = run_tiny(
-        CLAIM,
-        write_checkpoint(tmp_path / "ckpt"),
-        prompt_len=[4, 8],
-        output_len=[8, 16],
-        kv_fraction=0.34,
-        load=1.5,
+def pressured_run(victim_policy, prefix_caching):
+    """Six requests at once into 14 pages that hold about two and a half of them."""
+    engine = tiny_engine(num_pages=14)
+    engine.reset(
+        dataclasses.replace(
+            engine.config,
+            victim_policy=victim_policy,
+            scheduling_policy="priority",
+            prefix_caching=prefix_caching,
+        )
     )
-    frame = assert_claim_metrics_recorded(ctx)
-    assert (frame.loc[frame["metric"] == "top_tier_preemptions", "value"] >= 0).all()
-    assert set(ctx.frames()["requests"]["mode"]) == {"newest", "fair-share"}
+    tenants = [("mid", 1), ("bulk", 1), ("bulk", 1), ("mid", 1), ("top", 0), ("top", 0)]
+    requests = [
+        WorkloadRequest(0.0, tenant, tier, tuple(range(3, 11 + i)), 40, i)
+        for i, (tenant, tier) in enumerate(tenants)
+    ]
+    return engine, tr.serve(engine, requests, timeout_s=120.0)
+
+
+@pytest.mark.parametrize("victim_policy", ["newest", "tier-fair-share"])
+def test_recompute_is_the_work_preemptions_threw_away(victim_policy):
+    # Without a prefix cache every lost token is computed again: the count from the
+    # served input equals the tokens the scheduler's preemptions discarded.
+    engine, served = pressured_run(victim_policy, "off")
+    recomputed = experiment(CLAIM).recomputed_tokens(served)
+    assert recomputed > 0
+    assert recomputed == sum(engine.scheduler.service.preempted_tokens.values())
+    # With the cache on, blocks still cached at readmission are not recomputed.
+    engine, cached = pressured_run(victim_policy, "per-tenant")
+    recomputed_cached = experiment(CLAIM).recomputed_tokens(cached)
+    assert 0 <= recomputed_cached <= sum(engine.scheduler.service.preempted_tokens.values())
+
+
+def test_recompute_refuses_a_run_cut_short():
+    _, served = pressured_run("newest", "off")
+    cut = dataclasses.replace(served, timed_out=True)
+    with pytest.raises(ValueError, match="served to completion"):
+        experiment(CLAIM).recomputed_tokens(cut)
+
+
+def test_tiny_run_compares_the_victim_policies_on_the_same_requests(tmp_path):
+    params = {k: v for k, v in TINY_PARAMS.items() if k in experiment(CLAIM).DEFAULT_PARAMS}
+    params |= {
+        "prompt_len": [4, 8],
+        "output_len": [8, 16],
+        "kv_fraction": 0.34,
+        "load": 1.5,
+        "episode_requests": 24,
+    }
+    ctx = RunContext(
+        claim_id=CLAIM,
+        profile="quick",
+        params=params,
+        trials=2,
+        seed=0,
+        hardware={"platform": "cpu"},
+        dtype="float32",
+        model_option=write_checkpoint(tmp_path / "ckpt"),
+    )
+    experiment(CLAIM).run(ctx)
+    requests = ctx.frames()["requests"]
+    assert set(requests["mode"]) == {"newest", "tier-fair-share"}
+    for _, trial in requests.groupby("trial"):
+        sizes = trial.groupby("mode")["prompt_tokens"].apply(sorted)
+        assert sizes["newest"] == sizes["tier-fair-share"]
+    frame = ctx.measurements_frame("run")
+    reduction = frame[frame["metric"] == "recompute_reduction_pct"]
+    assert sorted(reduction["trial"]) == [0, 1]
+    assert (reduction["value"] <= 100.0).all()
