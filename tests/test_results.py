@@ -273,3 +273,11 @@ def test_foreign_and_corrupt_files_are_skipped_not_deleted(tmp_path):
 
 def test_read_runs_of_missing_dir(tmp_path):
     assert results.read_runs(tmp_path / "absent") == ([], [])
+
+
+def test_old_bench_records_are_named_as_such(tmp_path):
+    (tmp_path / "bench" / "20260101-000000").mkdir(parents=True)
+    runs, skipped = results.read_runs(tmp_path)
+    assert runs == [] and [s.path.name for s in skipped] == ["bench"]
+    assert "bench now writes to <root>/bench/" in skipped[0].reason
+    assert (tmp_path / "bench" / "20260101-000000").is_dir()  # reported, never touched

@@ -41,6 +41,12 @@ MEASUREMENT_COLUMNS = (
 META_KEYS = ("run_id", "claim", "profile", "seed", "trials", "start", "end", "hardware")
 # Files the store itself keeps at the top of results/; anything else there is foreign.
 _OWN_TOP_LEVEL = {RUNS_DIR, SCORES_FILE, ".gitkeep"}
+# Where `bench` wrote its records before it got its own <root>/bench/ directory.
+_OLD_BENCH_DIR = "bench"
+_OLD_BENCH_REASON = (
+    "bench records from an earlier claimbench, not runs; bench now writes to <root>/bench/ "
+    "(move this there or delete it)"
+)
 
 
 def new_run_id(claim_id: str, start: datetime) -> str:
@@ -163,7 +169,9 @@ def read_runs(results_dir: Path) -> tuple[list[StoredRun], list[Skipped]]:
     if not results_dir.is_dir():
         return runs, skipped
     for entry in sorted(results_dir.iterdir()):
-        if entry.name not in _OWN_TOP_LEVEL:
+        if entry.name == _OLD_BENCH_DIR and entry.is_dir():
+            skipped.append(Skipped(entry, _OLD_BENCH_REASON))
+        elif entry.name not in _OWN_TOP_LEVEL:
             skipped.append(Skipped(entry, "not part of the results store"))
     runs_dir = results_dir / RUNS_DIR
     if not runs_dir.is_dir():
