@@ -18,7 +18,8 @@ finished; the two modes run in alternating order across trials.
 A finite run of the continuous arm ends in a drain: once the queue is empty its batch empties
 request by request, as a static batch does. ``num_requests`` is sized so that this tail is a
 small share of the run (under 5% at the profiles' sizes), and that share is recorded per trial
-(``drain_share_pct``) so a reader can check the comparison measured steady batching.
+(``drain_share_pct``, and in steps ``drain_step_share_pct``) so a reader can check the
+comparison measured steady batching.
 """
 
 from __future__ import annotations
@@ -88,17 +89,23 @@ def serve(engine: LLMEngine, requests: list[WorkloadRequest], batch: int | None)
     return time.perf_counter() - start
 
 
-def drain_share(requests: pd.DataFrame) -> float:
-    """Share (0..1) of a run's span, first arrival to last finish, spent draining.
-
-    The drain starts at the first finish after the last request was admitted: from then on a
-    freed slot has no waiting request to take it, and the batch only empties.
-    """
-    last_admitted = requests["first_scheduled_s"].max()
+def drain_start_s(requests: pd.DataFrame) -> float:
+    """When a run's drain starts: the first finish after the last request was admitted. From
+    then on a freed slot has no waiting request to take it, and the batch only empties."""
     finish = requests["finish_s"].to_numpy()
-    drain_start = finish[finish > last_admitted].min()
-    span = finish.max() - requests["arrival_s"].min()
-    return float((finish.max() - drain_start) / span)
+    return float(finish[finish > requests["first_scheduled_s"].max()].min())
+
+
+def drain_share(requests: pd.DataFrame) -> float:
+    """Share (0..1) of a run's span, first arrival to last finish, spent draining."""
+    end = requests["finish_s"].max()
+    return float((end - drain_start_s(requests)) / (end - requests["arrival_s"].min()))
+
+
+def drain_step_share(requests: pd.DataFrame, steps: pd.DataFrame) -> float:
+    """Share (0..1) of a run's steps that start after its drain started: the drain counted in
+    steps, which a busy machine does not stretch."""
+    return float((steps["start_s"] > drain_start_s(requests)).mean())
 
 
 def _check(params: dict[str, Any]) -> None:
@@ -140,5 +147,7 @@ def run(ctx: RunContext) -> None:
             if mode == "continuous":
                 share = 100.0 * drain_share(served)
                 ctx.record("drain_share_pct", share, trial=trial, unit="%")
+                step_share = 100.0 * drain_step_share(served, engine.steps_frame())
+                ctx.record("drain_step_share_pct", step_share, trial=trial, unit="%")
         ratio = throughput["continuous"] / throughput["static"]
         ctx.record("throughput_ratio", ratio, trial=trial, unit="x")
