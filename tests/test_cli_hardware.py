@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from claimbench.cli.main import app
@@ -141,21 +142,16 @@ def test_roofline_model_given_twice_or_broken(tmp_path):
     assert empty.exit_code == 2 and "has no config.json" in empty.output
 
 
-COMMANDS = [
-    [],
-    ["env"],
-    ["roofline"],
-    ["list"],
-    ["show"],
-    ["run"],
-    ["score"],
-    ["site"],
-    ["generate"],
-    ["bench"],
-    ["model"],
-    ["model", "train"],
-    ["model", "info"],
-]
+def all_commands(group=None, prefix=()):
+    """Every command path of the app, groups included: new commands are covered unasked."""
+    group = group or typer.main.get_command(app)
+    paths = [list(prefix)]
+    for name, command in getattr(group, "commands", {}).items():
+        paths += all_commands(command, (*prefix, name))
+    return paths
+
+
+COMMANDS = all_commands()
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "claimbench")
