@@ -117,3 +117,8 @@ def test_runs_stored_before_provenance_read_as_unknown(site):
     assert "not-run" in page
     assert "measured against an earlier prediction" in page
     assert "CPU model unknown" in page and ">unknown<" in page  # origin and model columns
+    # The index still shows what was measured, greyed as not scored.
+    index = (site / "index.html").read_text()
+    row = index.split('id="claim-stored-long-ago"')[1].split("</tr>")[0]
+    assert "earlier prediction, not scored" in row and "2.1 [" in row
+    assert "origin unknown" in row and "model unknown" in row

@@ -111,7 +111,12 @@ def condition_svg(condition: Condition, rows: list[tuple[str, ConditionScore]]) 
             ax.plot(cs.estimate, y, "D", color=colour, markersize=5)
             note = {"exact": " exact", "constant": " constant: no interval"}.get(cs.method or "")
             if note:
-                ax.annotate(note, (cs.estimate, y), xytext=(6, 4), textcoords="offset points")
+                # Left of points in the right half, so the note stays inside the axes.
+                right_half = cs.estimate > (left + right) / 2
+                offset, align = ((-6, 4), "right") if right_half else ((6, 4), "left")
+                ax.annotate(
+                    note, (cs.estimate, y), xytext=offset, textcoords="offset points", ha=align
+                )
     ax.set_xlim(left, right)
     ax.axvline(condition.value, color="#333333", linewidth=1)
     predicted = (condition.value, right) if condition.op in (">=", ">") else (left, condition.value)

@@ -90,11 +90,17 @@ def _claim_row(
     own = [run for run in runs if run.claim_id == score.claim.id]
     shown = score.shown
     group = score.group(shown.evidence) if shown else None
+    # Nothing scored: the newest run against an earlier prediction, shown greyed as such, so a
+    # reader still sees what was measured.
+    earlier = None
+    if shown is None and score.groups:
+        earlier = max((g.runs[0] for g in score.groups), key=lambda r: r.run_id)
     return {
         "score": score,
         "claim": score.claim,
         "shown": shown,
-        "info": shown.info if shown else None,
+        "earlier": earlier,
+        "info": (shown or earlier).info if (shown or earlier) else None,
         "indicative": score.verdict == "indicative-only",
         "group": group,
         "last_run": own[-1].meta.get("end") if own else None,
@@ -109,11 +115,12 @@ def _chart_rows(
     """Per evidence group that may speak to condition ``index``: its scored run, else its newest
     run (measured against an earlier prediction), with a label saying which."""
     rows = []
+    analytic = score.claim.prediction[index].basis == "analytic"
     for group in score.groups:
+        if analytic != (group.evidence == "analytic"):
+            continue  # not this group's to decide: each basis has its own evidence
         run = group.scored or group.runs[0]
         cs = run.conditions[index]
-        if cs.status == "other-basis" or (cs.evidence != group.evidence and cs.evidence):
-            continue  # not this group's to decide (analytic values inside a measured run)
         label = group.evidence
         if not group.in_scope:
             label += " (indicative)"
@@ -128,7 +135,7 @@ def _condition_items(score: scoring.ClaimScore) -> list[dict[str, Any]]:
     for i, condition in enumerate(score.claim.prediction):
         rows = _chart_rows(score, i)
         chart = None
-        if rows:
+        if any(cs.estimate is not None for _, cs, *_ in rows):
             chart = Markup(charts.condition_svg(condition, [(label, cs) for label, cs, *_ in rows]))
         items.append(
             {"condition": condition, "deciding": score.conditions[i], "rows": rows, "chart": chart}
