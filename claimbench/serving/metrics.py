@@ -96,6 +96,7 @@ class ServerMetrics:
         for event in events:
             request = engine.requests[event.request_id]
             tenant = request.tenant
+            self._tenants_seen.add(tenant)
             if isinstance(event, TokenEvent):
                 generated[tenant] += 1
                 if event.index == 0:
@@ -115,9 +116,10 @@ class ServerMetrics:
 
     def render(self, snapshot: EngineSnapshot) -> bytes:
         """The text exposition, with the gauges set from ``snapshot``."""
-        tenants = set(snapshot.running) | set(snapshot.waiting) | set(snapshot.tenant_pages)
-        self._tenants_seen |= tenants
-        for tenant in self._tenants_seen:  # a tenant gone idle reads 0, not its last value
+        self._tenants_seen |= set(snapshot.running) | set(snapshot.waiting)
+        self._tenants_seen |= set(snapshot.tenant_pages)
+        # list(): the engine thread may add a tenant meanwhile (a set copy is atomic).
+        for tenant in list(self._tenants_seen):  # a tenant gone idle reads 0, not its last
             self.running.labels(tenant).set(snapshot.running.get(tenant, 0))
             self.waiting.labels(tenant).set(snapshot.waiting.get(tenant, 0))
             pages = snapshot.tenant_pages.get(tenant, 0)
