@@ -95,9 +95,14 @@ def show_claim(
         console.print("\nno runs yet", highlight=False)
     for group in score.groups:
         scope_note = "" if group.in_scope else " (outside scope: indicative)"
+        agreement = (
+            f"{group.num_agree} of {len(group.current_runs)} current agree with the scored one"
+            if group.scored
+            else "none against today's prediction, so not scored"
+        )
         console.print(
             f"\n[bold]{group.evidence}[/] evidence{scope_note}: {len(group.runs)} run(s), "
-            f"{group.num_agree} of {len(group.current_runs)} current agree with the scored one",
+            f"{agreement}",
             highlight=False,
         )
         for run in group.runs:
