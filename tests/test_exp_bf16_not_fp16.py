@@ -25,7 +25,7 @@ def frame(tmp_path_factory):
 
 def test_records_every_claim_metric_per_trial(frame):
     values = assert_claim_metrics_recorded("bf16-not-fp16", frame)
-    assert all(s > 0 for s in values["fp16_speedup"])
+    assert len(values["fp16_speedup"]) == 2
     agree = frame[frame["metric"] == "top1_vs_f32_pct"]
     assert set(agree["labels"].map(lambda lb: json.loads(lb)["setting"])) == {"bf16", "fp16"}
     assert agree["value"].between(50, 100).all()
@@ -37,6 +37,24 @@ def test_records_every_claim_metric_per_trial(frame):
         }
         diff = values["fp16_minus_bf16_top1_pts"][trial]
         assert diff == pytest.approx(by["fp16"] - by["bf16"])
+
+
+def test_the_three_engines_compute_in_their_own_dtypes(frame):
+    for trial in (0, 1):
+        rows = frame[(frame["trial"] == trial) & (frame["metric"] == "perplexity")]
+        ppl = {
+            json.loads(lb)["setting"]: v
+            for lb, v in zip(rows["labels"], rows["value"], strict=True)
+        }
+        # The same windows through f32, bf16 and fp16 arithmetic: three different results.
+        assert len({ppl["f32"], ppl["bf16"], ppl["fp16"]}) == 3
+        speeds = frame[(frame["trial"] == trial) & (frame["metric"] == "decode_tokens_per_s")]
+        assert len(speeds) == 2 and (speeds["value"] > 0).all()
+
+
+def test_unknown_param_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="decode_token"):
+        run_experiment("bf16-not-fp16", {**PARAMS, "decode_token": 4}, tmp_path)
 
 
 def test_decode_prompts_must_come_from_the_windows(tmp_path):

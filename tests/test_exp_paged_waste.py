@@ -1,71 +1,79 @@
-"""The paged-waste experiment: pool filling by hand, then a tiny run recording every metric."""
+"""paged-waste through the real engine: paged allocation against max-length reservation."""
 
 from __future__ import annotations
 
-import math
-from pathlib import Path
-
 import numpy as np
 import pytest
+from engine_helpers import tiny_engine
+from precision_helpers import ROOT, assert_claim_metrics_recorded, run_experiment, write_tiny_model
 
 from claimbench.harness.claims import find_claim, load_claims
-from claimbench.harness.context import RunContext
 from claimbench.harness.registry import load_experiment
 
-ROOT = Path(__file__).resolve().parents[1]
-METRICS = ("paged_waste_pct", "contiguous_waste_pct", "concurrency_ratio")
+# Lengths, page size and pool scaled far down; 200 queued requests outlast 90 steps either way.
+PARAMS = {
+    "prompt_mean": 10.0,
+    "output_mean": 21.0,
+    "max_model_len": 128,
+    "page_size": 4,
+    "pool_tokens": 512,
+    "num_requests": 200,
+    "num_steps": 90,
+    "warmup_steps": 30,
+    "max_num_seqs": 32,
+    "engine": {"max_num_batched_tokens": 64},
+}
 
 
 def _experiment():
     return load_experiment(ROOT, find_claim(load_claims(ROOT), "paged-waste"))
 
 
-def test_fill_pool_by_hand():
-    fill_pool = _experiment().fill_pool
-    lengths = np.array([20, 5, 40, 1])
-    # 64 slots = 4 pages of 16: 20 tokens take 2 pages, 5 take 1, 40 would need 3 more.
-    assert fill_pool(lengths, page_size=16, pool_tokens=64) == (2, 48, 25)
-    # Reserving 32 slots each: two reservations fill 64 slots, 25 of them used.
-    assert fill_pool(lengths, page_size=32, pool_tokens=64, reserve_tokens=32) == (2, 64, 25)
+@pytest.fixture(scope="module")
+def frame(tmp_path_factory):
+    return run_experiment("paged-waste", PARAMS, write_tiny_model(tmp_path_factory.mktemp("tiny")))
 
 
-def test_lengths_fit_max_model_len():
-    exp = _experiment()
-    params = exp.DEFAULT_PARAMS | {"max_model_len": 64}
-    prompt, output = exp.draw_lengths(params, np.random.default_rng(0), 2000)
-    assert prompt.min() >= 1 and output.min() >= 1 and (prompt + output).max() <= 64
+def test_paging_wastes_less_and_runs_more_on_the_same_workload(frame):
+    values = assert_claim_metrics_recorded("paged-waste", frame)
+    for paged, contiguous, ratio in zip(*values.values(), strict=True):
+        assert paged < contiguous
+        assert ratio > 1
+    # 512 slots hold 4 reservations of 128: reserve_max never runs a fifth request.
+    max_running = frame[frame["metric"] == "max_running"]
+    contiguous = max_running[max_running["labels"].str.contains("contiguous")]
+    assert (contiguous["value"] == 4).all()
 
 
-def test_tiny_run_records_every_metric_each_trial():
-    ctx = RunContext(
-        claim_id="paged-waste",
-        profile="quick",
-        params={"pool_tokens": 8192, "max_model_len": 512},
-        trials=2,
-        seed=0,
-        hardware={"platform": "cpu"},
-        dtype="float32",
-    )
-    _experiment().run(ctx)
-    frame = ctx.measurements_frame("run")
-    for metric in METRICS:
-        values = frame.loc[frame["metric"] == metric].sort_values("trial")
-        assert list(values["trial"]) == [0, 1]
-        assert all(math.isfinite(v) for v in values["value"])
-    by_metric = frame.groupby("metric")["value"].mean()
-    assert 0 < by_metric["paged_waste_pct"] < by_metric["contiguous_waste_pct"] < 100
-    assert by_metric["concurrency_ratio"] > 1
+def test_occupancy_is_read_from_the_engines_pool():
+    serve_backlog = _experiment().serve_backlog
+    # Tiny f32 engine: 64 pages of 8 slots (63 usable), max_model_len 128 = 16 pages.
+    engine = tiny_engine(prefix_caching="off", max_num_batched_tokens=32)
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(3, 97, int(n)).tolist() for n in rng.integers(4, 40, 60)]
+    outputs = rng.integers(1, 60, 60).tolist()
+    steps = {"num_steps": 40, "warmup_steps": 10}
+    reserved = serve_backlog(engine, prompts, outputs, "reserve_max", **steps)
+    # Every running request holds all 128 slots of its reservation, whatever it has computed.
+    assert reserved.held_slots == round(reserved.mean_running * reserved.num_steps) * 128
+    assert reserved.max_running == 3  # 63 usable pages: three reservations of 16
+    paged = serve_backlog(engine, prompts, outputs, "paged", **steps)
+    # Paged, each running request leaves at most its last page's unfilled tail.
+    tails = paged.held_slots - paged.filled_slots
+    assert 0 < tails < round(paged.mean_running * paged.num_steps) * 8
+    assert paged.mean_running > reserved.mean_running
+    assert not engine.has_unfinished  # the rest of the backlog was aborted
 
 
-def test_bad_params():
-    ctx = RunContext(
-        claim_id="paged-waste",
-        profile="quick",
-        params={"page_size": 0},
-        trials=1,
-        seed=0,
-        hardware={"platform": "cpu"},
-        dtype="float32",
-    )
-    with pytest.raises(ValueError, match="param page_size must be a positive integer, got 0"):
-        _experiment().run(ctx)
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"page_size": 0}, "param page_size must be a positive integer, got 0"),
+        ({"warmup_steps": 90}, "warmup_steps must be an integer in"),
+        ({"pool_tokens": 64}, "holds no max_model_len"),
+        ({"pool_token": 64}, "unknown param"),
+    ],
+)
+def test_bad_params(tmp_path, params, message):
+    with pytest.raises(ValueError, match=message):
+        run_experiment("paged-waste", {**PARAMS, **params}, tmp_path)

@@ -7,12 +7,16 @@ import numpy as np
 import pytest
 from engine_helpers import dense_logits, tiny_engine, tiny_model
 
+from claimbench.engine.config import EngineConfig
+from claimbench.engine.engine import LLMEngine
 from claimbench.harness.quality import (
     PromptPass,
+    heldout_windows,
     ppl_delta_pct,
     prompt_pass,
     top1_agreement_pct,
 )
+from claimbench.models.checkpoint import default_model_path
 from claimbench.models.llama import weight_bytes
 from claimbench.models.quantize import quantize_weights
 
@@ -53,8 +57,22 @@ def test_quantized_engine_costs_a_little_and_reports_real_weight_bytes(f32_pass)
     quant = prompt_pass(engine, WINDOWS)
     assert 0 < abs(ppl_delta_pct(quant, f32_pass)) < 2.0
     assert top1_agreement_pct(quant, f32_pass) >= 90.0
-    assert engine.runner.weight_bytes == weight_bytes(quantize_weights(tiny_model(), "int8"))
-    assert engine.runner.weight_bytes < 0.3 * weight_bytes(tiny_model())  # f32 -> int8 + scales
+    held = engine.stats().weight_bytes
+    assert held == weight_bytes(quantize_weights(tiny_model(), "int8"))
+    assert held < 0.3 * weight_bytes(tiny_model())  # f32 -> int8 + scales
+
+
+@pytest.mark.parametrize("kv_dtype", ["int8", "fp8"])
+def test_quantized_kv_changes_the_shipped_models_perplexity(kv_dtype):
+    # The shipped model, held-out text: the quantized cache must really round K and V (a
+    # nonzero perplexity change) without breaking the model (a small one).
+    windows = heldout_windows(default_model_path(), 2, 48, 0)
+    options = {"prefix_caching": "off", "kv_pool_bytes": 2**22, "max_model_len": 64}
+    ref = prompt_pass(LLMEngine(EngineConfig(kv_dtype="bf16", **options)), windows)
+    extra = {"kv_scale": "calibrate"} if kv_dtype == "fp8" else {}
+    quant = prompt_pass(LLMEngine(EngineConfig(kv_dtype=kv_dtype, **options, **extra)), windows)
+    assert 0 < abs(ppl_delta_pct(quant, ref)) < 5
+    assert not np.array_equal(quant.logprobs, ref.logprobs)
 
 
 def test_prompt_pass_refuses_a_prefix_cached_or_truncated_pass():
