@@ -50,8 +50,8 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "queue_batches": 1.0,
     "prompt_len": [16, 64],
     "output_len": [16, 48],
-    "episode_requests": 128,
-    "recovery_requests": 64,
+    "episode_requests": 96,
+    "recovery_requests": 48,
     "saturation_requests": 32,
 }
 
