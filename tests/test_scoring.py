@@ -252,3 +252,18 @@ def test_format_value():
     assert scoring.format_value(1.2345) == "1.23"
     assert scoring.format_value(123456.7) == "123,457"
     assert scoring.format_value(None) == "-"
+
+
+def test_a_never_condition_is_an_observation_not_an_interval(tmp_path):
+    """``metric <= 0`` predicts an event never happens: zero in every trial holds (it is not a
+    'constant' left undecided), and one event in one trial fails it."""
+    never = claim(conditions=[{"metric": "preemptions", "op": "<=", "value": 0}])
+    assert scoring.is_never_condition(never.prediction[0])
+    assert not scoring.is_never_condition(Condition(metric="x", op="<=", value=1))
+    clean = store_run(tmp_path / "a", never, rows("preemptions", [0, 0, 0], unit="preemptions"))
+    (cs,) = scoring.score_claim(never, [clean]).conditions
+    assert (cs.status, cs.method) == ("holds", "never")
+    one = store_run(tmp_path / "b", never, rows("preemptions", [0, 1, 0], unit="preemptions"))
+    assert scoring.score_claim(never, [one]).conditions[0].status == "fails"
+    short = store_run(tmp_path / "c", never, rows("preemptions", [0, 0], unit="preemptions"))
+    assert scoring.score_claim(never, [short]).conditions[0].status == "too-few-trials"

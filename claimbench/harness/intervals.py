@@ -21,7 +21,7 @@ from scipy import stats
 
 CONFIDENCE_LEVEL = 0.95
 RATIO_UNIT = "x"
-METHODS = ("t", "log-t", "constant", "single")
+METHODS = ("t", "log-t", "constant", "single", "never")  # never: scoring.is_never_condition
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ Conditions: an analytic condition is decided by the scored analytic run's value,
 interval). A measured condition is decided by a run's trials of one class: each trial's values
 are averaged, and the estimate and its interval come from harness.intervals (Student-t; ratios
 in log space). Too few trials (evidence_rules.min_trials) or identical values in every trial
-leave it undecided. A measured condition is never filled from analytic values.
+leave it undecided, except for a "never" condition (``metric <= 0``, an event predicted never
+to happen), which is an observation: any trial with an event fails it, none in every trial
+holds it. A measured condition is never filled from analytic values.
 
 Verdict: the headline is the scored run of the first in-scope measured class in MEASURED order.
 confirmed: every condition holds on in-scope evidence of its basis. refuted: some condition fails
@@ -207,6 +209,15 @@ def score_condition(
     interval = intervals.estimate_interval(values, unit)
     if values.size < need:
         status = "too-few-trials"
+    elif is_never_condition(condition):
+        # "metric <= 0": the prediction is that an event never happens (a top-tier preemption,
+        # a greedy mismatch, a compile while serving). That is an observation, not a mean to
+        # estimate: one trial with an event refutes it; none in every trial (at the trial
+        # minimum) holds. The interval stays the data's range, never a zero-width estimate.
+        status = "fails" if bool((values > 0).any()) else "holds"
+        interval = intervals.Interval(
+            float(values.mean()), float(values.min()), float(values.max()), "never"
+        )
     elif interval.lo is None or interval.hi is None:
         status = "unclear"  # constant: identical trials give no interval to decide with
     else:
@@ -225,6 +236,11 @@ def score_condition(
         need,
         run_id,
     )
+
+
+def is_never_condition(condition: Condition) -> bool:
+    """Whether ``condition`` predicts an event count of zero (``metric <= 0``)."""
+    return condition.op == "<=" and condition.value == 0
 
 
 def combine(conditions: tuple[ConditionScore, ...]) -> str:

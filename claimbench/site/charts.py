@@ -109,7 +109,11 @@ def condition_svg(condition: Condition, rows: list[tuple[str, ConditionScore]]) 
             ax.errorbar(cs.estimate, y, xerr=xerr, fmt="D", color=colour, capsize=4, markersize=5)
         else:
             ax.plot(cs.estimate, y, "D", color=colour, markersize=5)
-            note = {"exact": " exact", "constant": " constant: no interval"}.get(cs.method or "")
+            note = {
+                "exact": " exact",
+                "constant": " constant: no interval",
+                "never": " never: 0 in every trial is required",
+            }.get(cs.method or "")
             if note:
                 # Left of points in the right half, so the note stays inside the axes.
                 right_half = cs.estimate > (left + right) / 2
