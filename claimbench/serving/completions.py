@@ -262,8 +262,9 @@ async def _unless_disconnected(
     finally:
         gone.cancel()
         if not work.done():
-            work.cancel()  # the piece generator's cleanup aborts the engine request
-            job.state.engine.abort(job.stream.request_id)
+            job.state.engine.abort(job.stream.request_id)  # frees its pages now
+            work.cancel()
+            await asyncio.wait({work})
     if work.cancelled():
         return JSONResponse(error_body("client disconnected", 499), status_code=499)
     return work.result()
