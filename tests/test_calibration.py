@@ -61,17 +61,24 @@ def test_only_claims_decided_in_scope_count(tmp_path):
         claim(id="unsure", confidence=0.9),  # too few trials: inconclusive
         claim(id="tpu-only", confidence=0.7, scope="tpu"),  # confirmed-looking cpu values
         claim(id="absent", confidence=0.75),
+        claim(
+            id="sum",  # decided by arithmetic alone: not a forecast of a measurement
+            confidence=0.9,
+            conditions=[{"metric": "ratio", "op": ">=", "value": 1.0, "basis": "analytic"}],
+        ),
     ]
     runs = [
         store_run(tmp_path, claims[0], rows("gain", [2, 2.1, 2.2])),
         store_run(tmp_path, claims[1], rows("gain", [1, 1.1, 1.2])),
         store_run(tmp_path, claims[2], rows("gain", [2, 2.1])),
         store_run(tmp_path, claims[3], rows("gain", [2, 2.1, 2.2])),
+        store_run(tmp_path, claims[5], [("ratio", 0, 1.5, "analytic")]),
     ]
     scores = scoring.score_claims(claims, runs)
     assert scores[3].verdict == "indicative-only"
+    assert scores[5].verdict == "confirmed"
     cal = calibration.calibration(scores)
-    assert (cal.num_decided, cal.num_analytic_only) == (2, 0)
+    assert (cal.num_decided, cal.num_analytic_only) == (2, 1)
     assert cal.brier == pytest.approx(0.2)  # the hand case above: 0.8 confirmed, 0.6 refuted
     assert cal.log_score == pytest.approx(-0.569717, abs=1e-6)
     assert cal.brier_ci == pytest.approx((0.04, 0.36))

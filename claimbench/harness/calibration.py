@@ -38,7 +38,7 @@ class Calibration:
     """Scores of the stated confidences over the claims decided in scope."""
 
     num_decided: int
-    num_analytic_only: int  # decided claims with no measured condition (pure arithmetic)
+    num_analytic_only: int  # decided claims with no measured condition: left out, counted
     brier: float | None  # mean (p - outcome)^2; lower is better, COIN_BRIER for always 0.5
     brier_ci: tuple[float, float] | None  # bootstrap over claims
     log_score: float | None  # mean ln(p if confirmed else 1 - p); higher is better, 0 perfect
@@ -129,19 +129,25 @@ def reliability_bins(
 def calibration(scores: list[ClaimScore], *, seed: int = 0) -> Calibration:
     """Brier, log score (each with a bootstrap interval over claims) and reliability bins over
     the claims decided in scope (confirmed = 1)."""
-    decided = [s for s in scores if s.decided]
+    # A claim decided by arithmetic alone forecasts no measurement: the author could have done
+    # the sum. It is left out (and counted), so calibration is about predictions of the world.
+    arithmetic = [s for s in scores if s.decided and _analytic_only(s)]
+    decided = [s for s in scores if s.decided and not _analytic_only(s)]
     if not decided:
-        return Calibration(0, 0, None, None, None, None, ())
+        return Calibration(0, len(arithmetic), None, None, None, None, ())
     confidences = np.array([s.claim.confidence for s in decided])
     outcomes = np.array([1.0 if s.verdict == "confirmed" else 0.0 for s in decided])
     brier_ci, log_ci = bootstrap_over_claims(confidences, outcomes, seed=seed)
-    analytic_only = sum(all(c.basis == "analytic" for c in s.claim.prediction) for s in decided)
     return Calibration(
         num_decided=len(decided),
-        num_analytic_only=analytic_only,
+        num_analytic_only=len(arithmetic),
         brier=brier_score(confidences, outcomes),
         brier_ci=brier_ci,
         log_score=log_score(confidences, outcomes),
         log_score_ci=log_ci,
         bins=reliability_bins(confidences, outcomes),
     )
+
+
+def _analytic_only(score: ClaimScore) -> bool:
+    return all(c.basis == "analytic" for c in score.claim.prediction)
