@@ -54,6 +54,7 @@ def test_sigterm_drains_streams_in_flight_and_exits_0():
         wait_until_live(url, process)
         started = threading.Barrier(STREAMS + 1, timeout=60)
         results: list[list[str]] = [[] for _ in range(STREAMS)]
+        finished_at = [0.0] * STREAMS
 
         def stream(i: int) -> None:
             body = {
@@ -69,12 +70,14 @@ def test_sigterm_drains_streams_in_flight_and_exits_0():
                 results[i].append(next(lines))
                 started.wait()
                 results[i].extend(lines)
+                finished_at[i] = time.monotonic()
 
         threads = [threading.Thread(target=stream, args=(i,)) for i in range(STREAMS)]
         for thread in threads:
             thread.start()
         started.wait()  # every stream has its first chunk
         process.send_signal(signal.SIGTERM)
+        signalled_at = time.monotonic()
         # Admission stops at once: a new request is refused (503) or finds no listener.
         time.sleep(0.3)
         try:
@@ -85,6 +88,7 @@ def test_sigterm_drains_streams_in_flight_and_exits_0():
         for thread in threads:
             thread.join(120)
         assert process.wait(timeout=120) == 0
+        assert min(finished_at) > signalled_at  # every stream was still in flight
     finally:
         if process.poll() is None:
             process.kill()
