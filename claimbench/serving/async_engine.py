@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import queue
 import threading
 import time
@@ -26,6 +27,7 @@ from claimbench.engine.outputs import Event, FinishEvent, RejectEvent
 from claimbench.engine.sampler import SamplingParams
 
 T = TypeVar("T")
+log = logging.getLogger("claimbench.serving")
 IDLE_WAIT_S = 0.05  # how long an idle loop sleeps on its inbox (the liveness heartbeat)
 
 
@@ -189,9 +191,9 @@ class AsyncEngine:
                     engine.abort(request_id, "abort")
             while engine.has_unfinished:
                 self._deliver(engine.step())
-        except BaseException as e:
+        except Exception as e:  # a bug or a device failure: /health reports it, waiters wake
             self.error = e
-            raise
+            log.exception("the engine loop failed")
         finally:
             self._fail_waiters()
 

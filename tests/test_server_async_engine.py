@@ -1,0 +1,131 @@
+"""AsyncEngine: one thread steps the engine; requests' events reach their own asyncio queues."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from engine_helpers import tiny_engine
+
+from claimbench.engine.outputs import FinishEvent, TokenEvent
+from claimbench.engine.sampler import SamplingParams
+from claimbench.engine.tenants import Tenant
+from claimbench.serving.async_engine import AsyncEngine, EngineStopped, RequestRejected
+
+PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [13, 14, 15, 16, 17, 18, 19]]
+GREEDY = SamplingParams(max_tokens=6, ignore_eos=True)
+LONG = SamplingParams(max_tokens=100, ignore_eos=True)
+
+
+@pytest.fixture
+def engine():
+    return tiny_engine(tenants=(Tenant("limited", token_rate=1.0, token_burst=20.0),))
+
+
+async def collect(stream) -> tuple[list[int], str]:
+    tokens = []
+    while True:
+        event = await stream.next()
+        if isinstance(event, TokenEvent):
+            tokens.append(event.token_id)
+        elif isinstance(event, FinishEvent):
+            return tokens, event.reason
+
+
+def test_concurrent_requests_get_their_own_tokens(engine):
+    expected = [o.token_ids for o in engine.generate(PROMPTS, GREEDY)]
+    loop_engine = AsyncEngine(engine)
+    loop_engine.start()
+
+    async def main():
+        streams = [await loop_engine.add(p, GREEDY, tenant="t") for p in PROMPTS]
+        return await asyncio.gather(*(collect(s) for s in streams))
+
+    try:
+        results = asyncio.run(main())
+    finally:
+        loop_engine.stop()
+    assert [tokens for tokens, _ in results] == expected  # f32: batch-invariant
+    assert all(reason == "length" for _, reason in results)
+
+
+def test_bad_input_and_rejections_raise_and_leave_nothing_queued(engine):
+    loop_engine = AsyncEngine(engine)
+    loop_engine.start()
+
+    async def main():
+        with pytest.raises(ValueError, match="tenant"):
+            await loop_engine.add([5, 6], GREEDY, tenant="")
+        with pytest.raises(RequestRejected) as never:
+            await loop_engine.add([5] * 125, GREEDY, tenant="t")
+        first = await loop_engine.add([5, 6, 7], GREEDY, tenant="limited")  # 9 of 20 tokens
+        await collect(first)
+        with pytest.raises(RequestRejected) as limited:
+            await loop_engine.add([5, 6, 7, 8, 9, 10], GREEDY, tenant="limited")  # 12 > 11
+        return never.value, limited.value
+
+    try:
+        never, limited = asyncio.run(main())
+        num_requests = loop_engine.submit(lambda e: len(e.requests)).result(10)
+        queued = loop_engine.submit(lambda e: e.has_unfinished).result(10)
+    finally:
+        loop_engine.stop()
+    assert not never.over_limit and "max_model_len" in never.reason
+    assert limited.over_limit and "token_rate" in limited.reason
+    assert num_requests == 3 and not queued  # the malformed one left no state
+
+
+def test_abort_frees_pages_at_once(engine):
+    start = engine.block_manager.num_free_pages
+    loop_engine = AsyncEngine(engine)
+    loop_engine.start()
+
+    async def main():
+        stream = await loop_engine.add([5, 6, 7], LONG, tenant="t")
+        assert isinstance(await stream.next(), TokenEvent)
+        held = await loop_engine.call(lambda e: e.block_manager.num_free_pages)
+        loop_engine.abort(stream.request_id)
+        freed = await loop_engine.call(lambda e: e.block_manager.num_free_pages)
+        return held, freed
+
+    try:
+        held, freed = asyncio.run(main())
+    finally:
+        loop_engine.stop()
+    assert held < start and freed == start
+
+
+def test_stop_aborts_in_flight_and_refuses_later_calls(engine):
+    loop_engine = AsyncEngine(engine)
+    loop_engine.start()
+
+    async def main():
+        stream = await loop_engine.add([5, 6, 7], LONG, tenant="t")
+        await stream.next()
+        await asyncio.to_thread(loop_engine.stop)
+        _, reason = await collect(stream)
+        with pytest.raises(EngineStopped):
+            await loop_engine.add([5, 6], GREEDY, tenant="t")
+        return reason
+
+    assert asyncio.run(main()) == "abort"
+    assert not loop_engine.is_alive
+
+
+def test_a_failing_step_wakes_every_waiter(engine):
+    loop_engine = AsyncEngine(engine)
+
+    def broken_step():
+        raise RuntimeError("device lost")
+
+    engine.step = broken_step  # the loop calls the instance's step
+    loop_engine.start()
+
+    async def main():
+        stream = await loop_engine.add([5, 6, 7], GREEDY, tenant="t")
+        with pytest.raises(EngineStopped):
+            await asyncio.wait_for(stream.next(), 10)
+
+    asyncio.run(main())
+    loop_engine.stop()
+    assert isinstance(loop_engine.error, RuntimeError) and not loop_engine.is_alive
