@@ -33,8 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from claimbench.engine.kv_cache import kv_bytes_per_token, resolve_kv_dtype
 from claimbench.engine.sampler import SamplingParams
 from claimbench.harness.precision import arm_order
+from claimbench.models.checkpoint import read_config
 from claimbench.workload.lengths import LognormalLength
 
 if TYPE_CHECKING:
@@ -130,9 +132,6 @@ def serve_backlog(
 
 def _engine(ctx: RunContext, params: dict[str, Any]) -> LLMEngine:
     """One engine whose pool holds ``pool_tokens`` slots (plus the null page) of the run's model."""
-    from claimbench.engine.kv_cache import kv_bytes_per_token, resolve_kv_dtype
-    from claimbench.models.checkpoint import read_config
-
     cfg = read_config(ctx.model_path)
     kv_dtype = params["engine"].get("kv_dtype", "auto")
     per_token = kv_bytes_per_token(cfg, resolve_kv_dtype(kv_dtype, ctx.dtype))
