@@ -73,6 +73,17 @@ class RequestStream:
             raise event
         return event
 
+    async def next_batch(self) -> list[Event]:
+        """The next event and every one already queued behind it: a consumer that fell
+        behind the engine catches up in one go instead of one wake-up per token."""
+        batch = [await self.next()]
+        while not self._events.empty():
+            event = self._events.get_nowait()
+            if isinstance(event, Exception):
+                raise event
+            batch.append(event)
+        return batch
+
 
 class AsyncEngine:
     """Runs ``engine`` on its own thread; start() before use, stop() to end.

@@ -19,7 +19,7 @@ from claimbench.serving.async_engine import AsyncEngine, RequestStream
 
 @dataclass(frozen=True)
 class Piece:
-    """What one engine event adds to a response."""
+    """What the engine's events since the previous piece add to a response."""
 
     text: str  # new text safe to send
     token_ids: list[int]  # output tokens since the previous piece
@@ -70,28 +70,32 @@ class OutputAssembler:
 async def pieces(
     engine: AsyncEngine, stream: RequestStream, assembler: OutputAssembler
 ) -> AsyncIterator[Piece]:
-    """The request's output piece by piece, ending with one that has a finish_reason.
+    """The request's output piece by piece, ending with one that has a finish_reason. A
+    piece covers every event queued when it is made (one token while the consumer keeps up).
 
     A stop string aborts the request in the engine (its pages are freed at once). If the
     consumer goes away first (a client disconnect cancels it), the request is aborted."""
     finished = False
     try:
         while True:
-            event = await stream.next()
-            if isinstance(event, TokenEvent):
-                text = assembler.push(event.token_id)
-                logprobs = [] if event.logprob is None else [event.logprob]
-                if assembler.stopped:
-                    engine.abort(stream.request_id)
+            text, token_ids, logprobs = "", [], []
+            for event in await stream.next_batch():
+                if isinstance(event, TokenEvent):
+                    text += assembler.push(event.token_id)
+                    token_ids.append(event.token_id)
+                    if event.logprob is not None:
+                        logprobs.append(event.logprob)
+                    if assembler.stopped:
+                        engine.abort(stream.request_id)
+                        finished = True
+                        yield Piece(text + assembler.finish(), token_ids, logprobs, "stop")
+                        return
+                elif isinstance(event, FinishEvent | RejectEvent):
                     finished = True
-                    yield Piece(text + assembler.finish(), [event.token_id], logprobs, "stop")
+                    reason = "abort" if isinstance(event, RejectEvent) else event.reason
+                    yield Piece(text + assembler.finish(), token_ids, logprobs, reason)
                     return
-                yield Piece(text, [event.token_id], logprobs, None)
-            elif isinstance(event, FinishEvent | RejectEvent):
-                finished = True
-                reason = "abort" if isinstance(event, RejectEvent) else event.reason
-                yield Piece(assembler.finish(), [], [], reason)
-                return
+            yield Piece(text, token_ids, logprobs, None)
     finally:
         if not finished:
             engine.abort(stream.request_id)

@@ -1,0 +1,238 @@
+"""What the HTTP server costs: the same workload in process and over HTTP, side by side.
+
+    python benchmarks/server_overhead.py [--requests-per-client 8] [--output-len 32] [--repeats 3]
+
+Closed loop at 1 and at 16 concurrent clients: each client sends its next request as
+soon as its previous one finishes. In process, the clients are slots of a plain
+``LLMEngine.step()`` loop (no threads, no asyncio: the engine's own ceiling). Over HTTP,
+a ``claimbench serve`` subprocess with the same engine config serves streamed
+/v1/completions to asyncio httpx clients in this process. Same prompts (held-out, BOS +
+--min-input..--max-input tokens), same greedy --output-len tokens (EOS ignored), prefix
+caching off on both sides, step shapes compiled before timing; the two alternate, and each
+reports its best of --repeats runs (the host may be shared).
+
+Reported per concurrency: output tokens/s of each and their ratio (target: HTTP keeps
+>= 90% of in-process throughput at 16 clients), mean end-to-end latency of each and the
+server's added latency per request, and the CPU seconds each side used (on a CPU host
+the clients, the server and the "device" share the same cores). Only 127.0.0.1 is
+contacted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from claimbench.engine.config import EngineConfig
+from claimbench.engine.engine import LLMEngine
+from claimbench.engine.outputs import FinishEvent
+from claimbench.engine.sampler import SamplingParams
+from claimbench.models.checkpoint import default_model_path
+from claimbench.models.tokenizer import Tokenizer
+from claimbench.workload.corpus import heldout_prompts
+
+CONCURRENCIES = (1, 16)
+
+
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    return EngineConfig(
+        model_path=args.model,
+        dtype=args.dtype,
+        max_model_len=args.max_input + args.output_len,
+        max_num_seqs=16,
+        max_num_batched_tokens=args.budget,
+        kv_pool_bytes=64 * 2**20,
+        prefix_caching="off",
+    )
+
+
+def serve_args(args: argparse.Namespace, port: int) -> list[str]:
+    cfg = engine_config(args)
+    return [
+        "--model", str(args.model), "--dtype", args.dtype, "serve", "--port", str(port),
+        "--max-model-len", str(cfg.max_model_len), "--max-num-seqs", str(cfg.max_num_seqs),
+        "--max-num-batched-tokens", str(cfg.max_num_batched_tokens),
+        "--kv-pool-mb", str(cfg.kv_pool_bytes // 2**20), "--prefix-sharing", "off",
+        "--served-model-name", "bench",
+    ]  # fmt: skip
+
+
+def in_process(engine: LLMEngine, prompts: list[list[int]], clients: int, sampling) -> dict:
+    """Closed loop over the engine's step(): ``clients`` requests in flight at all times."""
+    todo = list(prompts)
+    added: dict[str, float] = {}
+    latencies, num_tokens = [], 0
+    start, cpu_start = time.perf_counter(), time.process_time()
+    for _ in range(min(clients, len(todo))):
+        added[engine.add_request(todo.pop(0), sampling)] = time.perf_counter()
+    while engine.has_unfinished:
+        for event in engine.step():
+            if isinstance(event, FinishEvent):
+                latencies.append(event.time_s - added[event.request_id])
+                num_tokens += engine.requests[event.request_id].num_output_tokens
+                if todo:
+                    added[engine.add_request(todo.pop(0), sampling)] = time.perf_counter()
+    result = _result(time.perf_counter() - start, latencies, num_tokens)
+    result["cpu_s"] = time.process_time() - cpu_start
+    return result
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def over_http(
+    url: str, prompts: list[list[int]], clients: int, output_len: int, server_pid: int
+) -> dict:
+    """Closed loop of ``clients`` asyncio clients streaming /v1/completions."""
+    cpu_start, server_cpu_start = time.process_time(), cpu_s(server_pid)
+    todo = list(prompts)
+    latencies, num_tokens = [], 0
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as http:
+
+        async def client() -> None:
+            nonlocal num_tokens
+            while todo:
+                body = {
+                    "model": "bench",
+                    "prompt": todo.pop(0),
+                    "max_tokens": output_len,
+                    "temperature": 0,
+                    "ignore_eos": True,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                }
+                sent = time.perf_counter()
+                usage = None
+                async with http.stream("POST", "/v1/completions", json=body) as response:
+                    response.raise_for_status()
+                    async for line in response.aiter_lines():
+                        if line.startswith("data: {") and '"usage":{' in line:
+                            usage = json.loads(line[6:])["usage"]
+                latencies.append(time.perf_counter() - sent)
+                num_tokens += usage["completion_tokens"]
+
+        start = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(clients)))
+    result = _result(time.perf_counter() - start, latencies, num_tokens)
+    result["client_cpu_s"] = time.process_time() - cpu_start
+    result["server_cpu_s"] = cpu_s(server_pid) - server_cpu_start
+    return result
+
+
+def _result(duration_s: float, latencies: list[float], num_tokens: int) -> dict:
+    return {
+        "requests": len(latencies),
+        "output_tokens": num_tokens,
+        "duration_s": duration_s,
+        "output_tokens_per_s": num_tokens / duration_s,
+        "mean_e2e_s": sum(latencies) / len(latencies),
+    }
+
+
+def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = "from claimbench.cli.main import app; app()"
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, *serve_args(args, port)], stderr=subprocess.DEVNULL
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit("the server exited during start-up")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return process, url
+        except httpx.TransportError:
+            time.sleep(0.5)
+    process.kill()
+    raise SystemExit("the server did not start within 10 minutes")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, default=default_model_path())
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--requests-per-client", type=int, default=8)
+    parser.add_argument("--min-input", type=int, default=32)
+    parser.add_argument("--max-input", type=int, default=64)
+    parser.add_argument("--output-len", type=int, default=32)
+    parser.add_argument("--budget", type=int, default=256, help="token budget per step")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=3, help="best of this many runs each")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    tokenizer = Tokenizer.from_dir(args.model)
+    sampling = SamplingParams(max_tokens=args.output_len, ignore_eos=True)
+    engine = LLMEngine(engine_config(args))
+    engine.precompile()
+    server, url = start_server(args)
+    rows = []
+    try:
+        for clients in CONCURRENCIES:
+            n = clients * args.requests_per_client
+            prompts = heldout_prompts(tokenizer, n, args.min_input, args.max_input, args.seed)
+            warm = prompts[: min(clients, 4)]
+            in_process(engine, warm, clients, sampling)  # warm both paths alike
+            asyncio.run(over_http(url, warm, clients, args.output_len, server.pid))
+            # Alternate the two, best of --repeats each: the host is shared, and a burst
+            # of someone else's work should not land on one side only.
+            locals_, remotes = [], []
+            for _ in range(args.repeats):
+                locals_.append(in_process(engine, prompts, clients, sampling))
+                remotes.append(
+                    asyncio.run(over_http(url, prompts, clients, args.output_len, server.pid))
+                )
+            local = max(locals_, key=lambda r: r["output_tokens_per_s"])
+            remote = max(remotes, key=lambda r: r["output_tokens_per_s"])
+            rows.append(
+                {
+                    "clients": clients,
+                    "in_process": local,
+                    "http": remote,
+                    "throughput_ratio": remote["output_tokens_per_s"]
+                    / local["output_tokens_per_s"],
+                    "added_latency_ms": 1000 * (remote["mean_e2e_s"] - local["mean_e2e_s"]),
+                }
+            )
+    finally:
+        server.terminate()
+        server.wait(60)
+    if args.json:
+        print(json.dumps(rows))
+        return
+    print(f"{'clients':>7} {'in-process tok/s':>17} {'HTTP tok/s':>11} {'ratio':>6} "
+          f"{'in-proc E2E ms':>15} {'HTTP E2E ms':>12} {'added ms/req':>13} "
+          f"{'CPU s: in-proc':>15} {'server':>7} {'client':>7}")  # fmt: skip
+    for row in rows:
+        local, remote = row["in_process"], row["http"]
+        print(
+            f"{row['clients']:>7} {local['output_tokens_per_s']:>17.1f} "
+            f"{remote['output_tokens_per_s']:>11.1f} {row['throughput_ratio']:>6.2f} "
+            f"{1000 * local['mean_e2e_s']:>15.1f} {1000 * remote['mean_e2e_s']:>12.1f} "
+            f"{row['added_latency_ms']:>13.1f} {local['cpu_s']:>15.2f} "
+            f"{remote['server_cpu_s']:>7.2f} {remote['client_cpu_s']:>7.2f}"
+        )
+    ratio = rows[-1]["throughput_ratio"]
+    verdict = "meets" if ratio >= 0.9 else "misses"
+    print(f"HTTP keeps {100 * ratio:.0f}% of in-process throughput at 16 clients: {verdict} >= 90%")
+
+
+if __name__ == "__main__":
+    main()
