@@ -50,8 +50,8 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "quiet_output_len": [8, 16],
     "noisy_prompt_len": [64, 128],
     "noisy_output_len": [48, 96],
-    "episode_requests": 32,
-    "recovery_requests": 16,
+    "episode_requests": 48,
+    "recovery_requests": 24,
     "saturation_requests": 24,
 }
 QUIET, NOISY = "quiet", "noisy"
