@@ -29,13 +29,18 @@ class ChatTemplate:
 
     def __init__(self, source: str, bos_token: str = "", eos_token: str = "") -> None:
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        self.template = env.from_string(source)
+        env.globals["raise_exception"] = _raise  # templates refuse bad input with it (HF)
+        try:
+            self.template = env.from_string(source)
+        except TemplateError as e:
+            raise ValueError(f"the chat template does not compile: {e}") from e
         self.bos_token = bos_token
         self.eos_token = eos_token
 
     @classmethod
     def for_model(cls, model_dir: Path) -> ChatTemplate:
-        """The template of ``model_dir/tokenizer_config.json``, or the default."""
+        """The template of ``model_dir/tokenizer_config.json``, or the default; ValueError
+        if it does not compile."""
         config_file = Path(model_dir) / "tokenizer_config.json"
         config = json.loads(config_file.read_text()) if config_file.is_file() else {}
         bos, eos = _token_text(config.get("bos_token")), _token_text(config.get("eos_token"))
@@ -56,6 +61,10 @@ class ChatTemplate:
             )
         except TemplateError as e:
             raise ValueError(f"the chat template failed on these messages: {e}") from e
+
+
+def _raise(message: str) -> None:
+    raise TemplateError(message)
 
 
 def _token_text(token: object) -> str:
