@@ -8,6 +8,7 @@ vLLM's are, for probes and scrapers.
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TypeVar
 
@@ -36,7 +37,7 @@ def create_app(state: ServerState) -> FastAPI:
     """The app over ``state``; its lifespan starts and stops the engine loop."""
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI):
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         state.engine.start()
         yield
         state.draining = True
@@ -55,13 +56,13 @@ def create_app(state: ServerState) -> FastAPI:
         return ModelList(data=[card])
 
     @app.post("/v1/completions")
-    async def create_completion(request: Request):
+    async def create_completion(request: Request) -> Response:
         tenant = authenticate(state, request)
         body = await parse(state, request, CompletionRequest)
         return await completions.completions(state, tenant, body, request)
 
     @app.post("/v1/chat/completions")
-    async def create_chat_completion(request: Request):
+    async def create_chat_completion(request: Request) -> Response:
         tenant = authenticate(state, request)
         body = await parse(state, request, ChatCompletionRequest)
         try:

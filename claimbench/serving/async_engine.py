@@ -105,14 +105,6 @@ class AsyncEngine:
         self.error: BaseException | None = None  # what killed the loop, if anything
 
     @property
-    def tokenizer(self):
-        return self._engine.tokenizer
-
-    @property
-    def config(self):
-        return self._engine.config
-
-    @property
     def is_alive(self) -> bool:
         return self._thread.is_alive() and self.error is None
 

@@ -14,11 +14,11 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
 from claimbench.engine.sampler import SamplingParams
-from claimbench.serving.async_engine import EngineStopped, RequestRejected
+from claimbench.serving.async_engine import EngineStopped, RequestRejected, RequestStream
 from claimbench.serving.errors import ApiError
 from claimbench.serving.generation import OutputAssembler, Piece, pieces
 from claimbench.serving.protocol import (
@@ -46,7 +46,13 @@ RETRY_AFTER_S = 1  # over a tenant's limit: its queue or token bucket frees up w
 class Job:
     """One admitted request: its pieces, and the counts its usage reports."""
 
-    def __init__(self, state: ServerState, stream, assembler: OutputAssembler, num_prompt: int):
+    def __init__(
+        self,
+        state: ServerState,
+        stream: RequestStream,
+        assembler: OutputAssembler,
+        num_prompt: int,
+    ) -> None:
         self.state = state
         self.stream = stream
         self.assembler = assembler
@@ -69,7 +75,9 @@ class Job:
         )
 
 
-async def completions(state: ServerState, tenant: str, body: CompletionRequest, http: Request):
+async def completions(
+    state: ServerState, tenant: str, body: CompletionRequest, http: Request
+) -> Response:
     prompt = body.single_prompt()
     prompt_ids = state.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
     job = await _admit(state, tenant, body, prompt_ids, body.max_tokens, body.logprobs is not None)
@@ -126,7 +134,7 @@ async def completions(state: ServerState, tenant: str, body: CompletionRequest, 
 
 async def chat_completions(
     state: ServerState, tenant: str, body: ChatCompletionRequest, http: Request
-):
+) -> Response:
     text = state.chat_template.render(body.messages, body.add_generation_prompt)
     bos = state.chat_template.bos_token
     # A template that writes the BOS token itself must not get a second one.

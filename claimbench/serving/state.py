@@ -6,12 +6,14 @@ recording) happens before the first request can arrive.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
 from claimbench.engine.engine import LLMEngine
+from claimbench.models.tokenizer import Tokenizer
 from claimbench.serving.async_engine import AsyncEngine
 from claimbench.serving.chat import ChatTemplate
 from claimbench.serving.health import GOLDEN_PROMPT, record_golden
@@ -38,7 +40,7 @@ class PrefixSharing(StrEnum):
 @dataclass
 class ServerState:
     engine: AsyncEngine
-    tokenizer: object  # claimbench.models.tokenizer.Tokenizer
+    tokenizer: Tokenizer
     model_name: str
     max_model_len: int
     chat_template: ChatTemplate
@@ -51,10 +53,10 @@ class ServerState:
     draining: bool = False  # set on SIGTERM: admit nothing new
 
     def cache_salt(self, tenant: str, request_salt: str | None) -> str | None:
+        """The prefix-cache salt of a request of ``tenant`` carrying ``request_salt``."""
         if self.prefix_sharing is PrefixSharing.per_tenant:
-            # The NUL cannot occur in a tenant name from YAML keys in practice, and keeps
-            # ("a", "b:c") and ("a:b", "c") apart.
-            return f"{tenant}\x00{request_salt or ''}"
+            # JSON keeps ("a", "b:c") and ("a:b", "c") apart, whatever the names hold.
+            return json.dumps([tenant, request_salt])
         return request_salt
 
 

@@ -106,6 +106,9 @@ def _parse_entry(path: Path, entry: object) -> tuple[Tenant, list[str]]:
     if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
         raise ValueError(f"{path}: every tenant needs a 'name', got {entry!r}")
     name = entry["name"]
+    if name.startswith("_"):
+        # Names starting with "_" are the server's own (the health probe's tenant).
+        raise ValueError(f"{path}: tenant names may not start with '_', got {name!r}")
     unknown = sorted(set(entry) - {"name", "key_sha256", *SETTINGS})
     if unknown:
         raise ValueError(f"{path}: tenant {name!r} has unknown fields {unknown}; known: {SETTINGS}")
