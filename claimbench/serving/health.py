@@ -19,8 +19,10 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.outputs import FinishEvent, RejectEvent, TokenEvent
@@ -95,9 +97,16 @@ async def _generate(engine: AsyncEngine, prompt_ids: Sequence[int]) -> list[int]
 
 def reference_tokens(model: LlamaForCausalLM, prompt_ids: Sequence[int], num: int) -> list[int]:
     """Greedy continuation by a dense forward pass over the whole sequence each token (no
-    KV cache, no paging, no batching): what the engine's tokens must equal."""
-    ids = list(prompt_ids)
-    for _ in range(num):
-        logits = model.forward_dense(jnp.asarray([ids], jnp.int32))
-        ids.append(int(np.argmax(np.asarray(logits[0, -1], np.float32))))
-    return ids[len(prompt_ids) :]
+    KV cache, no paging, no batching): what the engine's tokens must equal.
+
+    The sequence is padded at the end to its final length, so one executable serves every
+    token (causal attention never looks at the padding after a position)."""
+    graphdef, state = nnx.split(model)
+    forward = jax.jit(lambda ids: nnx.merge(graphdef, state).forward_dense(ids))
+    length = len(prompt_ids) + num
+    ids = np.zeros((1, length), np.int32)
+    ids[0, : len(prompt_ids)] = prompt_ids
+    for position in range(len(prompt_ids), length):
+        logits = forward(jnp.asarray(ids))
+        ids[0, position] = int(np.argmax(np.asarray(logits[0, position - 1], np.float32)))
+    return ids[0, len(prompt_ids) :].tolist()
