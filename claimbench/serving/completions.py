@@ -10,6 +10,7 @@ every generated token, the one that completed a stop string included (vLLM count
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -302,7 +303,7 @@ def _sse(
                     yield f"data: {chunk(piece).model_dump_json()}\n\n"
         except EngineStopped:
             error = error_body("the server stopped before the request finished", 503)
-            yield f"data: {JSONResponse(error).body.decode()}\n\n"
+            yield f"data: {json.dumps(error)}\n\n"
         if usage_chunk is not None:
             usage_chunk.usage = job.usage()
             yield f"data: {usage_chunk.model_dump_json()}\n\n"
