@@ -109,3 +109,6 @@ from claimbench.cli import doctor_cmd, serve_cmd, tenants_cmd  # noqa: E402
 app.command("serve")(serve_cmd.serve)
 app.command("doctor")(doctor_cmd.doctor)
 app.add_typer(tenants_cmd.app, name="tenants")
+from claimbench.cli import engine_cmd  # noqa: E402
+
+app.add_typer(engine_cmd.app, name="engine")

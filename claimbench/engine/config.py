@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from claimbench.engine.policies import DEFAULT_AGING_S, ORDERINGS, VICTIMS, PolicyParams
 from claimbench.engine.prefix_cache import MODES as PREFIX_MODES
@@ -17,18 +19,43 @@ WEIGHT_FORMATS = ("bf16", "int8", "fp8")  # bf16 = unquantized, in the model dty
 # paged: a request's pages grow with its computed tokens; reserve_max: it takes every page of
 # max_model_len at admission, as a server that reserves each request's maximum length does.
 KV_ALLOCATIONS = ("paged", "reserve_max")
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One EngineConfig option as an operator sees it."""
+
+    runtime: bool  # True: only the host reads it, so LLMEngine.reset may switch it
+    description: str  # what it controls and, for a new-engine option, what it shapes
+
+
+# Every EngineConfig field, in field order: `claimbench engine knobs` prints this table and
+# LLMEngine.reset switches only its runtime rows. A field missing here needs a new engine.
+KNOBS: dict[str, Knob] = {
+    "model_path": Knob(False, "model directory: the weights are loaded at construction"),
+    "dtype": Knob(False, "compute dtype: weights and every compiled step are in it"),
+    "kv_dtype": Knob(False, "KV storage dtype: the pool's layout is allocated in it"),
+    "kv_scale": Knob(False, "fp8 KV scale: baked into the pool when it is allocated"),
+    "weights": Knob(False, "weight-only quantization: applied when the weights load"),
+    "kv_pool_bytes": Knob(False, "KV pool size: the pages are allocated once"),
+    "page_size": Knob(False, "tokens per KV page: the pool's and block tables' shapes"),
+    "max_num_seqs": Knob(False, "sequences per step: the compiled sequence buckets"),
+    "max_num_batched_tokens": Knob(False, "token budget per step: the compiled token buckets"),
+    "max_model_len": Knob(False, "longest request: block-table width and rope table"),
+    "attention_backend": Knob(False, "attention kernel: compiled into every step"),
+    "scheduling_policy": Knob(True, "waiting-queue order (fcfs, priority, vtc, ...)"),
+    "victim_policy": Knob(True, "which running request preemption evicts"),
+    "priority_aging_s": Knob(True, "priority aging: this long a wait raises one tier"),
+    "vtc_input_weight": Knob(True, "fair-share service charged per input token"),
+    "vtc_output_weight": Knob(True, "fair-share service charged per output token"),
+    "tenants": Knob(True, "tenants: tiers, weights, SLOs, admission limits, KV quotas"),
+    "seed": Knob(True, "seed of requests that bring none"),
+    "compilation_cache_dir": Knob(False, "persistent compilation cache: set when steps compile"),
+    "prefix_caching": Knob(True, "prefix cache: off, per-tenant, shared or salted"),
+    "kv_allocation": Knob(True, "KV pages grow with a request (paged) or are reserved up front"),
+}
 # Fields only the host reads: LLMEngine.reset may switch them without recompiling.
-HOST_FIELDS = (
-    "scheduling_policy",
-    "victim_policy",
-    "priority_aging_s",
-    "vtc_input_weight",
-    "vtc_output_weight",
-    "tenants",
-    "seed",
-    "prefix_caching",
-    "kv_allocation",
-)
+HOST_FIELDS = tuple(name for name, knob in KNOBS.items() if knob.runtime)
 MIN_TOKEN_BUCKET = 16  # smallest padded token count a step is compiled for
 MIN_SEQ_BUCKET = 8  # smallest padded sequence-slot count
 
@@ -120,3 +147,22 @@ def _as_float(value: str | float) -> float:
         return float(value)
     except (TypeError, ValueError):
         return float("nan")
+
+
+def knob_rows() -> list[dict[str, Any]]:
+    """EngineConfig's options in field order, as JSON-ready rows: name, default, ``changes``
+    ("runtime": LLMEngine.reset switches it; "new engine": it shapes compiled steps, weights
+    or the pool) and description (what `claimbench engine knobs` prints)."""
+    rows = []
+    for field in fields(EngineConfig):
+        knob = KNOBS.get(field.name, Knob(False, "(not described)"))
+        default = None if field.default is MISSING else field.default
+        rows.append(
+            {
+                "name": field.name,
+                "default": json.loads(json.dumps(default, default=str)),
+                "changes": "runtime" if knob.runtime else "new engine",
+                "description": knob.description,
+            }
+        )
+    return rows
