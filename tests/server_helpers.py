@@ -113,7 +113,9 @@ def shared_server() -> RunningServer:
 
 
 def free_pages(running: RunningServer) -> int:
-    return running.call(lambda engine: engine.block_manager.num_free_pages)
+    """Pages an allocation could take now (cached pages no request holds included)."""
+    stats = running.call(lambda engine: engine.stats())
+    return stats.num_usable_pages - stats.num_used_pages
 
 
 def wait_for(predicate, timeout_s: float = 10.0) -> bool:

@@ -76,23 +76,23 @@ def test_bad_input_and_rejections_raise_and_leave_nothing_queued(engine):
 
 
 def test_abort_frees_pages_at_once(engine):
-    start = engine.block_manager.num_free_pages
+    used_before = engine.stats().num_used_pages
     loop_engine = AsyncEngine(engine)
     loop_engine.start()
 
     async def main():
         stream = await loop_engine.add([5, 6, 7], LONG, tenant="t")
         assert isinstance(await stream.next(), TokenEvent)
-        held = await loop_engine.call(lambda e: e.block_manager.num_free_pages)
+        used_running = await loop_engine.call(lambda e: e.stats().num_used_pages)
         loop_engine.abort(stream.request_id)
-        freed = await loop_engine.call(lambda e: e.block_manager.num_free_pages)
-        return held, freed
+        used_after = await loop_engine.call(lambda e: e.stats().num_used_pages)
+        return used_running, used_after
 
     try:
-        held, freed = asyncio.run(main())
+        used_running, used_after = asyncio.run(main())
     finally:
         loop_engine.stop()
-    assert held < start and freed == start
+    assert used_running > used_before and used_after == used_before
 
 
 def test_stop_aborts_in_flight_and_refuses_later_calls(engine):

@@ -260,19 +260,21 @@ def _put_all(batch: list[tuple[asyncio.Queue, Event]]) -> None:
 
 
 def _snapshot(engine: LLMEngine) -> EngineSnapshot:
-    # The engine has no read-only stats view yet; this is the one place that reads its
-    # scheduler and block manager, and it runs on the engine thread.
+    # engine.stats() has the pool's totals; the per-tenant split is not in it yet, so this
+    # one place reads the scheduler's queues and the block manager's tenant counts, on the
+    # engine thread.
+    stats = engine.stats()
     running: dict[str, int] = defaultdict(int)
     waiting: dict[str, int] = defaultdict(int)
     for request in engine.scheduler.running:
         running[request.tenant] += 1
     for request in engine.scheduler.waiting:
         waiting[request.tenant] += 1
-    manager = engine.block_manager
+    tenant_pages = engine.block_manager.tenant_pages
     return EngineSnapshot(
         running=dict(running),
         waiting=dict(waiting),
-        tenant_pages={t: n for t, n in manager.tenant_pages.items() if n},
-        num_free_pages=manager.num_free_pages,
-        num_usable_pages=manager.num_usable_pages,
+        tenant_pages={t: n for t, n in tenant_pages.items() if n},
+        num_free_pages=stats.num_usable_pages - stats.num_used_pages,
+        num_usable_pages=stats.num_usable_pages,
     )
