@@ -49,7 +49,7 @@ def test_build_step_orders_decode_prefill_mixed_and_pads_into_the_null_page():
     assert md.kv_lens.tolist() == [6, 3, 9, 0, 0, 0, 0, 0]
     assert x.positions[:9].tolist() == [5, 0, 1, 2, 4, 5, 6, 7, 8]
     assert x.token_ids[:9].tolist() == [8, 3, 4, 5, 7, 8, 9, 10, 11]
-    assert x.logits_indices.tolist()[:3] == [0, 3, 8]
+    assert x.logits_indices[:3, 0].tolist() == [0, 3, 8]
     # Token 5 of the decode request is slot 1 of its second page.
     assert x.md.slot_mapping[0] == decode.block_table[1] * 4 + 1
     assert (md.slot_mapping[9:] // 4 == NULL_PAGE).all()

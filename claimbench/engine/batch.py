@@ -5,6 +5,11 @@ starting at position 0), then mixed (chunks continuing a cached prefix), the ord
 AttentionMetadata.distribution describes. Token and sequence counts are padded to a
 compiled bucket; padded tokens write into the null page and padded sequence slots
 have kv_len 0.
+
+With speculation a caught-up sequence also carries its draft tokens (a verify chunk of
+1 + k tokens, laid out with the mixed group) and asks for logits at its last real token and
+after each draft token: ``logits_indices`` is i32[N, 1 + k], a shorter row repeating its
+last index.
 """
 
 from __future__ import annotations
@@ -29,9 +34,14 @@ class StepInputs:
     token_ids: np.ndarray  # i32[T]
     positions: np.ndarray  # i32[T]
     md: AttentionMetadata
-    logits_indices: np.ndarray  # i32[N] flat index of each sequence's last scheduled token
+    logits_indices: np.ndarray  # i32[N, 1 + k] flat indices of the tokens sampled after
     sampling: SamplingBatch
     target_ids: np.ndarray  # i32[T] the prompt token following each position (prompt logprobs)
+    draft_tokens: np.ndarray  # i32[N, k] proposed tokens being verified (k = spec_tokens)
+    num_draft: np.ndarray  # i32[N] how many of each row's draft tokens are real
+    # f32[N, k, V] the distribution each draft token was drawn from; None = one-hot (n-gram,
+    # or a greedy batch, whose acceptance never reads it).
+    draft_probs: jax.Array | None = None
 
 
 @dataclass(frozen=True)
@@ -40,7 +50,8 @@ class StepPlan:
 
     inputs: StepInputs
     requests: list[Request]  # slot order
-    num_tokens: list[int]  # scheduled tokens per slot
+    num_tokens: list[int]  # scheduled tokens per slot, draft tokens included
+    num_draft: list[int]  # draft tokens per slot (the tail of its scheduled tokens)
     num_decode: int
     num_prefill: int  # prefill-only sequences (chunk starts at position 0)
     num_mixed: int
@@ -56,6 +67,7 @@ class StepPlan:
 def empty_inputs(cfg: EngineConfig, num_tokens: int, num_seqs: int) -> StepInputs:
     """All-padding inputs of one bucket's shapes (for compiling ahead of serving)."""
     i32 = np.int32
+    k = cfg.spec_tokens
     md = AttentionMetadata(
         slot_mapping=np.zeros(num_tokens, i32),
         cu_q_lens=np.zeros(num_seqs + 1, i32),
@@ -76,14 +88,17 @@ def empty_inputs(cfg: EngineConfig, num_tokens: int, num_seqs: int) -> StepInput
         token_ids=np.zeros(num_tokens, i32),
         positions=np.zeros(num_tokens, i32),
         md=md,
-        logits_indices=np.zeros(num_seqs, i32),
+        logits_indices=np.zeros((num_seqs, 1 + k), i32),
         sampling=sampling,
         target_ids=np.zeros(num_tokens, i32),
+        draft_tokens=np.zeros((num_seqs, k), i32),
+        num_draft=np.zeros(num_seqs, i32),
     )
 
 
 def build_step(cfg: EngineConfig, scheduled: list[tuple[Request, int]]) -> StepPlan:
-    """Flatten (request, num_tokens) pairs into one padded batch."""
+    """Flatten (request, num_tokens) pairs into one padded batch; tokens beyond a request's
+    uncomputed ones are its draft tokens (``request.spec_token_ids``)."""
     decode = [(r, n) for r, n in scheduled if n == 1]
     prefill = [(r, n) for r, n in scheduled if n > 1 and r.num_computed_tokens == 0]
     mixed = [(r, n) for r, n in scheduled if n > 1 and r.num_computed_tokens > 0]
@@ -94,21 +109,29 @@ def build_step(cfg: EngineConfig, scheduled: list[tuple[Request, int]]) -> StepP
     md, sp = inputs.md, inputs.sampling
     page_size = cfg.page_size
     wants_prompt_logprobs = False
+    num_drafts: list[int] = []
     offset = 0
     for i, (request, n) in enumerate(ordered):
         start = request.num_computed_tokens
         end = start + n
+        num_spec = max(n - request.num_uncomputed_tokens, 0)
         table = request.block_table
         md.page_indices[i, : len(table)] = table
         positions = np.arange(start, end, dtype=np.int32)
-        inputs.token_ids[offset : offset + n] = request.token_ids(start, end)
+        known = request.token_ids(start, end - num_spec)
+        inputs.token_ids[offset : offset + n] = known + request.spec_token_ids[:num_spec]
+        inputs.draft_tokens[i, :num_spec] = request.spec_token_ids[:num_spec]
+        inputs.num_draft[i] = num_spec
+        num_drafts.append(num_spec)
         inputs.positions[offset : offset + n] = positions
         md.slot_mapping[offset : offset + n] = (
             md.page_indices[i, positions // page_size] * page_size + positions % page_size
         )
         md.kv_lens[i] = end
         md.cu_q_lens[i + 1] = offset + n
-        inputs.logits_indices[i] = offset + n - 1
+        # The last real token, then each draft token: position j predicts output j.
+        last_real = offset + n - 1 - num_spec
+        inputs.logits_indices[i] = last_real + np.minimum(np.arange(1 + cfg.spec_tokens), num_spec)
         params = request.sampling
         sp.temperature[i] = params.temperature
         sp.top_k[i] = params.top_k
@@ -133,11 +156,14 @@ def build_step(cfg: EngineConfig, scheduled: list[tuple[Request, int]]) -> StepP
             sp.temperature, sp.top_k, sp.top_p, sp.seeds, sp.output_index, np.asarray(all_greedy)
         ),
         inputs.target_ids,
+        inputs.draft_tokens,
+        inputs.num_draft,
     )
     return StepPlan(
         inputs=inputs,
         requests=[r for r, _ in ordered],
         num_tokens=[n for _, n in ordered],
+        num_draft=num_drafts,
         num_decode=len(decode),
         num_prefill=len(prefill),
         num_mixed=len(mixed),

@@ -90,6 +90,19 @@ class BlockManager:
         request.block_table += self.pool.allocate(num_new)
         self.tenant_pages[request.tenant] += len(hits) + num_new
 
+    def trim(self, request: Request, num_tokens: int) -> int:
+        """Release the tail pages beyond the first ``num_tokens`` tokens (the draft slots a
+        verification rejected); returns how many. Those pages hold unverified K/V, never a
+        cached block: only computed full blocks are entered into the prefix cache."""
+        keep = self.num_pages_for(num_tokens)
+        surplus = request.block_table[keep:]
+        if not surplus:
+            return 0
+        self.pool.release(surplus[::-1])
+        self.tenant_pages[request.tenant] -= len(surplus)
+        request.block_table = request.block_table[:keep]
+        return len(surplus)
+
     def free(self, request: Request) -> None:
         """Drop the request's references; pages no one references go back to the pool, cached
         full blocks staying reusable until their page is taken again."""

@@ -19,6 +19,11 @@ WEIGHT_FORMATS = ("bf16", "int8", "fp8")  # bf16 = unquantized, in the model dty
 # paged: a request's pages grow with its computed tokens; reserve_max: it takes every page of
 # max_model_len at admission, as a server that reserves each request's maximum length does.
 KV_ALLOCATIONS = ("paged", "reserve_max")
+# none | draft (a small model proposes) | ngram (prompt lookup proposes); spec_decode.py.
+SPECULATIVE = ("none", "draft", "ngram")
+# Draft tokens per step at most: a verify chunk is 1 + k tokens and every one of its
+# positions is projected to the vocabulary, so k is kept well under the token budget.
+MAX_SPEC_TOKENS = 16
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,9 @@ KNOBS: dict[str, Knob] = {
     "compilation_cache_dir": Knob(False, "persistent compilation cache: set when steps compile"),
     "prefix_caching": Knob(True, "prefix cache: off, per-tenant, shared or salted"),
     "kv_allocation": Knob(True, "KV pages grow with a request (paged) or are reserved up front"),
+    "speculative": Knob(False, "speculative decoding: the draft and verify steps compiled"),
+    "num_spec_tokens": Knob(False, "draft tokens per step: the verify steps' shapes"),
+    "draft_model_path": Knob(False, "draft model: its weights are loaded at construction"),
 }
 # Fields only the host reads: LLMEngine.reset may switch them without recompiling.
 HOST_FIELDS = tuple(name for name, knob in KNOBS.items() if knob.runtime)
@@ -85,6 +93,9 @@ class EngineConfig:
     compilation_cache_dir: Path | None = None  # persistent JAX compilation cache
     prefix_caching: str = "per-tenant"  # off | per-tenant | shared | salted (prefix_cache.MODES)
     kv_allocation: str = "paged"  # paged | reserve_max (KV_ALLOCATIONS)
+    speculative: str = "none"  # none | draft | ngram (SPECULATIVE)
+    num_spec_tokens: int = 4  # draft tokens proposed per sequence and step, 1..MAX_SPEC_TOKENS
+    draft_model_path: Path | None = None  # speculative="draft"; None = shipped tiny draft
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -107,6 +118,12 @@ class EngineConfig:
             raise ValueError(f"prefix_caching {self.prefix_caching!r} is not one of {PREFIX_MODES}")
         if self.kv_allocation not in KV_ALLOCATIONS:
             raise ValueError(f"kv_allocation {self.kv_allocation!r} is not one of {KV_ALLOCATIONS}")
+        if self.speculative not in SPECULATIVE:
+            raise ValueError(f"speculative {self.speculative!r} is not one of {SPECULATIVE}")
+        if not 1 <= self.num_spec_tokens <= MAX_SPEC_TOKENS:
+            raise ValueError(
+                f"num_spec_tokens must be in [1, {MAX_SPEC_TOKENS}], got {self.num_spec_tokens}"
+            )
         if self.victim_policy not in VICTIMS:
             raise ValueError(f"victim_policy {self.victim_policy!r} is not one of {tuple(VICTIMS)}")
         object.__setattr__(self, "tenants", tuple(self.tenants))
@@ -135,6 +152,11 @@ class EngineConfig:
             output_weight=self.vtc_output_weight,
             tenants=TenantTable(self.tenants),
         )
+
+    @property
+    def spec_tokens(self) -> int:
+        """Draft tokens per sequence a step verifies: num_spec_tokens, or 0 without speculation."""
+        return 0 if self.speculative == "none" else self.num_spec_tokens
 
     @property
     def pages_per_seq(self) -> int:

@@ -14,6 +14,7 @@ import pandas as pd
 from claimbench.engine.batch import StepPlan, build_step
 from claimbench.engine.block_manager import BlockManager
 from claimbench.engine.config import HOST_FIELDS, EngineConfig
+from claimbench.engine.draft_runner import check_draft, load_draft_model
 from claimbench.engine.kv_cache import resolve_kv_dtype
 from claimbench.engine.metrics import StepRecord, requests_frame, steps_frame
 from claimbench.engine.outputs import (
@@ -28,6 +29,7 @@ from claimbench.engine.request import Request, RequestStatus
 from claimbench.engine.runner import ModelRunner, StepOutput
 from claimbench.engine.sampler import SamplingParams
 from claimbench.engine.scheduler import Scheduler
+from claimbench.engine.speculator import Speculator
 from claimbench.engine.stats import EngineStats, engine_stats
 from claimbench.engine.workload_items import WorkItem, as_work_items, run_workload
 from claimbench.kernels.kv_quant import FP8_DTYPE
@@ -56,6 +58,7 @@ class LLMEngine:
         *,
         model: LlamaForCausalLM | None = None,
         tokenizer: Tokenizer | None = None,
+        draft_model: LlamaForCausalLM | None = None,
     ) -> None:
         config = config or EngineConfig()
         if model is None:
@@ -81,6 +84,16 @@ class LLMEngine:
             )
         self.fp8_kv_scales = fp8_kv_scales  # (k, v); used only by an fp8 cache
         self.runner = ModelRunner(config, model, fp8_kv_scales)
+        self.speculator = None
+        if config.speculative != "none":
+            if config.speculative == "draft" and draft_model is None:
+                draft_model = load_draft_model(
+                    config.draft_model_path, config.dtype, model.cfg, tokenizer
+                )
+            if draft_model is not None:
+                check_draft(draft_model.cfg, model.cfg, None, None)
+            draft = draft_model if config.speculative == "draft" else None
+            self.speculator = Speculator(config, draft)
         self.reset()
 
     def reset(self, config: EngineConfig | None = None) -> None:
@@ -101,6 +114,8 @@ class LLMEngine:
         block_manager = BlockManager(self.runner.num_pages, config.page_size, config.prefix_caching)
         scheduler = Scheduler(config, block_manager)
         self.config, self.block_manager, self.scheduler = config, block_manager, scheduler
+        if self.speculator is not None:
+            self.speculator.reset()
         self.requests: dict[str, Request] = {}
         self.step_records: list[StepRecord] = []
         self._pending: list[Event] = []  # rejections and aborts, reported by the next step
@@ -202,6 +217,8 @@ class LLMEngine:
         request.status = RequestStatus.FINISHED
         request.finish_reason = reason
         request.finish_time = now
+        if self.speculator is not None:
+            self.speculator.free(request)
         events.append(FinishEvent(request.request_id, reason, now))
 
     @property
@@ -220,17 +237,31 @@ class LLMEngine:
         if not scheduled.scheduled:
             return events
         plan = build_step(self.config, scheduled.scheduled)
+        inputs = plan.inputs
+        if self.speculator is not None:
+            for request in scheduled.preempted:
+                self.speculator.free(request)
+            inputs = dataclasses.replace(inputs, draft_probs=self.speculator.draft_probs(plan))
         t1 = time.perf_counter()
-        out = jax.block_until_ready(self.runner.execute(plan.inputs, plan.wants_prompt_logprobs))
+        out = jax.block_until_ready(self.runner.execute(inputs, plan.wants_prompt_logprobs))
         t2 = time.perf_counter()
-        self._postprocess(plan, out, t2, events)
+        num_accepted = self._postprocess(plan, out, t2, events)
         t3 = time.perf_counter()
-        self._record_step(plan, len(scheduled.preempted), t0, t3 - t0 - (t2 - t1), t2 - t1)
+        if self.speculator is not None:
+            self.speculator.propose(self.scheduler.running)
+        t4 = time.perf_counter()
+        host_s = t3 - t0 - (t2 - t1)
+        self._record_step(
+            plan, num_accepted, len(scheduled.preempted), t0, host_s, t2 - t1, t4 - t3
+        )
         return events
 
-    def _postprocess(self, plan: StepPlan, out: StepOutput, now: float, events: list) -> None:
+    def _postprocess(self, plan: StepPlan, out: StepOutput, now: float, events: list) -> list[int]:
+        """Advance each request, append its accepted tokens and report them; returns each
+        slot's accepted draft tokens."""
         tokens = np.asarray(out.tokens).tolist()
         logprobs = np.asarray(out.logprobs).tolist()
+        accepted = np.asarray(out.num_accepted)[: len(plan.requests)].tolist()
         prompt_logprobs = prompt_top1 = None
         if plan.wants_prompt_logprobs:
             prompt_logprobs = np.asarray(out.prompt_logprobs).tolist()
@@ -245,29 +276,54 @@ class LLMEngine:
                     request.prompt_logprobs[p] = prompt_logprobs[offset + p - start]
                     request.prompt_top1[p] = prompt_top1[offset + p - start]
             offset += n
-            request.num_computed_tokens += n
+            num_draft = plan.num_draft[i]
+            request.num_computed_tokens += n - num_draft
             if request.num_uncomputed_tokens:
                 continue  # mid-prefill: the sampled token is not the next one
-            request.append_output(tokens[i], logprobs[i], now)
-            lp = logprobs[i] if request.sampling.logprobs else None
-            index = request.num_output_tokens - 1
-            events.append(TokenEvent(request.request_id, tokens[i], index, now, lp))
-            reason = request.stop_reason(self.eos_token_id)
+            # The step's own token and the accepted drafts, each checked for a stop.
+            emitted = accepted[i] + 1
+            first = request.num_output_tokens
+            reason = request.append_outputs(
+                tokens[i][:emitted], logprobs[i][:emitted], now, self.eos_token_id
+            )
+            # Verified K/V: every token but the last emitted one (the next step writes it).
+            request.num_computed_tokens = request.num_tokens - 1
+            for index in range(first, request.num_output_tokens):
+                lp = request.output_logprobs[index] if request.sampling.logprobs else None
+                token = request.output_token_ids[index]
+                events.append(TokenEvent(request.request_id, token, index, now, lp))
+            self.scheduler.charge_accepted(request, request.num_output_tokens - first - 1)
             if reason is not None:
                 self.scheduler.finish(request)
                 self._finish(request, reason, now, events)
+            elif num_draft and self.config.kv_allocation == "paged":
+                # Rejected drafts' pages: keep only what the next step writes into.
+                self.block_manager.trim(request, request.num_tokens)
+        return accepted
 
     def _record_step(
-        self, plan: StepPlan, num_preempted: int, t0: float, host_s: float, device_s: float
+        self,
+        plan: StepPlan,
+        accepted: list[int],
+        num_preempted: int,
+        t0: float,
+        host_s: float,
+        device_s: float,
+        draft_s: float,
     ) -> None:
-        num_decode_tokens = plan.num_decode
+        drafted = [(d, a) for d, a in zip(plan.num_draft, accepted, strict=True) if d]
+        # A verify chunk is decode work (one sequence's next tokens), though it runs with the
+        # mixed group.
+        num_decode_seqs = plan.num_decode + len(drafted)
+        num_decode_tokens = plan.num_decode + sum(1 + d for d, _ in drafted)
+        k = self.config.spec_tokens
         self.step_records.append(
             StepRecord(
                 step=len(self.step_records),
                 start_s=t0 - self.start_time,
                 num_seqs=len(plan.requests),
-                num_decode_seqs=plan.num_decode,
-                num_prefill_seqs=plan.num_prefill + plan.num_mixed,
+                num_decode_seqs=num_decode_seqs,
+                num_prefill_seqs=len(plan.requests) - num_decode_seqs,
                 num_scheduled_tokens=plan.num_scheduled_tokens,
                 num_decode_tokens=num_decode_tokens,
                 num_prefill_tokens=plan.num_scheduled_tokens - num_decode_tokens,
@@ -279,6 +335,11 @@ class LLMEngine:
                 pages_free=self.block_manager.num_free_pages,
                 host_s=host_s,
                 device_s=device_s,
+                num_drafts=len(drafted),
+                num_draft_tokens=sum(d for d, _ in drafted),
+                num_accepted_tokens=sum(a for _, a in drafted),
+                accepted_per_pos=tuple(sum(a > j for _, a in drafted) for j in range(k)),
+                draft_s=draft_s,
             )
         )
 

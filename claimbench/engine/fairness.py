@@ -1,8 +1,8 @@
 """Per-tenant service over time: the ledger the scheduler charges.
 
 The scheduler charges every scheduled chunk to the request's tenant as input tokens
-(prompt tokens, and outputs recomputed after a preemption) and output tokens (the one
-token a step samples once a request is caught up). The ledger keeps running totals and
+(prompt tokens, and outputs recomputed after a preemption) and output tokens (the token
+a step samples once a request is caught up, and the draft tokens a verification accepts). The ledger keeps running totals and
 one snapshot per engine step, so the gap between tenants can be measured and plotted
 (harness/service.py holds that analysis; the engine only records).
 """
@@ -65,6 +65,14 @@ class ServiceLedger:
     def charge(self, tenant: str, num_input_tokens: int, num_output_tokens: int) -> None:
         self.input_tokens[tenant] = self.input_tokens.get(tenant, 0) + num_input_tokens
         self.output_tokens[tenant] = self.output_tokens.get(tenant, 0) + num_output_tokens
+
+    def charge_accepted(self, tenant: str, num_output_tokens: int) -> None:
+        """Charge output tokens known only after the step ran (accepted draft tokens), into
+        the totals and into that step's snapshot, already recorded at scheduling."""
+        self.charge(tenant, 0, num_output_tokens)
+        if self.history:
+            outputs = self.history[-1].output_tokens
+            outputs[tenant] = outputs.get(tenant, 0) + num_output_tokens
 
     def record_preemption(self, request: Request) -> None:
         """Count the computed tokens a preemption throws away (they will be computed again)."""

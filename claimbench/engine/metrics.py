@@ -34,6 +34,14 @@ class StepRecord:
     pages_free: int
     host_s: float  # scheduling, batch building, postprocessing
     device_s: float  # dispatch until the outputs were ready
+    # Speculative decoding, with vLLM's names: sequences that verified a draft this step,
+    # their draft tokens, how many were accepted, and per draft position how many sequences
+    # accepted it (length num_spec_tokens; empty without speculation).
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_per_pos: tuple[int, ...] = ()
+    draft_s: float = 0.0  # proposing the next step's drafts (the draft model's steps)
 
 
 def _rel(t: float | None, t0: float) -> float:

@@ -49,6 +49,9 @@ class Request:
         self.status = RequestStatus.WAITING
         self.num_computed_tokens = 0
         self.block_table: list[int] = []  # page ids, in token order
+        # Draft tokens proposed to follow the outputs, verified by the next step; never part
+        # of output_token_ids (nor of a prefix-cache block) until accepted.
+        self.spec_token_ids: list[int] = []
         self.num_preemptions = 0
         self.cache_salt = cache_salt  # prefix-cache salt of "salted" mode; None shares
         self.prefix_hit_tokens = 0  # prompt tokens served from the prefix cache at admission
@@ -97,6 +100,19 @@ class Request:
         if start >= num_prompt:
             return self.output_token_ids[start - num_prompt : end - num_prompt]
         return self.prompt_token_ids[start:] + self.output_token_ids[: end - num_prompt]
+
+    def append_outputs(
+        self, token_ids: list[int], logprobs: list[float], now: float, eos_token_id: int | None
+    ) -> str | None:
+        """Append a step's accepted tokens one by one, stopping at the first that ends the
+        request (EOS, a stop id, max_tokens): the tokens after it are dropped. Returns the
+        stop reason, or None if the request goes on."""
+        for token_id, logprob in zip(token_ids, logprobs, strict=True):
+            self.append_output(token_id, logprob, now)
+            reason = self.stop_reason(eos_token_id)
+            if reason is not None:
+                return reason
+        return None
 
     def append_output(self, token_id: int, logprob: float, now: float) -> None:
         self.output_token_ids.append(token_id)

@@ -1,7 +1,8 @@
 """The device side: KV cache, the jitted step, compiling every bucket ahead of serving.
 
 One pure function, step(weights, kv_caches, inputs) -> (StepOutput, kv_caches), runs the
-model over the flattened batch, samples one token per sequence slot and returns the
+model over the flattened batch, samples one token per sequence slot (or, verifying draft
+tokens, 1 + k candidates and how many of them are accepted: spec_decode.py) and returns the
 updated cache, which is donated so XLA updates it in place. It is jitted once at module
 level with the model's graph as a static argument, so engines over models of the same
 shape share executables. A variant that also returns prompt log-probs for every
@@ -30,6 +31,7 @@ from claimbench.engine.kv_cache import (
     resolve_kv_dtype,
 )
 from claimbench.engine.sampler import sample
+from claimbench.engine.spec_decode import accept
 from claimbench.kernels.backend import AttentionBackend, get_backend, resolve_backend_name
 from claimbench.kernels.kv_quant import LayerKV
 from claimbench.models.llama import LlamaForCausalLM, Rope, rope_table
@@ -38,10 +40,11 @@ from claimbench.models.llama import LlamaForCausalLM, Rope, rope_table
 @jax.tree_util.register_dataclass
 @dataclass(frozen=True)
 class StepOutput:
-    tokens: jax.Array  # i32[N] sampled token per sequence slot
-    logprobs: jax.Array  # f32[N] the model's log-prob of each sampled token
+    tokens: jax.Array  # i32[N, 1 + k] tokens per sequence slot; the first num_accepted + 1 count
+    logprobs: jax.Array  # f32[N, 1 + k] the model's log-prob of each token
     prompt_logprobs: jax.Array | None  # f32[T] log p(target_ids[t] | tokens <= t), or None
     prompt_top1: jax.Array | None  # i32[T] the most likely next token at each position, or None
+    num_accepted: jax.Array  # i32[N] draft tokens accepted (always 0 without speculation)
 
 
 class StaticModel:
@@ -87,15 +90,29 @@ def _step(
     hidden, kv_caches = model(
         inputs.token_ids, inputs.positions, kv_caches, inputs.md, attention=attention, rope=rope
     )
-    # Only the last token of each sequence needs the vocabulary projection for sampling.
-    logits = model.logits(hidden[inputs.logits_indices])
-    tokens, logprobs = sample(logits, inputs.sampling)
+    # Only the sampled positions (each sequence's last token, and its draft tokens when
+    # verifying) need the vocabulary projection.
+    if inputs.draft_tokens.shape[1] == 0:
+        tokens, logprobs = sample(
+            model.logits(hidden[inputs.logits_indices[:, 0]]), inputs.sampling
+        )
+        tokens, logprobs = tokens[:, None], logprobs[:, None]
+        num_accepted = jnp.zeros(tokens.shape[0], jnp.int32)
+    else:
+        tokens, logprobs, num_accepted = accept(
+            model.logits(hidden[inputs.logits_indices]),
+            inputs.draft_tokens,
+            inputs.num_draft,
+            inputs.draft_probs,
+            inputs.sampling,
+        )
     prompt_logprobs = prompt_top1 = None
     if with_prompt_logprobs:
         all_logprobs = jax.nn.log_softmax(model.logits(hidden), axis=-1)
         prompt_logprobs = jnp.take_along_axis(all_logprobs, inputs.target_ids[:, None], -1)[:, 0]
         prompt_top1 = jnp.argmax(all_logprobs, axis=-1).astype(jnp.int32)
-    return StepOutput(tokens, logprobs, prompt_logprobs, prompt_top1), kv_caches
+    output = StepOutput(tokens, logprobs, prompt_logprobs, prompt_top1, num_accepted)
+    return output, kv_caches
 
 
 class ModelRunner:

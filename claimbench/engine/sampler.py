@@ -106,6 +106,14 @@ def _filtered_logits(logits: jax.Array, batch: SamplingBatch) -> jax.Array:
     return jnp.where(scaled >= threshold, scaled, -jnp.inf)
 
 
+def filtered_probs(logits: jax.Array, batch: SamplingBatch) -> jax.Array:
+    """The distribution a sampling row draws from (temperature, top-k, top-p): f32[N, V].
+
+    Speculative acceptance compares these (the target's p, the draft's q), not the raw
+    softmax, so that what it preserves is the distribution the request asked for."""
+    return jax.nn.softmax(_filtered_logits(logits, batch), axis=-1)
+
+
 def _random_tokens(logits: jax.Array, batch: SamplingBatch) -> jax.Array:
     filtered = _filtered_logits(logits, batch)
     keys = jax.vmap(lambda s, i: jax.random.fold_in(jax.random.key(s), i))(

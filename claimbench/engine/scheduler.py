@@ -107,6 +107,8 @@ class Scheduler:
             if request.status is not RequestStatus.RUNNING:  # preempted earlier in this loop
                 continue
             num_tokens = min(request.num_uncomputed_tokens, budget)
+            if request.spec_token_ids and request.num_uncomputed_tokens == 1:
+                num_tokens = self._with_draft(request, budget)
             if not self._make_room(request, num_tokens, scheduled_ids, out):
                 continue
             self._schedule(request, num_tokens, now, out, scheduled_ids)
@@ -135,6 +137,12 @@ class Scheduler:
             self._schedule(request, num_tokens, now, out, scheduled_ids, num_reserved)
             budget -= num_tokens
         return out
+
+    def _with_draft(self, request: Request, budget: int) -> int:
+        """Tokens for a caught-up request with draft tokens: its last token and as many drafts
+        as the budget and the free pages allow. Speculation never preempts anyone."""
+        num_tokens = min(1 + len(request.spec_token_ids), budget)
+        return num_tokens if self._fits(request, num_tokens) else 1
 
     def _admission_tokens(self, num_tokens: int, num_cached: int) -> int:
         """Tokens to allocate pages for when admitting: this step's, or under reserve_max
@@ -177,7 +185,9 @@ class Scheduler:
         # num_reserved >= num_tokens: the pages allocated, which may run ahead of the step's.
         self.block_manager.allocate(request, num_tokens if num_reserved is None else num_reserved)
         # After allocate: a cached prefix moves num_computed_tokens, and is not service.
-        num_input, num_output = service_tokens(request, num_tokens)
+        # Draft tokens are charged only once accepted (charge_accepted).
+        num_verified = min(num_tokens, request.num_uncomputed_tokens)
+        num_input, num_output = service_tokens(request, num_verified)
         self.ordering.charge(request, num_input, num_output)
         self.service.charge(request.tenant, num_input, num_output)
         if request.first_scheduled_time is None:
@@ -185,8 +195,16 @@ class Scheduler:
         out.scheduled.append((request, num_tokens))
         scheduled_ids.add(request.request_id)
 
+    def charge_accepted(self, request: Request, num_accepted: int) -> None:
+        """Charge accepted draft tokens as output service (the step's own sampled token was
+        charged when it was scheduled), so fair share counts every token a tenant receives."""
+        if num_accepted:
+            self.ordering.charge(request, 0, num_accepted)
+            self.service.charge_accepted(request.tenant, num_accepted)
+
     def preempt(self, request: Request) -> None:
         """Free the request's pages and send it back to wait; it will recompute."""
+        request.spec_token_ids = []
         self.service.record_preemption(request)
         self.block_manager.free(request)
         self.running.remove(request)
