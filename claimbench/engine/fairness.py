@@ -2,9 +2,10 @@
 
 The scheduler charges every scheduled chunk to the request's tenant as input tokens
 (prompt tokens, and outputs recomputed after a preemption) and output tokens (the token
-a step samples once a request is caught up, and the draft tokens a verification accepts). The ledger keeps running totals and
-one snapshot per engine step, so the gap between tenants can be measured and plotted
-(harness/service.py holds that analysis; the engine only records).
+a step samples once a request is caught up, and the draft tokens a verification accepts).
+The ledger keeps running totals and one snapshot per engine step, so the gap between
+tenants can be measured and plotted (harness/service.py holds that analysis; the engine
+only records).
 """
 
 from __future__ import annotations
