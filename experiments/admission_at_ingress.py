@@ -92,7 +92,7 @@ def run(ctx: RunContext) -> None:
     """Record admitted_p99_ttft_ratio and unbounded_p99_ttft_ratio per trial."""
     params = ctx.merged(DEFAULT_PARAMS)
     timelines = phases(params)
-    engine = tr.experiment_engine(ctx, params)
+    engine = ctx.engine(precompile=True, compile_cache=params["compile_cache"])
     baseline = engine.config
     limits = ingress_limits(params, baseline.max_num_seqs)
     vocab_size = engine.model_cfg.vocab_size

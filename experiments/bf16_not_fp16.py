@@ -29,7 +29,7 @@ import numpy as np
 from claimbench.engine.sampler import SamplingParams
 from claimbench.harness.precision import (
     QUALITY_DEFAULTS,
-    quality_engine,
+    quality_options,
     run_passes,
     save_engine_frames,
     trial_windows,
@@ -77,13 +77,14 @@ def run(ctx: RunContext) -> None:
         )
     max_len = max(params["window_len"], params["decode_prompt_len"] + params["decode_tokens"]) + 1
     engines = {
-        setting: quality_engine(
-            ctx,
-            params,
-            dtype=dtype,
-            kv_dtype="auto",
-            max_model_len=max_len,
-            max_num_seqs=params["decode_batch"],
+        setting: ctx.engine(
+            **quality_options(
+                params,
+                dtype=dtype,
+                kv_dtype="auto",
+                max_model_len=max_len,
+                max_num_seqs=params["decode_batch"],
+            )
         )
         for setting, dtype in DTYPES.items()
     }

@@ -110,8 +110,11 @@ def run(ctx: RunContext) -> None:
     """Record recompute_reduction_pct and top_tier_preemptions per trial."""
     params = ctx.merged(DEFAULT_PARAMS)
     pool = tr.kv_pool_bytes(ctx, params["engine"], pool_pages(params))
-    engine = tr.experiment_engine(
-        ctx, params, kv_pool_bytes=pool, scheduling_policy=params["scheduling_policy"]
+    engine = ctx.engine(
+        precompile=True,
+        compile_cache=params["compile_cache"],
+        kv_pool_bytes=pool,
+        scheduling_policy=params["scheduling_policy"],
     )
     baseline = engine.config
     vocab_size = engine.model_cfg.vocab_size

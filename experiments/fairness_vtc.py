@@ -104,9 +104,9 @@ def window_throughput(requests: pd.DataFrame) -> float:
 def run(ctx: RunContext) -> None:
     """Record vtc_gap_over_bound, fcfs_gap_over_bound and throughput_cost_pct per trial."""
     params = ctx.merged(DEFAULT_PARAMS)
-    engine = tr.experiment_engine(
-        ctx,
-        params,
+    engine = ctx.engine(
+        precompile=True,
+        compile_cache=params["compile_cache"],
         vtc_input_weight=params["input_weight"],
         vtc_output_weight=params["output_weight"],
     )

@@ -26,7 +26,7 @@ from claimbench.harness.capacity import weight_layout_bytes
 from claimbench.harness.model_presets import get_preset
 from claimbench.harness.precision import (
     QUALITY_DEFAULTS,
-    quality_engine,
+    quality_options,
     run_passes,
     save_engine_frames,
     trial_windows,
@@ -56,7 +56,7 @@ def run(ctx: RunContext) -> None:
         raise ValueError(f"param weights must be int8 or fp8, got {quantized!r}")
     record_bytes_ratio(ctx, params["model"], quantized)
     engines = {
-        setting: quality_engine(ctx, params, dtype="bfloat16", weights=setting)
+        setting: ctx.engine(**quality_options(params, dtype="bfloat16", weights=setting))
         for setting in ("bf16", quantized)
     }
     for setting, engine in engines.items():

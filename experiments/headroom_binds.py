@@ -107,13 +107,7 @@ def draw_requests(
 
 def kv_stalled(engine: LLMEngine) -> bool:
     """Whether the next step's first waiting request cannot get its next chunk's pages."""
-    scheduler = engine.scheduler
-    if not scheduler.waiting:
-        return False
-    head = next(iter(scheduler.ordering.order(scheduler.waiting, time.perf_counter())))
-    budget = engine.config.max_num_batched_tokens - len(scheduler.running)
-    num_tokens = min(head.num_uncomputed_tokens, max(budget, 1))
-    return not engine.block_manager.can_allocate(head, num_tokens)
+    return engine.stats().head_blocked_on_kv
 
 
 def closed_loop(engine: LLMEngine, requests: list[WorkloadRequest], concurrency: int) -> Level:
@@ -182,9 +176,7 @@ def sweep_levels(ctx: RunContext, params: dict[str, Any]) -> tuple[LLMEngine, li
     """The engine, sized so the sequence limit never binds, and the sweep's concurrencies."""
     # The pool's size does not depend on max_num_seqs: a probe engine's pool sizes the sweep.
     probe = ctx.engine(prefix_caching="off")
-    kv_fit = kv_fit_concurrency(
-        params, probe.block_manager.num_usable_pages, probe.config.page_size
-    )
+    kv_fit = kv_fit_concurrency(params, probe.stats().num_usable_pages, probe.config.page_size)
     levels_n = concurrencies(params["kv_fit_levels"], kv_fit)
     budget = max(levels_n[-1], probe.config.max_num_batched_tokens)
     engine = ctx.engine(

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from claimbench.harness.precision import (
     CAPACITY_DEFAULTS,
     QUALITY_DEFAULTS,
-    quality_engine,
+    quality_options,
     record_capacity_ratio,
     record_served_kv_bytes,
     run_passes,
@@ -49,7 +49,9 @@ def run(ctx: RunContext) -> None:
     }
     if params["compare_unit_scale"]:
         settings["fp8-unit-scale"] = {"kv_dtype": "fp8", "kv_scale": 1.0}
-    engines = {name: quality_engine(ctx, params, **options) for name, options in settings.items()}
+    engines = {
+        name: ctx.engine(**quality_options(params, **options)) for name, options in settings.items()
+    }
     record_served_kv_bytes(ctx, engines)
     for name, scale in zip(("k_scale", "v_scale"), engines["fp8"].fp8_kv_scales, strict=True):
         ctx.record(name, scale, trial=0, model=ctx.model_path.name)

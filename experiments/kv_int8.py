@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from claimbench.harness.precision import (
     CAPACITY_DEFAULTS,
     QUALITY_DEFAULTS,
-    quality_engine,
+    quality_options,
     record_capacity_ratio,
     record_served_kv_bytes,
     run_passes,
@@ -46,7 +46,7 @@ def run(ctx: RunContext) -> None:
     """Record capacity_ratio once (analytic) and ppl_delta_pct per trial."""
     params = ctx.merged(DEFAULT_PARAMS)
     record_capacity_ratio(ctx, params, "int8")
-    engines = {kv: quality_engine(ctx, params, kv_dtype=kv) for kv in ("bf16", "int8")}
+    engines = {kv: ctx.engine(**quality_options(params, kv_dtype=kv)) for kv in ("bf16", "int8")}
     record_served_kv_bytes(ctx, engines)
     warm_up(engines, trial_windows(ctx, params, 0))
     for trial in range(ctx.trials):

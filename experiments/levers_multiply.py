@@ -31,7 +31,7 @@ from claimbench.harness.capacity import pool_capacity, weight_layout_bytes
 from claimbench.harness.model_presets import get_preset, model_config
 from claimbench.harness.precision import (
     QUALITY_DEFAULTS,
-    quality_engine,
+    quality_options,
     run_passes,
     save_engine_frames,
     trial_windows,
@@ -102,7 +102,7 @@ def run(ctx: RunContext) -> None:
             "capacity_gain", gains[lever], unit="x", inputs=inputs, model=model, setting=lever
         )
     engines = {
-        setting: quality_engine(ctx, params, dtype="bfloat16", **formats)
+        setting: ctx.engine(**quality_options(params, dtype="bfloat16", **formats))
         for setting, formats in setting_formats(params).items()
     }
     warm_up(engines, trial_windows(ctx, params, 0))

@@ -102,7 +102,7 @@ def run(ctx: RunContext) -> None:
         )
     pages = pool_pages(params)
     pool = tr.kv_pool_bytes(ctx, params["engine"], pages)
-    engine = tr.experiment_engine(ctx, params, kv_pool_bytes=pool)
+    engine = ctx.engine(precompile=True, compile_cache=params["compile_cache"], kv_pool_bytes=pool)
     baseline = engine.config
     quotas = (Tenant(QUIET, guaranteed_pages=int(params["quiet_guarantee"] * pages)),)
     for trial in range(ctx.trials):

@@ -116,7 +116,7 @@ def run(ctx: RunContext) -> None:
     for name in ("aging_requests", "window_requests"):
         if not params[name] > 0:
             raise ValueError(f"param {name} must be > 0, got {params[name]!r}")
-    engine = tr.experiment_engine(ctx, params)
+    engine = ctx.engine(precompile=True, compile_cache=params["compile_cache"])
     vocab_size = engine.model_cfg.vocab_size
     for trial in range(ctx.trials):
         seed = tr.trial_seed(ctx, trial)

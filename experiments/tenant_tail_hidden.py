@@ -104,7 +104,9 @@ def hidden_tail(requests: pd.DataFrame) -> dict[str, float]:
 def run(ctx: RunContext) -> None:
     """Record worst_tenant_p99_ttft_over_pooled per trial."""
     params = ctx.merged(DEFAULT_PARAMS)
-    engine = tr.experiment_engine(ctx, params, scheduling_policy="fcfs")
+    engine = ctx.engine(
+        precompile=True, compile_cache=params["compile_cache"], scheduling_policy="fcfs"
+    )
     baseline = engine.config
     vocab_size = engine.model_cfg.vocab_size
     for trial in range(ctx.trials):

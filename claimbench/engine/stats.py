@@ -6,6 +6,7 @@ scheduler; every field is a plain number, taken at the moment ``LLMEngine.stats(
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import jax
@@ -31,11 +32,20 @@ class EngineStats:
     weight_bytes: int  # bytes of the weight arrays as held (quantized values and scales)
     compile_time_s: float  # seconds spent compiling step variants so far
     num_compilations: int  # step variants compiled so far
+    # Whether the request the scheduler would admit next cannot get its next chunk's pages:
+    # admission is then blocked by KV headroom, not by the sequence or token limits.
+    head_blocked_on_kv: bool
 
 
 def engine_stats(runner: ModelRunner, manager: BlockManager, scheduler: Scheduler) -> EngineStats:
     """The snapshot of one engine's parts (LLMEngine.stats() calls this)."""
     running = scheduler.running
+    blocked = False
+    if scheduler.waiting:
+        head = next(iter(scheduler.ordering.order(scheduler.waiting, time.perf_counter())))
+        budget = scheduler.cfg.max_num_batched_tokens - len(running)
+        num_tokens = min(head.num_uncomputed_tokens, max(budget, 1))
+        blocked = not manager.can_allocate(head, num_tokens)
     held = [len(r.block_table) * manager.page_size for r in running]
     filled = [min(r.num_computed_tokens, h) for r, h in zip(running, held, strict=True)]
     return EngineStats(
@@ -51,4 +61,5 @@ def engine_stats(runner: ModelRunner, manager: BlockManager, scheduler: Schedule
         weight_bytes=runner.weight_bytes,
         compile_time_s=runner.compile_time_s,
         num_compilations=runner.num_compilations,
+        head_blocked_on_kv=blocked,
     )

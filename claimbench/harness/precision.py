@@ -56,10 +56,11 @@ def arm_order(names: list[str], trial: int) -> list[str]:
     return names[shift:] + names[:shift]
 
 
-def quality_engine(ctx: RunContext, params: dict[str, Any], **overrides: Any) -> LLMEngine:
-    """An engine that serves whole windows as prompts: long enough, prefix caching off."""
+def quality_options(params: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    """ctx.engine options for an engine that serves whole windows as prompts: long enough,
+    prefix caching off, then ``overrides``."""
     options = {"prefix_caching": "off", "max_model_len": params["window_len"] + 1}
-    return ctx.engine(**(options | overrides))
+    return options | overrides
 
 
 def record_pass(ctx: RunContext, result: PromptPass, *, trial: int, setting: str) -> None:

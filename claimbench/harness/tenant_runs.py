@@ -76,18 +76,6 @@ class ServedRun:
     timed_out: bool
 
 
-def experiment_engine(ctx: RunContext, params: dict[str, Any], **overrides: Any) -> LLMEngine:
-    """The run's engine (``ctx.engine``: the profile's ``engine`` params, then
-    ``overrides``), every bucket compiled before anything is timed.
-
-    Compiled steps go to the persistent cache unless ``params["compile_cache"]`` is false,
-    so the next experiment in a new process loads them instead of compiling again.
-    """
-    return ctx.engine(
-        precompile=True, compile_cache=bool(params.get("compile_cache", True)), **overrides
-    )
-
-
 def kv_pool_bytes(ctx: RunContext, engine_params: dict[str, Any], num_usable_pages: int) -> int:
     """kv_pool_bytes that holds exactly ``num_usable_pages`` pages (plus the null page) of
     the run's model under the engine params' dtype, kv_dtype and page_size."""
