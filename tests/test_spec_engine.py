@@ -149,3 +149,22 @@ def test_a_draft_with_another_vocabulary_is_refused():
     config = dataclasses.replace(base.config, speculative="draft")
     with pytest.raises(ValueError, match=r"vocabulary \(50\) differs from the target's \(97\)"):
         LLMEngine(config, model=tiny_model(), draft_model=tiny_model(0, other))
+
+
+def test_a_draft_with_another_tokenizer_is_refused():
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import models
+
+    from claimbench.engine.draft_runner import check_draft
+    from claimbench.models.tokenizer import Tokenizer
+
+    def word_level(words):
+        return Tokenizer(
+            HFTokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, "a")), 0, 1
+        )
+
+    target = tiny_model().cfg
+    check_draft(target, target, word_level("abc"), word_level("abc"))  # the same: accepted
+    # Same size, but id 1 means "c" to the draft and "b" to the target.
+    with pytest.raises(ValueError, match="draft model's tokenizer differs from the target's"):
+        check_draft(target, target, word_level("acb"), word_level("abc"))

@@ -18,12 +18,19 @@ from typing import Annotated
 import typer
 
 from claimbench.cli.common import err_console, fail, flag_message, global_options, option_flags
+from claimbench.cli.spec_options import (
+    DraftModelOption,
+    NumSpecTokensOption,
+    Speculative,
+    SpeculativeOption,
+)
 
 BENCH_DIR = "bench"
 # EngineConfig fields set by the option of the same name (kv_pool_bytes comes from --kv-pool-mb,
 # checked here first, so its own message never reaches the user).
 ENGINE_FLAGS = option_flags(
     ("kv_dtype", "kv_scale", "weights", "max_num_seqs", "max_num_batched_tokens")
+    + ("num_spec_tokens", "speculative")
 )
 
 
@@ -78,6 +85,9 @@ def bench(
         typer.Option(help="Directory for the Parquet records (default: <root>/bench/<time>)."),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    speculative: SpeculativeOption = Speculative.none,
+    num_spec_tokens: NumSpecTokensOption = 4,
+    draft_model: DraftModelOption = None,
 ) -> None:
     """Serve a Poisson/gamma workload of held-out prompts and summarize it."""
     from rich.progress import Progress
@@ -126,6 +136,9 @@ def bench(
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
             max_model_len=max_len + output_len,
+            speculative=speculative.value,
+            num_spec_tokens=num_spec_tokens,
+            draft_model_path=draft_model,
         )
     except ValueError as e:
         fail(flag_message(e, ENGINE_FLAGS))
@@ -134,7 +147,10 @@ def bench(
     except ValueError as e:
         fail(str(e).splitlines()[0])
     items = benchmark_items(prompts, output_len, rate, burstiness, seed)
-    engine = LLMEngine(config, tokenizer=tokenizer)
+    try:
+        engine = LLMEngine(config, tokenizer=tokenizer)
+    except ValueError as e:  # a draft model that cannot serve this target
+        fail(f"--draft-model: {str(e).splitlines()[0]}")
     num_compiled, compile_s = engine.precompile()
     err_console.print(f"compiled {num_compiled} step shapes in {compile_s:.1f} s", style="dim")
     with Progress(console=err_console, transient=True) as progress:

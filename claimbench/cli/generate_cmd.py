@@ -13,10 +13,17 @@ from typing import Annotated
 import typer
 
 from claimbench.cli.common import err_console, fail, flag_message, global_options, option_flags
+from claimbench.cli.spec_options import (
+    DraftModelOption,
+    NumSpecTokensOption,
+    Speculative,
+    SpeculativeOption,
+)
 
 MAX_CHUNK_TOKENS = 64  # prefill chunk: three compiled step shapes (16, 32, 64) at most
 # SamplingParams fields set by the option of the same name.
 SAMPLING_FLAGS = option_flags(("max_tokens", "temperature", "top_k", "top_p", "seed", "ignore_eos"))
+SPEC_FLAGS = option_flags(("num_spec_tokens", "speculative"))
 
 
 def generate(
@@ -29,12 +36,16 @@ def generate(
     seed: Annotated[int | None, typer.Option(help="Sampling seed (reproducible).")] = None,
     ignore_eos: Annotated[bool, typer.Option(help="Keep going past end-of-text.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    speculative: SpeculativeOption = Speculative.none,
+    num_spec_tokens: NumSpecTokensOption = 4,
+    draft_model: DraftModelOption = None,
 ) -> None:
     """Generate a completion, printing tokens as they are produced."""
     from claimbench.engine.config import EngineConfig
     from claimbench.engine.engine import LLMEngine
     from claimbench.engine.outputs import FinishEvent, TokenEvent
     from claimbench.engine.sampler import SamplingParams
+    from claimbench.harness.serving_summary import spec_decode_summary
     from claimbench.models.checkpoint import default_model_path, read_config
     from claimbench.models.tokenizer import Tokenizer
 
@@ -63,14 +74,20 @@ def generate(
     budget = 16
     while budget < min(len(prompt_ids), MAX_CHUNK_TOKENS):
         budget *= 2
-    config = EngineConfig(
-        model_path=path,
-        dtype=opts.dtype,
-        max_num_seqs=1,
-        max_num_batched_tokens=budget,
-        max_model_len=max_len,
-    )
-    engine = LLMEngine(config)
+    try:
+        config = EngineConfig(
+            model_path=path,
+            dtype=opts.dtype,
+            max_num_seqs=1,
+            max_num_batched_tokens=budget,
+            max_model_len=max_len,
+            speculative=speculative.value,
+            num_spec_tokens=num_spec_tokens,
+            draft_model_path=draft_model,
+        )
+        engine = LLMEngine(config)
+    except ValueError as e:
+        fail(flag_message(e, SPEC_FLAGS))
     num_compiled, compile_s = engine.precompile()
     request_id = engine.add_request(prompt_ids, sampling)
     decoder = tokenizer.stream_decoder()
@@ -97,6 +114,7 @@ def generate(
         "output_tokens_per_s": float(row["output_tokens"] / row["e2el_s"]),
         "compile_s": compile_s,
         "num_compiled": num_compiled,
+        **spec_decode_summary(engine.steps_frame()),
     }
     if json_out:
         payload = {"text": out.text, "token_ids": out.token_ids, "finish_reason": reason, **timing}
@@ -107,6 +125,12 @@ def generate(
         f"[dim]{timing['prompt_tokens']} prompt + {timing['output_tokens']} output tokens "
         f"({reason}) · TTFT {1000 * timing['ttft_s']:.1f} ms · TPOT {tpot} · "
         f"{timing['output_tokens_per_s']:.1f} tok/s · compiled {num_compiled} step shapes "
-        f"in {compile_s:.1f} s[/]",
+        f"in {compile_s:.1f} s"
+        + (
+            f" · acceptance length {timing['mean_acceptance_length']:.2f}"
+            if "mean_acceptance_length" in timing
+            else ""
+        )
+        + "[/]",
         highlight=False,
     )

@@ -77,6 +77,36 @@ def summarize(
         usable = steps["pages_used"] + steps["pages_free"]
         out["min_kv_headroom"] = float((steps["pages_free"] / usable).min())
         out["total_preemptions"] = float(requests["num_preemptions"].sum())
+        out |= spec_decode_summary(steps)
+    return out
+
+
+def spec_decode_summary(steps: pd.DataFrame) -> dict[str, float]:
+    """vLLM's speculative-decoding metrics over a steps frame ({} without drafts): drafts,
+    draft tokens, accepted tokens, mean acceptance length (1 + accepted / drafts: tokens
+    emitted per verify step), draft acceptance rate (accepted / draft tokens) and, per draft
+    position j, the share of drafts whose token j was accepted."""
+    if "num_drafts" not in steps or not steps["num_drafts"].sum():
+        return {}
+    num_drafts = float(steps["num_drafts"].sum())
+    num_draft_tokens = float(steps["num_draft_tokens"].sum())
+    num_accepted = float(steps["num_accepted_tokens"].sum())
+    out = {
+        "num_drafts": num_drafts,
+        "num_draft_tokens": num_draft_tokens,
+        "num_accepted_tokens": num_accepted,
+        "mean_acceptance_length": 1 + num_accepted / num_drafts,
+        "draft_acceptance_rate": num_accepted / num_draft_tokens,
+        # Proposing's share of the whole step (host, device and the draft's own steps).
+        "draft_share_pct": float(
+            100
+            * steps["draft_s"].sum()
+            / (steps["host_s"] + steps["device_s"] + steps["draft_s"]).sum()
+        ),
+    }
+    per_pos = np.sum(np.stack(steps["accepted_per_pos"].to_numpy()), axis=0)
+    for j, count in enumerate(per_pos):
+        out[f"acceptance_rate_pos_{j}"] = float(count) / num_drafts
     return out
 
 
@@ -135,5 +165,17 @@ def format_summary(s: dict[str, float], title: str = "Serving Benchmark Result")
         lines.append(rule("KV cache"))
         lines.append(row("Min KV headroom (% pages free):", 100 * s["min_kv_headroom"]))
         lines.append(row("Preemptions:", s["total_preemptions"], 0))
+    if "num_drafts" in s:
+        lines.append(rule("Speculative Decoding"))
+        lines.append(row("Acceptance rate (%):", 100 * s["draft_acceptance_rate"]))
+        lines.append(row("Acceptance length:", s["mean_acceptance_length"]))
+        lines.append(row("Drafts:", s["num_drafts"], 0))
+        lines.append(row("Draft tokens:", s["num_draft_tokens"], 0))
+        lines.append(row("Accepted tokens:", s["num_accepted_tokens"], 0))
+        lines.append(row("Draft share of step time (%):", s["draft_share_pct"]))
+        j = 0
+        while f"acceptance_rate_pos_{j}" in s:
+            lines.append(row(f"Position {j} acceptance (%):", 100 * s[f"acceptance_rate_pos_{j}"]))
+            j += 1
     lines.append("=" * width)
     return "\n".join(lines)
