@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv and install claimbench into it.
 #   bash scripts/setup.sh        what running claims needs
-#   bash scripts/setup.sh test   plus the test suite's extras (pytest, ruff, torch, transformers)
+#   bash scripts/setup.sh test   plus the test suite's extras (pytest, ruff, torch, transformers,
+#                                libtpu for tpu-check)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,7 +30,8 @@ case "${1:-}" in
       echo "PyTorch's CPU index is unreachable: installing $TORCH from the configured index" >&2
       "${pip[@]}" "$TORCH"
     fi
-    "${pip[@]}" -e ".[test]"
+    # The tpu extra (libtpu) lets the tests compile the engine step for TPU chips (tpu-check).
+    "${pip[@]}" -e ".[test,tpu]"
     .venv/bin/python scripts/check_torch_cpu.py
     ;;
   "")

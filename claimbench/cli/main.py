@@ -112,3 +112,6 @@ app.add_typer(tenants_cmd.app, name="tenants")
 from claimbench.cli import engine_cmd  # noqa: E402
 
 app.add_typer(engine_cmd.app, name="engine")
+from claimbench.cli import tpu_check_cmd  # noqa: E402
+
+app.command("tpu-check")(tpu_check_cmd.tpu_check_command)

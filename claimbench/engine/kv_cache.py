@@ -3,9 +3,13 @@
 Per layer the cache is ``LayerKV(pages [num_pages, page_size, 2 * num_kv_heads,
 head_dim], scales)`` (kernels/kv_quant.py). int8 adds one f32 scale per token and
 K/V head row; fp8 one f32 (k, v) pair per layer, a fixed cost outside the pages.
+Sizing and allocation read the layout from a ModelConfig whose head_dim is the pages' last
+axis: ``page_layout`` gives it per attention backend.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax.numpy as jnp
 
@@ -13,6 +17,17 @@ from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV, container_dtype, kv_
 from claimbench.models.config import ModelConfig
 
 SCALE_BYTES = 4  # f32
+
+
+def page_layout(cfg: ModelConfig, attention_backend: str) -> ModelConfig:
+    """``cfg`` with head_dim as the pages store it for a resolved backend name: padded to
+    whole 128-lane tiles for "pallas" (on TPU a 64-wide row-major page would be relaid out,
+    whole cache, every step: ragged_paged_attention.page_head_dim), the model's elsewhere."""
+    if attention_backend != "pallas":
+        return cfg
+    from claimbench.kernels.ragged_paged_attention import page_head_dim
+
+    return dataclasses.replace(cfg, head_dim=page_head_dim(cfg.head_dim))
 
 
 def kv_bytes_per_token(cfg: ModelConfig, storage_dtype: jnp.dtype) -> int:

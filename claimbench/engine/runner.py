@@ -27,6 +27,7 @@ from claimbench.engine.kv_cache import (
     allocate_kv_cache,
     kv_bytes_per_token,
     num_pages_for_pool,
+    page_layout,
     pool_bytes,
     resolve_kv_dtype,
 )
@@ -134,21 +135,22 @@ class ModelRunner:
         # What the weights really occupy: quantized values and their scales included.
         self.weight_bytes = sum(int(w.nbytes) for w in self.weights)
         self.kv_dtype = resolve_kv_dtype(cfg.kv_dtype, model.dtype)
-        self.num_pages = num_pages_for_pool(
-            model.cfg, self.kv_dtype, cfg.page_size, cfg.kv_pool_bytes
-        )
+        backend = resolve_backend_name(cfg.attention_backend)
+        # The pages' layout (head_dim lane-padded for the Pallas kernel) sizes the pool.
+        kv_cfg = page_layout(model.cfg, backend)
+        self.num_pages = num_pages_for_pool(kv_cfg, self.kv_dtype, cfg.page_size, cfg.kv_pool_bytes)
         self.kv_caches = allocate_kv_cache(
-            model.cfg,
+            kv_cfg,
             self.num_pages,
             cfg.page_size,
             self.kv_dtype,
             fp8_kv_scales,
             # The Pallas kernel reads pages in their value dtype; the XLA path writes
             # in place only into integer containers (see kv_quant.BIT_CONTAINERS).
-            bit_containers=resolve_backend_name(cfg.attention_backend) != "pallas",
+            bit_containers=backend != "pallas",
         )
-        self.kv_cache_bytes = pool_bytes(model.cfg, self.kv_dtype, cfg.page_size, self.num_pages)
-        self.kv_bytes_per_token = kv_bytes_per_token(model.cfg, self.kv_dtype)
+        self.kv_cache_bytes = pool_bytes(kv_cfg, self.kv_dtype, cfg.page_size, self.num_pages)
+        self.kv_bytes_per_token = kv_bytes_per_token(kv_cfg, self.kv_dtype)
         self.rope = jax.device_put(rope_table(model.cfg, cfg.max_model_len))
         self._static = StaticModel(graphdef, treedef, get_backend(cfg.attention_backend))
         self._warm: set[tuple[int, int, bool]] = set()

@@ -5,10 +5,15 @@
   (kernels/native_attention.py), compiled on first use.
 - "pallas": the Pallas ragged paged attention kernel (TPU; interpret mode elsewhere).
 - "auto": "pallas" on TPU; "cpu" on CPU when the native kernels build, else "xla".
+
+The target platform defaults to the running one. Naming it ("tpu") chooses for a chip that
+is not here: `tpu-check` lowers the step for a TPU on a CPU host, where the Pallas kernel
+must be compiled rather than interpreted.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import jax
@@ -34,12 +39,13 @@ class AttentionBackend(Protocol):
     ) -> tuple[jax.Array, LayerKV]: ...
 
 
-def resolve_backend_name(name: str) -> str:
-    """ "auto" -> the best backend here; unknown names raise ValueError. Asking for "cpu"
-    where the native kernel cannot be used raises ValueError with the reason."""
+def resolve_backend_name(name: str, target_platform: str | None = None) -> str:
+    """ "auto" -> the best backend for ``target_platform`` (None: the running platform);
+    unknown names raise ValueError. Asking for "cpu" where the native kernel cannot be used
+    raises ValueError with the reason."""
     if name not in BACKENDS:
         raise ValueError(f"unknown attention_backend {name!r}; expected one of {BACKENDS}")
-    platform = jax.default_backend()
+    platform = target_platform or jax.default_backend()
     if name == "auto":
         if platform == "tpu":
             return "pallas"
@@ -55,9 +61,51 @@ def _native_unavailable() -> str | None:
     return unavailable_reason()
 
 
-def get_backend(name: str) -> AttentionBackend:
-    """The attention function for a backend name (after ``resolve_backend_name``)."""
-    name = resolve_backend_name(name)
+@dataclass(frozen=True)
+class CompiledPallas:
+    """The Pallas kernel always compiled (never interpreted), with ``generation``'s block
+    sizes: the backend for lowering on a host whose running platform is not the target.
+    A frozen dataclass, so equal targets hash equal (the step's static argument)."""
+
+    generation: str  # TPU generation, a key of rpa_blocks.BLOCK_SIZES: "v5e", "v6e", ...
+
+    def __call__(
+        self,
+        q: jax.Array,
+        k: jax.Array,
+        v: jax.Array,
+        cache: LayerKV,
+        md: AttentionMetadata,
+        *,
+        sm_scale: float,
+        sliding_window: int | None = None,
+        soft_cap: float | None = None,
+    ) -> tuple[jax.Array, LayerKV]:
+        from claimbench.kernels.ragged_paged_attention import ragged_paged_attention
+
+        return ragged_paged_attention(
+            q,
+            k,
+            v,
+            cache,
+            md,
+            sm_scale=sm_scale,
+            sliding_window=sliding_window,
+            soft_cap=soft_cap,
+            interpret=False,
+            generation=self.generation,
+        )
+
+
+def get_backend(
+    name: str, target_platform: str | None = None, tpu_generation: str | None = None
+) -> AttentionBackend:
+    """The attention function for a backend name (after ``resolve_backend_name``), for
+    ``target_platform`` (None: the running platform). Targeting "tpu" with a
+    ``tpu_generation`` gives the Pallas kernel compiled for that chip wherever this runs."""
+    name = resolve_backend_name(name, target_platform)
+    if name == "pallas" and target_platform == "tpu" and tpu_generation is not None:
+        return CompiledPallas(tpu_generation)
     if name == "pallas":
         from claimbench.kernels.ragged_paged_attention import ragged_paged_attention
 

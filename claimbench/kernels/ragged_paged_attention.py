@@ -12,6 +12,13 @@ query-block loop. The step's new K/V are quantized to the page format here (the 
 writes them into the pages from VMEM while it attends, with the cache aliased in place.
 The kernel body is ``rpa_kernel.py``; block sizes per chip are in ``rpa_blocks.py``.
 
+Pages may store head_dim padded to a multiple of 128 lanes (``page_head_dim``): TPU
+lays a row-major [..., 2 * num_kv_heads, 64] array out in 128-lane tiles anyway, and with
+pages of the model's 64 its default layout puts the page axis minor instead, so XLA would
+copy each layer's whole cache into the kernel's row-major layout and back every step.
+Padded pages alias in place; q, k and v are zero-padded to match (zero lanes add nothing
+to q.k, and the output's padded lanes, p.v over zero lanes, are sliced off).
+
 Off TPU the kernel runs in Pallas TPU interpret mode (slow, for tests).
 """
 
@@ -53,12 +60,13 @@ def ragged_paged_attention(
     num_queries_per_block: int | None = None,
     vmem_limit_bytes: int | None = None,
     interpret: bool | pltpu.InterpretParams | None = None,
+    generation: str | None = None,
 ) -> tuple[jax.Array, LayerKV]:
     """Write the step's new K/V into the cache and attend every token over its sequence.
 
     q: f[T, num_q_heads, D]; k, v: f[T, num_kv_heads, D]; cache.pages:
-    [num_pages, page_size, 2 * num_kv_heads, D] in bf16/f16/f32 (scales None), int8
-    (scales f32[num_pages, page_size, 2 * num_kv_heads]) or fp8 e4m3 (scales f32[2]).
+    [num_pages, page_size, 2 * num_kv_heads, D or page_head_dim(D)] in bf16/f16/f32 (scales
+    None), int8 (scales f32[num_pages, page_size, 2 * num_kv_heads]) or fp8 e4m3 (scales f32[2]).
     md: kv_lens i32[N] (after this step's write), cu_q_lens i32[N + 1], page_indices
     i32[N, pages_per_seq], num_seqs i32[1], distribution i32[3] (decode-only first).
     Token t of sequence i sits at position kv_lens[i] - q_len_i + (t - cu_q_lens[i]) and
@@ -74,7 +82,9 @@ def ragged_paged_attention(
     default per TPU generation, see ``rpa_blocks``), ``vmem_limit_bytes`` (None: the
     compiler's default scoped VMEM);
     ``interpret``: None runs compiled on TPU and in interpret mode elsewhere, True or an
-    ``InterpretParams`` forces interpret mode, False forces compilation.
+    ``InterpretParams`` forces interpret mode, False forces compilation;
+    ``generation``: the TPU generation whose block sizes to default to ("v5e", "v6e", ...;
+    None: the running chip's), for compiling ahead of time for a chip that is not here.
     Shapes and knobs are checked up front (ValueError); metadata values too when they are
     concrete (called outside jit).
     """
@@ -84,7 +94,7 @@ def ragged_paged_attention(
     num_tokens = q.shape[0]
     page_size = cache.pages.shape[1]
     pages_per_seq = md.pages_per_seq
-    defaults = default_block_sizes(chip_generation())
+    defaults = default_block_sizes(generation or chip_generation())
     if num_kv_pages_per_block is None:
         num_kv_pages_per_block = min(pages_per_seq, max(1, defaults.kv_tokens // page_size))
     if num_queries_per_block is None:
@@ -114,6 +124,11 @@ def ragged_paged_attention(
         vmem_limit_bytes=vmem_limit_bytes,
         interpret=interpret,
     )
+
+
+def page_head_dim(head_dim: int) -> int:
+    """The pages' last axis for this kernel: head_dim rounded up to whole 128-lane tiles."""
+    return -(-head_dim // LANES) * LANES
 
 
 def _quant_mode(pages_dtype: jnp.dtype) -> str:
@@ -151,9 +166,13 @@ def _call_kernel(
     vmem_limit_bytes,
     interpret,
 ):
+    model_head_dim = q.shape[2]
+    pages = cache.pages
+    if pages.shape[3] != model_head_dim:
+        lanes = [(0, 0), (0, 0), (0, pages.shape[3] - model_head_dim)]
+        q, k, v = jnp.pad(q, lanes), jnp.pad(k, lanes), jnp.pad(v, lanes)
     num_q_heads, head_dim = q.shape[1:]
     num_kv_heads = k.shape[1]
-    pages = cache.pages
     _, page_size, num_rows, _ = pages.shape
     quant = _quant_mode(pages.dtype)
     kv_new, new_scales = quantize_rows(interleave_kv(k, v), cache.scales, pages.dtype)
@@ -227,7 +246,7 @@ def _call_kernel(
         interpret=interpret,
         name="claimbench_ragged_paged_attention",
     )(*scalars, *inputs)
-    out, new_pages = results[0], results[1]
+    out, new_pages = results[0][..., :model_head_dim], results[1]
     new_scales_out = results[2] if quant == "int8" else cache.scales
     return out, LayerKV(new_pages, new_scales_out)
 
@@ -255,11 +274,19 @@ def check_inputs(
     if num_q_heads % num_kv_heads:
         raise ValueError(f"num_q_heads={num_q_heads} not a multiple of num_kv_heads={num_kv_heads}")
     pages = cache.pages
-    if pages.ndim != 4 or pages.shape[2:] != (2 * num_kv_heads, head_dim):
+    if (
+        pages.ndim != 4
+        or pages.shape[2] != 2 * num_kv_heads
+        or pages.shape[3]
+        not in (
+            head_dim,
+            page_head_dim(head_dim),
+        )
+    ):
         raise ValueError(
             f"cache pages {pages.shape} should be [num_pages, page_size, "
-            f"{2 * num_kv_heads}, {head_dim}] for num_kv_heads={num_kv_heads}, "
-            f"head_dim={head_dim}"
+            f"{2 * num_kv_heads}, {head_dim} or {page_head_dim(head_dim)}] for "
+            f"num_kv_heads={num_kv_heads}, head_dim={head_dim}"
         )
     _check_scales(cache)
     num_seqs_max, pages_per_seq = md.page_indices.shape

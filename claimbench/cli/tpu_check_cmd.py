@@ -1,0 +1,79 @@
+"""`claimbench tpu-check`: compile the engine step for a TPU chip on this host (libtpu AOT)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from claimbench.cli.common import console, fail
+from claimbench.engine.config import KV_DTYPES, WEIGHT_FORMATS
+from claimbench.harness import tpu_check
+
+TpuChip = StrEnum("TpuChip", {name: name for name in tpu_check.TPU_CHIPS})
+Profile = StrEnum("Profile", {name: name for name in tpu_check.PROFILES})
+Weights = StrEnum("Weights", {name: name for name in WEIGHT_FORMATS})
+KvDtype = StrEnum("KvDtype", {name: name for name in KV_DTYPES})
+
+
+def tpu_check_command(
+    chip: Annotated[TpuChip, typer.Option(help="TPU generation to compile for.")],
+    profile: Annotated[
+        Profile,
+        typer.Option(help="quick: the shipped model; full: the full profile's 8B-class model."),
+    ] = Profile.quick,
+    buckets: Annotated[
+        str | None,
+        typer.Option(help="Only these (tokens x sequences) buckets, e.g. 16x8,512x32."),
+    ] = None,
+    weights: Annotated[Weights, typer.Option(help="Weight format.")] = Weights.bf16,
+    kv_dtype: Annotated[KvDtype, typer.Option(help="KV page dtype.")] = KvDtype.auto,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Compile the engine's whole step (Pallas attention) for a TPU chip without one: per
+    bucket, compile time, HBM needed against the chip's, full-KV-cache copies and bytes
+    accessed over ideal. Exits 1 if any bucket fails to compile, to fit, or copies the cache."""
+    if (reason := tpu_check.libtpu_unavailable()) is not None:
+        fail(reason)
+    try:
+        model_name, engine_cfg = tpu_check.profile_setup(profile.value)
+        engine_cfg = dataclasses.replace(engine_cfg, weights=weights.value, kv_dtype=kv_dtype.value)
+        pairs = tpu_check.parse_buckets(buckets) if buckets else None
+        model_name, model_cfg = tpu_check.resolve_model(model_name)
+    except ValueError as err:
+        fail(str(err))
+    report = tpu_check.check(
+        chip.value, model_cfg, engine_cfg, model_name=model_name, buckets=pairs
+    )
+    if as_json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        _print(report)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _print(report: tpu_check.CheckReport) -> None:
+    table = Table(
+        title=f"{report.model} on {report.chip}: {report.weights} weights, "
+        f"{report.kv_dtype} KV, {report.num_pages} pages"
+    )
+    for name in ("tokens", "seqs", "compile s", "HBM GB", "temp MB", "copies", "bytes/ideal"):
+        table.add_column(name, justify="right")
+    table.add_column("result")
+    for b in report.buckets:
+        table.add_row(
+            str(b.num_tokens),
+            str(b.num_seqs),
+            f"{b.compile_s:.1f}",
+            f"{b.total_bytes / 1e9:.2f}/{b.hbm_bytes / 1e9:.0f}",
+            f"{b.temp_bytes / 1e6:.1f}",
+            str(b.full_cache_copies),
+            f"{b.bytes_over_ideal:.2f}",
+            "ok" if b.ok else b.error,
+        )
+    console.print(table)

@@ -1,0 +1,101 @@
+"""tpu-check: the copy counter on hand-made HLO, and the engine step compiled for TPU chips
+through libtpu on this CPU host (skipped, with the reason, where libtpu is not installed;
+CI installs the `tpu` extra)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from claimbench.cli.main import app
+from claimbench.engine.config import EngineConfig
+from claimbench.harness import tpu_check
+from claimbench.harness.hlo_copies import count_full_copies, hlo_shape
+
+CACHE = ("bf16", (8192, 16, 4, 64))
+
+# Trimmed from the step compiled for v6e before pages were lane-padded: the page axis is
+# minor in the parameter's layout and row-major at the kernel, so XLA copies the whole
+# cache in (copy.56) and out (copy.72); a small activation copy and an async copy-start /
+# copy-done pair of the cache (counted once) sit beside them.
+HLO_WITH_COPIES = """\
+ENTRY %main {
+  %kv_caches_0__pages.1 = bf16[8192,16,4,64]{0,3,2,1:T(8,128)(2,1)} parameter(4)
+  %copy.55 = bf16[16,2,2,64]{3,2,1,0:T(2,128)(2,1)S(1)} copy(%pad_maximum_fusion.1)
+  %copy.56 = bf16[8192,16,4,64]{3,2,1,0:T(4,128)(2,1)} copy(%kv_caches_0__pages.1)
+  %call = (bf16[16,4,64]{2,1,0}, bf16[8192,16,4,64]{3,2,1,0:T(4,128)(2,1)}) custom-call(%copy.56)
+  %copy.72 = bf16[8192,16,4,64]{0,3,2,1:T(8,128)(2,1)} copy(%get-tuple-element.24)
+  %copy-start.1 = (bf16[8192,16,4,64]{3,2,1,0}, bf16[8192,16,4,64]{3,2,1,0:S(1)}) copy-start(%g)
+  %copy-done.1 = bf16[8192,16,4,64]{3,2,1,0} copy-done(%copy-start.1)
+}
+"""
+
+
+def test_copy_counter_finds_the_whole_cache_copies() -> None:
+    # copy.56 + copy.72 + copy-start.1; copy.55 is another shape, copy-done ends copy-start.
+    assert count_full_copies(HLO_WITH_COPIES, [CACHE]) == 3
+    assert count_full_copies(HLO_WITH_COPIES, [("bf16", (8192, 16, 4, 128))]) == 0
+    assert count_full_copies(HLO_WITH_COPIES, [("f32", CACHE[1])]) == 0
+    no_copy = HLO_WITH_COPIES.replace(" copy(", " negate(").replace("copy-start(", "add(")
+    assert count_full_copies(no_copy, [CACHE]) == 0
+
+
+def test_hlo_shape_spells_dtypes_as_hlo_does() -> None:
+    assert hlo_shape("bfloat16", (2, 3)) == ("bf16", (2, 3))
+    assert hlo_shape("int8", (4,)) == ("s8", (4,))
+
+
+def test_parse_buckets() -> None:
+    assert tpu_check.parse_buckets("16x8, 512x32") == [(16, 8), (512, 32)]
+    for bad in ("16", "8x16", "ax8", "16x8,"):
+        with pytest.raises(ValueError, match="TOKENSxSEQS"):
+            tpu_check.parse_buckets(bad)
+
+
+needs_libtpu = pytest.mark.skipif(
+    tpu_check.libtpu_unavailable() is not None,
+    reason=f"{tpu_check.libtpu_unavailable()}: install the tpu extra to compile for TPU",
+)
+
+
+@needs_libtpu
+def test_cli_compiles_the_shipped_model_for_v5e_without_copies() -> None:
+    result = CliRunner().invoke(app, ["tpu-check", "--chip", "v5e", "--buckets", "16x8", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    (bucket,) = report["buckets"]
+    assert report["ok"] and bucket["error"] is None
+    assert bucket["full_cache_copies"] == 0
+    assert bucket["compile_s"] > 0
+    # Weights + pool fit a 16 GB v5e with room; the step reads little beyond the ideal.
+    assert bucket["kv_pool_bytes"] <= bucket["total_bytes"] < bucket["hbm_bytes"]
+    assert bucket["bytes_over_ideal"] < 2.0
+
+
+@needs_libtpu
+def test_v6e_head_dim_64_pages_alias_in_place() -> None:
+    # A pool whose layers do not fit v6e's VMEM (see README): before lane-padded pages this
+    # bucket copied each of the 4 layers' caches in and out (8 copies, 140 MB temporaries).
+    name, model_cfg = tpu_check.resolve_model("claimbench-tiny")
+    assert model_cfg.head_dim == 64
+    engine_cfg = dataclasses.replace(EngineConfig(), kv_pool_bytes=2**30)
+    report = tpu_check.check("v6e", model_cfg, engine_cfg, model_name=name, buckets=[(16, 8)])
+    (bucket,) = report.buckets
+    assert bucket.ok, bucket.error
+    assert bucket.full_cache_copies == 0
+    assert bucket.temp_bytes < 16 * 2**20
+
+
+@needs_libtpu
+def test_a_pool_larger_than_hbm_is_an_error_naming_the_sizes() -> None:
+    name, model_cfg = tpu_check.resolve_model("claimbench-tiny")
+    engine_cfg = dataclasses.replace(EngineConfig(), kv_pool_bytes=20 * 2**30)
+    report = tpu_check.check("v5e", model_cfg, engine_cfg, model_name=name, buckets=[(16, 8)])
+    (bucket,) = report.buckets
+    assert not report.ok
+    # The compiler refuses it; the line names the sizes either way.
+    assert "does not fit HBM" in bucket.error and "KV pool 21.47 GB" in bucket.error
+    assert "16.0 GB" in bucket.error
