@@ -3,84 +3,36 @@
 Per request the draft keeps the K/V of a prefix of the request's tokens. Each round it first
 catches up (prefill chunks alongside the target's, or the one or two tokens a verification
 added), which samples draft token 0, then runs k - 1 one-token steps. A verification keeps
-the draft's K/V only up to the last verified token (``_rollback``): the positions after it
+the draft's K/V only up to the last verified token (``_state``): the positions after it
 held rejected draft tokens and are simply overwritten next round.
 
-The k steps are ordinary jitted steps (one host round trip each), not one lax.scan.
+The device work is draft_steps.py: a ragged catch-up step, then the other k - 1 draft steps
+in one jitted lax.scan, with one host round trip for the whole proposal.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from claimbench.engine.batch import StepInputs, empty_inputs
-from claimbench.engine.buckets import pick_pair
+from claimbench.engine.batch import empty_inputs
+from claimbench.engine.buckets import pick_bucket, pick_pair, seq_buckets
 from claimbench.engine.config import EngineConfig
+from claimbench.engine.draft_steps import DecodeInputs, catch_up_step, decode_steps
 from claimbench.engine.kv_cache import allocate_kv_cache, resolve_kv_dtype
 from claimbench.engine.request import Request
 from claimbench.engine.runner import StaticModel
-from claimbench.engine.sampler import MIN_TEMPERATURE, filtered_probs, greedy_tokens
+from claimbench.engine.sampler import SamplingBatch
 from claimbench.kernels.backend import get_backend, resolve_backend_name
-from claimbench.kernels.kv_quant import LayerKV
+from claimbench.kernels.metadata import NULL_PAGE
 from claimbench.models.config import ModelConfig
-from claimbench.models.llama import LlamaForCausalLM, Rope, rope_table
+from claimbench.models.llama import LlamaForCausalLM, rope_table
 from claimbench.models.tokenizer import Tokenizer
-
-DRAFT_STREAM = 2  # random stream of draft sampling under a token's key (spec_decode.py)
-
-
-@partial(jax.jit, static_argnums=(0,), donate_argnums=(3,))
-def _draft_step(
-    static: StaticModel,
-    weights: list[jax.Array],
-    rope: Rope,
-    kv_caches: list[LayerKV],
-    inputs: StepInputs,
-) -> tuple[jax.Array, jax.Array, list[LayerKV]]:
-    """One draft step -> (token i32[N], the distribution it was drawn from f32[N, V], cache).
-
-    A greedy batch returns zeros for the distribution: its acceptance never reads it."""
-    model = nnx.merge(static.graphdef, jax.tree.unflatten(static.treedef, weights))
-    hidden, kv_caches = model(
-        inputs.token_ids,
-        inputs.positions,
-        kv_caches,
-        inputs.md,
-        attention=static.attention,
-        rope=rope,
-    )
-    logits = model.logits(hidden[inputs.logits_indices[:, 0]])
-    batch = inputs.sampling
-
-    def sampled() -> tuple[jax.Array, jax.Array]:
-        probs = filtered_probs(logits, batch)
-        keys = jax.vmap(
-            lambda s, i: jax.random.fold_in(jax.random.fold_in(jax.random.key(s), i), DRAFT_STREAM)
-        )(batch.seeds, batch.output_index)
-        tokens = jax.vmap(jax.random.categorical)(keys, jnp.log(probs)).astype(jnp.int32)
-        return jnp.where(batch.temperature < MIN_TEMPERATURE, greedy_tokens(logits), tokens), probs
-
-    tokens, probs = jax.lax.cond(
-        batch.all_greedy, lambda: (greedy_tokens(logits), jnp.zeros_like(logits)), sampled
-    )
-    return tokens, probs, kv_caches
-
-
-@dataclass
-class _DraftSeq:
-    """One request as the draft's pool holds it."""
-
-    block_table: list[int]  # draft pool pages, in token order
-    num_computed: int  # leading tokens of the request whose draft K/V is written
-    num_preemptions: int  # the request's count when this state began (a change resets it)
 
 
 def check_draft(
@@ -113,6 +65,15 @@ def load_draft_model(
     check_draft(read_config(path), target, draft_tokenizer, tokenizer)
     model, _ = load_model(path, dtype)
     return model
+
+
+@dataclass
+class _DraftSeq:
+    """One request as the draft's pool holds it."""
+
+    block_table: list[int]  # draft pool pages, in token order
+    num_computed: int  # leading tokens of the request whose draft K/V is written
+    num_preemptions: int  # the request's count when this state began (a change resets it)
 
 
 class DraftProposer:
@@ -180,32 +141,30 @@ class DraftProposer:
             self._grow(seq, seq.num_computed + n + (num_wanted - 1 if proposes else 0))
         if not chunks:
             return {}, {}, None
-        tokens, probs = self._run(chunks)
-        proposing = [r for r, _, _ in chunks if r.request_id in wants]
-        row = {r.request_id: i for i, (r, _, _) in enumerate(chunks)}
-        drafts = {r.request_id: [tokens[row[r.request_id]]] for r in proposing}
-        greedy = all(r.sampling.greedy for r in proposing)
-        dists = [] if greedy else [_rows(probs, [row[r.request_id] for r in proposing])]
-        for j in range(1, self.cfg.num_spec_tokens):
-            step = [r for r in proposing if wants[r.request_id] > j]
-            if not step:
-                break
-            states = [self._seqs[r.request_id] for r in step]
-            chunk = [(r, s, drafts[r.request_id][-1:]) for r, s in zip(step, states, strict=True)]
-            tokens, probs = self._run(chunk, first_output=j)
-            for r, token in zip(step, tokens, strict=True):
-                drafts[r.request_id].append(token)
-            if not greedy:
-                # Requests that asked for fewer drafts read row 0 here: never accepted past
-                # their own num_draft, so never read.
-                at = {r.request_id: i for i, r in enumerate(step)}
-                dists.append(_rows(probs, [at.get(r.request_id, 0) for r in proposing]))
-        rows_of = {r.request_id: i for i, r in enumerate(proposing)}
-        if greedy or not proposing:
-            return drafts, rows_of, None
-        k = self.cfg.num_spec_tokens
-        dists += [jnp.zeros_like(dists[0])] * (k - len(dists))
-        return drafts, rows_of, jnp.stack(dists, axis=1)
+        first_tokens, first_probs, slot_of = self._catch_up(chunks)
+        proposing = [(r, s) for r, s, _ in chunks if r.request_id in wants]
+        if not proposing:
+            return {}, {}, None
+        inputs = self._decode_inputs(proposing, [slot_of[r.request_id] for r, _ in proposing])
+        drafts, probs, self.kv_caches = decode_steps(
+            self._static,
+            self.cfg.num_spec_tokens,
+            self.weights,
+            self.rope,
+            self.kv_caches,
+            first_tokens,
+            first_probs,
+            inputs,
+        )
+        drafts = np.asarray(drafts)
+        out: dict[str, list[int]] = {}
+        for i, (request, seq) in enumerate(proposing):
+            num = wants[request.request_id]
+            out[request.request_id] = drafts[i, :num].tolist()
+            seq.num_computed += num - 1  # draft tokens 0..num-2 were fed
+        rows_of = {r.request_id: i for i, (r, _) in enumerate(proposing)}
+        greedy = all(r.sampling.greedy for r, _ in proposing)
+        return out, rows_of, None if greedy else probs
 
     def _state(self, request: Request) -> _DraftSeq:
         """The request's draft state, rolled back to its verified tokens."""
@@ -224,21 +183,20 @@ class DraftProposer:
         for _ in range(max(needed, 0)):
             seq.block_table.append(self._free_pages.pop())
 
-    def _run(
-        self, chunks: list[tuple[Request, _DraftSeq, list[int]]], first_output: int = 0
-    ) -> tuple[list[int], jax.Array]:
-        """One draft step over (request, state, tokens to feed) chunks -> (each chunk's sampled
-        token, the distributions f32[len(chunks), V] in chunk order). Single-token chunks
-        take the first slots: the attention kernels' decode group."""
+    def _catch_up(
+        self, chunks: list[tuple[Request, _DraftSeq, list[int]]]
+    ) -> tuple[jax.Array, jax.Array, dict[str, int]]:
+        """The ragged step over (request, state, tokens to feed) chunks -> (sampled tokens
+        i32[N], q f32[N, V], each request's slot). Single-token chunks take the first slots:
+        the attention kernels' decode group."""
         cfg, page_size = self.cfg, self.cfg.page_size
         total = sum(len(t) for _, _, t in chunks)
         token_bucket, seq_bucket = pick_pair(cfg, total, len(chunks))
         inputs = empty_inputs(cfg, token_bucket, seq_bucket)
         md, sp = inputs.md, inputs.sampling
-        order = sorted(range(len(chunks)), key=lambda i: len(chunks[i][2]) > 1)
+        ordered = sorted(chunks, key=lambda c: len(c[2]) > 1)
         offset = 0
-        for slot, i in enumerate(order):
-            request, seq, tokens = chunks[i]
+        for slot, (request, seq, tokens) in enumerate(ordered):
             n, start = len(tokens), seq.num_computed
             positions = np.arange(start, start + n, dtype=np.int32)
             md.page_indices[slot, : len(seq.block_table)] = seq.block_table
@@ -250,11 +208,7 @@ class DraftProposer:
             md.kv_lens[slot] = start + n
             md.cu_q_lens[slot + 1] = offset + n
             inputs.logits_indices[slot, 0] = offset + n - 1
-            sp.temperature[slot] = request.sampling.temperature
-            sp.top_k[slot] = request.sampling.top_k
-            sp.top_p[slot] = request.sampling.top_p
-            sp.seeds[slot] = request.seed
-            sp.output_index[slot] = request.num_output_tokens + first_output
+            _set_sampling(sp, slot, request)
             seq.num_computed += n
             offset += n
         md.cu_q_lens[len(chunks) + 1 :] = offset
@@ -263,15 +217,42 @@ class DraftProposer:
         md.distribution[:] = (num_single, num_single, len(chunks))
         greedy = np.asarray(all(r.sampling.greedy for r, _, _ in chunks))
         inputs = dataclasses.replace(inputs, sampling=dataclasses.replace(sp, all_greedy=greedy))
-        tokens, probs, self.kv_caches = _draft_step(
+        tokens, probs, self.kv_caches = catch_up_step(
             self._static, self.weights, self.rope, self.kv_caches, inputs
         )
-        slot_of = np.empty(len(chunks), np.int64)
-        slot_of[order] = np.arange(len(chunks))
-        host = np.asarray(tokens)
-        return [int(host[s]) for s in slot_of], _rows(probs, slot_of.tolist())
+        return tokens, probs, {r.request_id: slot for slot, (r, _, _) in enumerate(ordered)}
+
+    def _decode_inputs(
+        self, proposing: list[tuple[Request, _DraftSeq]], first_index: list[int]
+    ) -> DecodeInputs:
+        cfg = self.cfg
+        num_slots = pick_bucket(seq_buckets(cfg), len(proposing))
+        sp = empty_inputs(cfg, num_slots, num_slots).sampling
+        inputs = DecodeInputs(
+            first_index=np.zeros(num_slots, np.int32),
+            positions=np.zeros(num_slots, np.int32),
+            num_active=np.zeros(num_slots, np.int32),
+            page_indices=np.full((num_slots, cfg.pages_per_seq), NULL_PAGE, np.int32),
+            num_seqs=np.asarray([len(proposing)], np.int32),
+            sampling=sp,
+        )
+        for slot, (request, seq) in enumerate(proposing):
+            inputs.first_index[slot] = first_index[slot]
+            inputs.positions[slot] = request.num_tokens
+            num_wanted = min(
+                cfg.num_spec_tokens, request.sampling.max_tokens - request.num_output_tokens - 1
+            )
+            inputs.num_active[slot] = num_wanted - 1
+            inputs.page_indices[slot, : len(seq.block_table)] = seq.block_table
+            _set_sampling(sp, slot, request)
+        greedy = np.asarray(all(r.sampling.greedy for r, _ in proposing))
+        return dataclasses.replace(inputs, sampling=dataclasses.replace(sp, all_greedy=greedy))
 
 
-def _rows(probs: jax.Array, rows: list[int]) -> jax.Array:
-    """probs f32[N, V] -> f32[len(rows), V], gathered on the device."""
-    return jnp.take(probs, jnp.asarray(rows, jnp.int32), axis=0)
+def _set_sampling(sp: SamplingBatch, slot: int, request: Request) -> None:
+    """Fill one slot of a host SamplingBatch; draft token 0 is output index num_output."""
+    sp.temperature[slot] = request.sampling.temperature
+    sp.top_k[slot] = request.sampling.top_k
+    sp.top_p[slot] = request.sampling.top_p
+    sp.seeds[slot] = request.seed
+    sp.output_index[slot] = request.num_output_tokens

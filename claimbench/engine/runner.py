@@ -100,8 +100,15 @@ def _step(
         tokens, logprobs = tokens[:, None], logprobs[:, None]
         num_accepted = jnp.zeros(tokens.shape[0], jnp.int32)
     else:
+        indices = inputs.logits_indices
+        # N * (1 + k) slots, padding included, can outnumber the step's tokens (batch 1: 40
+        # slots, 16 tokens): then projecting every token once and gathering is cheaper.
+        if hidden.shape[0] < indices.size:
+            logits = model.logits(hidden)[indices]
+        else:
+            logits = model.logits(hidden[indices])
         tokens, logprobs, num_accepted = accept(
-            model.logits(hidden[inputs.logits_indices]),
+            logits,
             inputs.draft_tokens,
             inputs.num_draft,
             inputs.draft_probs,
