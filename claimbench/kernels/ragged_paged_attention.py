@@ -198,10 +198,12 @@ def _call_kernel(
         inputs.append(cache.scales.astype(jnp.float32))
         in_specs.append(pl.BlockSpec(memory_space=pltpu.SMEM))
     aliases = {len(scalars) + len(inputs): 1}
-    inputs.append(pages)
+    # The pages stay in HBM. Left to XLA, a layer's cache small enough for VMEM is
+    # prefetched there whole before the call and copied back after it, every step.
+    inputs.append(pltpu.with_memory_space_constraint(pages, pltpu.HBM))
     out_shapes = [
         jax.ShapeDtypeStruct(q.shape, q.dtype),
-        jax.ShapeDtypeStruct(pages.shape, pages.dtype),
+        pltpu.HBM(pages.shape, pages.dtype),
     ]
     if quant == "int8":
         aliases[len(scalars) + len(inputs)] = 2
