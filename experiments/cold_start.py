@@ -1,0 +1,203 @@
+"""cold-start: how long a fresh process takes to serve its first token, and what fixes it.
+
+Each trial launches fresh Python processes (harness/cold_start_probe.py), each building the
+same engine (the run's model, dtype and the profile's ``engine`` params) and serving one
+first request (``first_prompt_len`` tokens, ``max_tokens`` out) and then a few more
+(``workload_prompt_lens``, at once), in an order rotated by trial:
+
+* cold: no precompile and no persistent compilation cache: the first request compiles the
+  buckets it needs while it is served;
+* precompile: every bucket compiled before the first request, no persistent cache;
+* cached: every bucket compiled before the first request, from a persistent compilation cache
+  that one process of the same engine filled before the first trial (a temporary directory).
+
+A process's cold start is the wall time from just before the parent launched it to its first
+token: interpreter start, imports, model load, compilation and the first request, everything a
+restarted server pays. The warm reference is the first request's TTFT on an engine of this
+process that is already compiled and has served once (emptied first, so no cached prefix).
+
+* cold_over_warm_first_ttft = cold's cold start / the warm TTFT;
+* cache_speedup = precompile's cold start / cached's cold start;
+* compiles_during_serving = programs compiled while serving in the precompile and cached
+  processes (the runner's count from engine.stats(), before and after serving): a "never"
+  condition, so any compilation in any trial fails it.
+
+Compile seconds per bucket are recorded from the cold process's step records (its first step
+at a bucket, less the median of its later steps there) and, for precompile, as precompile's
+seconds over its programs. Everything is timing on the host's compiler (XLA:CPU here, XLA/TPU
+or Mosaic on a TPU), so on a CPU the values are indicative only, as the claim's scope says.
+
+Why it can come out either way: on a CPU, imports and model load may dominate the cold start
+(so the cache buys little); on a TPU, compilation of real buckets may take minutes. A warm
+TTFT is one short prefill step, so the cold/warm ratio depends on how large the start-up
+costs are against it; and compilations while serving count whatever the code path compiles
+lazily (a sampling or logprob variant, say) that precompile did not cover.
+
+Params (claims.yaml, per profile): engine, first_prompt_len, max_tokens,
+workload_prompt_lens, timeout_s (per process).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from claimbench.engine.sampler import SamplingParams
+from claimbench.harness import tenant_runs as tr
+
+if TYPE_CHECKING:
+    from claimbench.engine.engine import LLMEngine
+    from claimbench.harness.context import RunContext
+
+DEFAULT_PARAMS: dict[str, Any] = {
+    "engine": {},
+    "first_prompt_len": 48,
+    "max_tokens": 8,
+    "workload_prompt_lens": [4, 24, 100, 300],
+    "timeout_s": 900,
+}
+ARMS = ("cold", "precompile", "cached")
+# Environment variables that would switch a persistent cache on behind the arms' backs.
+CACHE_ENV = ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")
+
+
+def launch(spec: dict[str, Any], timeout_s: float) -> tuple[float, dict[str, Any]]:
+    """Run one cold_start_probe process on ``spec``: (seconds from launch to its first token,
+    its report). RuntimeError with its stderr's tail when it fails."""
+    env = {k: v for k, v in os.environ.items() if k not in CACHE_ENV}
+    command = [sys.executable, "-m", "claimbench.harness.cold_start_probe", json.dumps(spec)]
+    launched = time.time()
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout_s, env=env, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"cold-start probe failed ({done.returncode}): {done.stderr[-2000:]}")
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return report["first_token_wall"] - launched, report
+
+
+def arm_spec(
+    config: dict[str, Any], arm: str, cache_dir: str, prompts: dict[str, Any]
+) -> dict[str, Any]:
+    """The probe spec of ``arm`` (cold, precompile, cached or fill)."""
+    cached = arm in ("cached", "fill")
+    return {
+        "config": config | {"compilation_cache_dir": cache_dir if cached else None},
+        "precompile": arm != "cold",
+        **prompts,
+    }
+
+
+def warm_first_ttft(engine: LLMEngine, prompt: list[int], max_tokens: int) -> float:
+    """TTFT of ``prompt`` on the already compiled engine, emptied first (no cached prefix)."""
+    engine.reset()
+    engine.generate([prompt], SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+    return float(engine.requests_frame().iloc[0]["ttft_s"])
+
+
+def bucket_compile_s(buckets: list[dict[str, Any]]) -> dict[tuple[int, int], float]:
+    """Per bucket that ran more than once: its first step's seconds less its later median."""
+    return {
+        (b["token_bucket"], b["seq_bucket"]): b["first_s"] - b["later_median_s"]
+        for b in buckets
+        if b["later_median_s"] is not None
+    }
+
+
+def run(ctx: RunContext) -> None:
+    """Record cold_over_warm_first_ttft, cache_speedup and compiles_during_serving per trial."""
+    params = ctx.merged(DEFAULT_PARAMS)
+    warm = ctx.engine(precompile=True)
+    config = {"model_path": str(ctx.model_path), "dtype": ctx.dtype, "seed": ctx.seed}
+    config |= params["engine"]
+    vocab = warm.model_cfg.vocab_size
+    with tempfile.TemporaryDirectory(prefix="claimbench-cold-start-") as cache_dir:
+        rng = np.random.default_rng([ctx.seed, 0])
+        fill = {
+            "first_prompt": rng.integers(3, vocab, params["first_prompt_len"]).tolist(),
+            "max_tokens": params["max_tokens"],
+            "workload": [
+                rng.integers(3, vocab, n).tolist() for n in params["workload_prompt_lens"]
+            ],
+        }
+        fill_s, _ = launch(arm_spec(config, "fill", cache_dir, fill), params["timeout_s"])
+        for trial in range(ctx.trials):
+            rng = np.random.default_rng([ctx.seed, trial + 1])
+            prompts = {
+                "first_prompt": rng.integers(3, vocab, params["first_prompt_len"]).tolist(),
+                "max_tokens": params["max_tokens"],
+                "workload": [
+                    rng.integers(3, vocab, n).tolist() for n in params["workload_prompt_lens"]
+                ],
+            }
+            start_s, reports = {}, {}
+            for arm in tr.rotated(list(ARMS), trial):
+                spec = arm_spec(config, arm, cache_dir, prompts)
+                start_s[arm], reports[arm] = launch(spec, params["timeout_s"])
+            warm_s = warm_first_ttft(warm, prompts["first_prompt"], params["max_tokens"])
+            _record_trial(ctx, trial, start_s, reports, warm_s, fill_s)
+
+
+def _record_trial(
+    ctx: RunContext,
+    trial: int,
+    start_s: dict[str, float],
+    reports: dict[str, dict[str, Any]],
+    warm_s: float,
+    fill_s: float,
+) -> None:
+    """The trial's three conditions and the side metrics behind them."""
+    ctx.record(
+        "cold_over_warm_first_ttft",
+        start_s["cold"] / warm_s,
+        trial=trial,
+        unit="x",
+        cold_start_s=start_s["cold"],
+        warm_first_ttft_s=warm_s,
+    )
+    ctx.record(
+        "cache_speedup",
+        start_s["precompile"] / start_s["cached"],
+        trial=trial,
+        unit="x",
+        precompile_start_s=start_s["precompile"],
+        cached_start_s=start_s["cached"],
+        fill_start_s=fill_s,
+    )
+    serving = {arm: reports[arm]["compiles_during_serving"] for arm in ("precompile", "cached")}
+    ctx.record(
+        "compiles_during_serving", sum(serving.values()), trial=trial, unit="programs", **serving
+    )
+    ctx.record("warm_first_ttft_s", warm_s, trial=trial, unit="s")
+    for arm, report in reports.items():
+        ctx.record("start_to_first_token_s", start_s[arm], trial=trial, unit="s", arm=arm)
+        ctx.record("precompile_s", report["precompile_s"], trial=trial, unit="s", arm=arm)
+        ctx.record(
+            "programs_compiled", report["num_compilations"], trial=trial, unit="programs", arm=arm
+        )
+    precompile = reports["precompile"]
+    ctx.record(
+        "compile_s_per_bucket",
+        precompile["precompile_s"] / max(precompile["num_precompiled"], 1),
+        trial=trial,
+        unit="s",
+        arm="precompile",
+        num_programs=precompile["num_precompiled"],
+    )
+    for (tokens, seqs), seconds in bucket_compile_s(reports["cold"]["buckets"]).items():
+        ctx.record(
+            "bucket_compile_s",
+            seconds,
+            trial=trial,
+            unit="s",
+            arm="cold",
+            token_bucket=tokens,
+            seq_bucket=seqs,
+        )
