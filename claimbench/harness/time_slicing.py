@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from claimbench.engine.outputs import TokenEvent
 from claimbench.engine.sampler import SamplingParams
 from claimbench.harness.tenant_runs import ServedRun
 
@@ -72,6 +73,8 @@ def serve_time_sliced(
     logical = [_Logical(r) for r in sorted(requests, key=lambda r: r.arrival_s)]
     queued: dict[str, deque[_Logical]] = {t: deque() for t in order}
     active: list[_Logical] = []
+    tokens: dict[str, list[int]] = {}  # tokens each running piece has made so far
+    finished: set[str] = set()  # pieces that finished, were rejected or aborted
     start = time.perf_counter()
     next_arrival, window, timed_out = 0, -1, False
     while next_arrival < len(logical) or active or any(queued.values()) or engine.has_unfinished:
@@ -86,7 +89,8 @@ def serve_time_sliced(
         if k != window:
             # The closing window's unfinished requests pause, first in line for their next one.
             for item in reversed(active):
-                _pause(engine, item)
+                item.tokens.extend(tokens.pop(item.pieces[-1], []))
+                engine.abort(item.pieces[-1], PAUSE_REASON)
                 queued[item.request.tenant].appendleft(item)
             active, window = [], k
         while (
@@ -99,10 +103,14 @@ def serve_time_sliced(
             item.pieces.append(_submit(engine, item, start))
             active.append(item)
         if engine.has_unfinished:
-            engine.step()
-            active = [
-                item for item in active if engine.output(item.pieces[-1]).finish_reason is None
-            ]
+            # Read the step's events, not engine.output(): decoding text every step would
+            # charge the sliced arm host time the co-located one does not pay.
+            for event in engine.step():
+                if isinstance(event, TokenEvent):
+                    tokens.setdefault(event.request_id, []).append(event.token_id)
+                else:
+                    finished.add(event.request_id)
+            active = [item for item in active if item.pieces[-1] not in finished]
             continue
         wake = [start + (window + 1) * window_s]
         if next_arrival < len(logical):
@@ -123,13 +131,6 @@ def _submit(engine: LLMEngine, item: _Logical, start: float) -> str:
         r.priority,
         start + r.arrival_s,  # its true arrival: FCFS keeps its place
     )
-
-
-def _pause(engine: LLMEngine, item: _Logical) -> None:
-    """Stop ``item``'s running piece and keep the tokens it made."""
-    piece = item.pieces[-1]
-    item.tokens.extend(engine.output(piece).token_ids)
-    engine.abort(piece, PAUSE_REASON)
 
 
 def stitched_frame(engine: LLMEngine, logical: list[_Logical]) -> pd.DataFrame:
