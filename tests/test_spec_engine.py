@@ -168,3 +168,16 @@ def test_a_draft_with_another_tokenizer_is_refused():
     # Same size, but id 1 means "c" to the draft and "b" to the target.
     with pytest.raises(ValueError, match="draft model's tokenizer differs from the target's"):
         check_draft(target, target, word_level("acb"), word_level("abc"))
+
+
+def test_precompile_covers_the_draft_steps():
+    from claimbench.engine.draft_steps import catch_up_step, decode_steps
+
+    engine = spec_engine("draft", 1, max_model_len=64)  # a block-table width of its own
+    num, seconds = engine.precompile()
+    # Target: buckets (16, 8) and (32, 8); draft: both pairs, each with the one seq bucket.
+    assert num == 4 and seconds > 0
+    compiled = catch_up_step._cache_size(), decode_steps._cache_size()
+    engine.generate(prompts([5, 40, 17], seed=6), SamplingParams(max_tokens=9, ignore_eos=True))
+    assert engine.steps_frame()["num_drafts"].sum() > 0
+    assert (catch_up_step._cache_size(), decode_steps._cache_size()) == compiled

@@ -13,6 +13,8 @@ in one jitted lax.scan, with one host round trip for the whole proposal.
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,10 +23,10 @@ import numpy as np
 from flax import nnx
 
 from claimbench.engine.batch import empty_inputs
-from claimbench.engine.buckets import pick_bucket, pick_pair, seq_buckets
+from claimbench.engine.buckets import bucket_pairs, pick_bucket, pick_pair, seq_buckets
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.draft_steps import DecodeInputs, catch_up_step, decode_steps
-from claimbench.engine.kv_cache import allocate_kv_cache, resolve_kv_dtype
+from claimbench.engine.kv_cache import allocate_kv_cache, page_layout, resolve_kv_dtype
 from claimbench.engine.request import Request
 from claimbench.engine.runner import StaticModel
 from claimbench.engine.sampler import SamplingBatch
@@ -86,12 +88,13 @@ class DraftProposer:
         self._static = StaticModel(graphdef, treedef, get_backend(cfg.attention_backend))
         # Room for every running sequence at full length, so the draft never runs short.
         self.num_pages = 1 + cfg.max_num_seqs * cfg.pages_per_seq
+        backend = resolve_backend_name(cfg.attention_backend)
         self.kv_caches = allocate_kv_cache(
-            model.cfg,
+            page_layout(model.cfg, backend),  # as the target's: the same kernel reads both
             self.num_pages,
             cfg.page_size,
             resolve_kv_dtype("auto", model.dtype),
-            bit_containers=resolve_backend_name(cfg.attention_backend) != "pallas",
+            bit_containers=backend != "pallas",
         )
         self.rope = jax.device_put(rope_table(model.cfg, cfg.max_model_len))
         self.reset()
@@ -100,6 +103,31 @@ class DraftProposer:
         """Forget every request (the pool's contents are simply overwritten later)."""
         self._free_pages = list(range(self.num_pages - 1, 0, -1))  # page 0 is the null page
         self._seqs: dict[str, _DraftSeq] = {}
+
+    def precompile(self) -> tuple[int, float]:
+        """Run all-padding draft steps at every bucket (their writes land in the null page),
+        so proposing never compiles. Returns (variants run, seconds)."""
+        start = time.perf_counter()
+        num = 0
+        for num_tokens, num_seqs in bucket_pairs(self.cfg):
+            inputs = empty_inputs(self.cfg, num_tokens, num_seqs)
+            tokens, probs, self.kv_caches = catch_up_step(
+                self._static, self.weights, self.rope, self.kv_caches, inputs
+            )
+            for num_slots in seq_buckets(self.cfg):
+                _, _, self.kv_caches = decode_steps(
+                    self._static,
+                    self.cfg.num_spec_tokens,
+                    self.weights,
+                    self.rope,
+                    self.kv_caches,
+                    tokens,
+                    probs,
+                    self._decode_inputs([], num_slots),
+                )
+                num += 1
+        jax.block_until_ready(self.kv_caches)
+        return num, time.perf_counter() - start
 
     def free(self, request: Request) -> None:
         """Drop a finished or preempted request's draft pages."""
@@ -145,7 +173,10 @@ class DraftProposer:
         proposing = [(r, s) for r, s, _ in chunks if r.request_id in wants]
         if not proposing:
             return {}, {}, None
-        inputs = self._decode_inputs(proposing, [slot_of[r.request_id] for r, _ in proposing])
+        num_slots = pick_bucket(seq_buckets(self.cfg), len(proposing))
+        inputs = self._decode_inputs(
+            proposing, num_slots, [slot_of[r.request_id] for r, _ in proposing]
+        )
         drafts, probs, self.kv_caches = decode_steps(
             self._static,
             self.cfg.num_spec_tokens,
@@ -223,10 +254,13 @@ class DraftProposer:
         return tokens, probs, {r.request_id: slot for slot, (r, _, _) in enumerate(ordered)}
 
     def _decode_inputs(
-        self, proposing: list[tuple[Request, _DraftSeq]], first_index: list[int]
+        self,
+        proposing: list[tuple[Request, _DraftSeq]],
+        num_slots: int,
+        first_index: Sequence[int] = (),
     ) -> DecodeInputs:
+        """The scan's inputs for the proposing requests, padded to num_slots slots."""
         cfg = self.cfg
-        num_slots = pick_bucket(seq_buckets(cfg), len(proposing))
         sp = empty_inputs(cfg, num_slots, num_slots).sampling
         inputs = DecodeInputs(
             first_index=np.zeros(num_slots, np.int32),

@@ -346,8 +346,13 @@ class LLMEngine:
     # -- drivers --------------------------------------------------------------------------
 
     def precompile(self, prompt_logprobs: bool = False) -> tuple[int, float]:
-        """Compile every bucket ahead of serving: (number compiled, seconds)."""
-        return self.runner.precompile(prompt_logprobs)
+        """Compile every bucket ahead of serving (the draft's steps too): (number compiled,
+        seconds). A sampled batch's verify step with draft distributions compiles on first use."""
+        num, seconds = self.runner.precompile(prompt_logprobs)
+        if self.speculator is not None:
+            num_draft, draft_s = self.speculator.precompile()
+            num, seconds = num + num_draft, seconds + draft_s
+        return num, seconds
 
     def generate(
         self,

@@ -34,6 +34,10 @@ class Speculator:
         if self.drafter is not None:
             self.drafter.reset()
 
+    def precompile(self) -> tuple[int, float]:
+        """Compile the draft's steps ahead of serving: (variants, seconds); n-gram has none."""
+        return (0, 0.0) if self.drafter is None else self.drafter.precompile()
+
     def free(self, request: Request) -> None:
         """A request finished or was preempted: its draft state goes."""
         request.spec_token_ids = []
