@@ -1,0 +1,35 @@
+"""spec-decode-gain: draft-model speculation (k = 4) against plain decoding at batch 1.
+
+The shipped claimbench-tiny-draft proposes 4 tokens a step for claimbench-tiny; the target
+verifies them in one step (exact greedy acceptance, engine/spec_decode.py). Two engines,
+same pool and buckets, serve the same held-out prompt (harness/spec_trials.py); per trial:
+the speedup of output tokens/s over plain decoding, the greedy mismatch count (tokens that
+differ from plain decoding's; float32 is batch-invariant, bfloat16 may flip a near-tie)
+and vLLM's acceptance metrics.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from claimbench.harness.spec_trials import check_params, run_trials
+
+if TYPE_CHECKING:
+    from claimbench.harness.context import RunContext
+
+DEFAULT_PARAMS: dict[str, Any] = {
+    "batch": 1,
+    "num_spec_tokens": 4,
+    "proposer": "draft",
+    "input_len": 96,
+    "output_len": 128,
+    "engine": {},
+}
+
+
+def run(ctx: RunContext) -> None:
+    """Record speedup and greedy_mismatch per trial, with each arm's throughput and the
+    acceptance metrics beside them."""
+    params = ctx.merged(DEFAULT_PARAMS)
+    check_params(params)
+    run_trials(ctx, params, "speedup")

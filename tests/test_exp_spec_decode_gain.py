@@ -1,0 +1,28 @@
+"""spec-decode-gain at a tiny size: the comparison's mechanism, never its verdict."""
+
+import pytest
+from spec_exp_helpers import TINY, run_tiny, values
+
+
+@pytest.mark.parametrize("draft_seed", [0, 1])
+def test_tiny_run_records_speedup_exact_greedy_and_acceptance(draft_seed):
+    frame = run_tiny("spec-decode-gain", TINY, draft_seed)
+    assert len(values(frame, "speedup")) == 2 and all(v > 0 for v in values(frame, "speedup"))
+    # Exact greedy acceptance: the speculative arm emits plain decoding's tokens.
+    assert values(frame, "greedy_mismatch") == [0.0, 0.0]
+    rate = values(frame, "draft_acceptance_rate")
+    if draft_seed == 0:  # the target as its own draft: every draft token accepted
+        assert rate == [1.0, 1.0] and values(frame, "mean_acceptance_length") == [4.0, 4.0]
+    else:  # a random stranger of 97 tokens: nearly every draft rejected
+        assert all(r < 0.2 for r in rate)
+    per_pos = frame[frame["metric"] == "acceptance_rate_per_pos"]
+    assert len(per_pos) == 2 * TINY["num_spec_tokens"]
+    throughput = frame[frame["metric"] == "output_throughput"]
+    assert len(throughput) == 4 and (throughput["value"] > 0).all()
+
+
+def test_bad_params_are_named():
+    with pytest.raises(ValueError, match="param proposer must be draft or ngram, got 'medusa'"):
+        run_tiny("spec-decode-gain", {**TINY, "proposer": "medusa"}, 0)
+    with pytest.raises(ValueError, match="unknown|num_spec_token"):
+        run_tiny("spec-decode-gain", {**TINY, "num_spec_token": 4}, 0)
