@@ -201,7 +201,8 @@ def run(ctx: RunContext) -> None:
 
 
 def figures(run_dirs: list[Path]) -> list[tuple[str, str]]:
-    """Programs against padding per policy (newest run; mean over trials, trials as dots)."""
+    """Programs against padding per policy (newest run; each policy's mean over trials as a
+    line point, every trial as a dot)."""
     from matplotlib import rc_context
     from matplotlib.figure import Figure
 
@@ -227,8 +228,10 @@ def figures(run_dirs: list[Path]) -> list[tuple[str, str]]:
         for family, colour in (("geometric", "#2166ac"), ("histogram", "#1b7837")):
             mine = points[points["policy"].str.startswith(family)]
             ax.scatter(mine["programs"], mine["value"], s=8, color=colour, alpha=0.35)
-            mean = mine.groupby("programs")["value"].mean()
-            ax.plot(mean.index, mean.to_numpy(), color=colour, marker="o", label=family)
+            # One point per policy: its programs and padding averaged over trials (a fitted
+            # policy's programs can differ from trial to trial).
+            mean = mine.groupby("policy")[["programs", "value"]].mean().sort_values("programs")
+            ax.plot(mean["programs"], mean["value"], color=colour, marker="o", label=family)
         engine = points[points["policy"].str.startswith("engine")]
         ax.scatter(
             engine["programs"].mean(),
