@@ -36,6 +36,7 @@ uniform), episode_requests, saturation_requests, window_requests, probe_requests
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -44,6 +45,7 @@ import pandas as pd
 from claimbench.engine.sampler import SamplingParams
 from claimbench.harness import tenant_runs as tr
 from claimbench.harness.time_slicing import serve_time_sliced
+from claimbench.site import tenant_charts
 from claimbench.workload.build import WorkloadRequest
 from claimbench.workload.spec import WorkloadSpec
 
@@ -180,3 +182,10 @@ def run(ctx: RunContext) -> None:
                 ctx.record(
                     "slo_attainment_pct", attained, trial=trial, unit="%", mode=mode, tenant=tenant
                 )
+
+
+def figures(run_dirs: list[Path]) -> list[tuple[str, str]]:
+    """TTFT per tenant, co-located beside time-sliced (newest run, every trial)."""
+    return tenant_charts.ttft_cdf_figures(
+        run_dirs, title="TTFT per tenant: co-located and time-sliced"
+    )
