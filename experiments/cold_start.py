@@ -45,9 +45,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 
 from claimbench.engine.sampler import SamplingParams
 from claimbench.harness import tenant_runs as tr
@@ -201,3 +203,36 @@ def _record_trial(
             token_bucket=tokens,
             seq_bucket=seqs,
         )
+
+
+def figures(run_dirs: list[Path]) -> list[tuple[str, str]]:
+    """Seconds from launch to first token per process kind, beside the warm first TTFT
+    (newest run; bars are means over trials, dots the trials), on a log axis."""
+    from matplotlib import rc_context
+    from matplotlib.figure import Figure
+
+    from claimbench.site.charts import figure_to_svg
+
+    for run_dir in reversed(run_dirs):
+        path = Path(run_dir) / "measurements.parquet"
+        rows = pd.read_parquet(path) if path.is_file() else pd.DataFrame()
+        if len(rows) and "start_to_first_token_s" in set(rows["metric"]):
+            break
+    else:
+        return []
+    starts = rows[rows["metric"] == "start_to_first_token_s"]
+    kinds = [json.loads(x)["arm"] for x in starts["labels"]]
+    values = {arm: starts["value"][[k == arm for k in kinds]].to_numpy() for arm in ARMS}
+    values["warm TTFT"] = rows.loc[rows["metric"] == "warm_first_ttft_s", "value"].to_numpy()
+    with rc_context({"svg.fonttype": "none", "font.size": 9}):
+        fig = Figure(figsize=(5.0, 3.2))
+        ax = fig.add_subplot()
+        for x, seconds in enumerate(values.values()):
+            ax.bar(x, seconds.mean(), color="#2166ac" if x < len(ARMS) else "#1b7837")
+            ax.scatter(np.full(len(seconds), x), seconds, s=10, color="#333333", zorder=3)
+        ax.set_xticks(range(len(values)), list(values))
+        ax.set_yscale("log")
+        ax.set_ylabel("seconds to the first token")
+        ax.grid(alpha=0.3, axis="y")
+        svg = figure_to_svg(fig)
+    return [("Cold start: process launch to first token, and a warm engine's first TTFT", svg)]

@@ -87,3 +87,24 @@ def test_tiny_run_times_three_fresh_processes(checkpoint):
     for arm in ("cold", "precompile", "cached"):
         assert labels[("start_to_first_token_s", arm)] > 0
     assert labels[("warm_first_ttft_s", None)] > 0
+
+
+def test_figure_reads_the_newest_runs_measurements(tmp_path):
+    rows = [
+        ("start_to_first_token_s", arm, v)
+        for arm in ("cold", "precompile", "cached")
+        for v in (2.0, 3.0)
+    ]
+    rows.append(("warm_first_ttft_s", None, 0.01))
+    frame = pd.DataFrame(
+        {
+            "metric": [m for m, _, _ in rows],
+            "labels": [json.dumps({} if arm is None else {"arm": arm}) for _, arm, _ in rows],
+            "value": [v for _, _, v in rows],
+        }
+    )
+    figures = experiment(CLAIM).figures
+    assert figures([tmp_path]) == []
+    frame.to_parquet(tmp_path / "measurements.parquet")
+    [(title, svg)] = figures([tmp_path])
+    assert "first token" in title and svg.startswith("<svg")
