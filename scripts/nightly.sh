@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The nightly job (.github/workflows/nightly-tpu.yml runs it on a TPU VM): set up, print the
+# environment, compile-check the TPU path, run the claims, score them, build the site and, on
+# a TPU in CI, append the new runs to the `results` branch. The workflow uploads the runs as
+# an artifact, deploys site/ to GitHub Pages and opens an issue when this fails.
+#
+#   scripts/nightly.sh [--profile full|quick] [--claims ID,ID] [--chip v5e|v6e]
+#                      [--results-dir DIR] [--site-dir DIR] [--skip-setup]
+#
+# Off a TPU it still runs end to end (tpu-check compiles through libtpu on any host); the
+# steps that only mean something on a TPU VM are skipped, and it says so.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+profile=full
+claims=""
+chip=v6e
+results_dir=results
+site_dir=site
+setup=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --profile) profile=$2; shift 2 ;;
+    --claims) claims=$2; shift 2 ;;
+    --chip) chip=$2; shift 2 ;;
+    --results-dir) results_dir=$2; shift 2 ;;
+    --site-dir) site_dir=$2; shift 2 ;;
+    --skip-setup) setup=0; shift ;;
+    *) echo "nightly.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+step() { echo; echo "== nightly: $* =="; }
+
+if [ "$setup" -eq 1 ]; then
+  step "set-up"
+  bash scripts/setup.sh
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[tpu]"
+fi
+cb=(.venv/bin/claimbench)
+
+step "environment"
+"${cb[@]}" env
+platform=$(.venv/bin/python -c 'import jax; print(jax.default_backend())')
+
+step "tpu-check --chip $chip"
+if [ "$profile" = full ]; then
+  "${cb[@]}" tpu-check --chip "$chip" --profile full
+else
+  # Quick: the shipped model at the smallest bucket, enough to catch a kernel that no longer
+  # compiles for the chip.
+  "${cb[@]}" tpu-check --chip "$chip" --profile quick --buckets 16x8
+fi
+
+step "budget"
+if "${cb[@]}" budget --help >/dev/null 2>&1; then
+  "${cb[@]}" budget --results-dir "$results_dir"
+else
+  echo "skipped: this claimbench has no budget command yet"
+fi
+
+step "run --profile $profile"
+run_args=(--profile "$profile" --results-dir "$results_dir")
+if [ -n "$claims" ]; then
+  IFS=, read -ra ids <<<"$claims"
+  for id in "${ids[@]}"; do run_args+=(--claim "$id"); done
+else
+  run_args+=(--all)
+fi
+"${cb[@]}" run "${run_args[@]}"
+
+step "score"
+"${cb[@]}" score --results-dir "$results_dir"
+
+step "site"
+"${cb[@]}" site --results-dir "$results_dir" --out "$site_dir"
+
+step "results branch"
+if [ "$platform" != tpu ] || [ -z "${GITHUB_ACTIONS:-}" ]; then
+  echo "skipped: appending to the results branch happens on a TPU VM in CI (platform $platform)"
+else
+  # Append-only: runs are copied into the branch's results/runs/, never overwritten.
+  worktree=$(mktemp -d)
+  if git fetch --quiet origin results; then
+    git worktree add --quiet "$worktree" FETCH_HEAD
+  else
+    git worktree add --quiet --detach "$worktree"
+    git -C "$worktree" checkout --quiet --orphan results
+    git -C "$worktree" rm -rf --quiet .
+  fi
+  mkdir -p "$worktree/results/runs"
+  cp -rn "$results_dir"/runs/. "$worktree/results/runs/"
+  git -C "$worktree" add results
+  if git -C "$worktree" diff --cached --quiet; then
+    echo "no new runs"
+  else
+    git -C "$worktree" -c user.name=claimbench-nightly -c user.email=nightly@claimbench \
+      commit --quiet -m "nightly $(date -u +%F) on $chip ($profile)"
+    git -C "$worktree" push --quiet origin HEAD:refs/heads/results
+  fi
+  git worktree remove --force "$worktree"
+fi
+
+step "done"
+echo "runs in $results_dir/runs, site in $site_dir/index.html"
