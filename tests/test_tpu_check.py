@@ -55,6 +55,12 @@ def test_parse_buckets() -> None:
             tpu_check.parse_buckets(bad)
 
 
+def test_cli_bad_buckets_are_one_line_and_exit_2() -> None:
+    result = CliRunner().invoke(app, ["tpu-check", "--chip", "v6e", "--buckets", "8x16"])
+    assert result.exit_code == 2
+    assert "TOKENSxSEQS" in result.output and len(result.output.strip().splitlines()) == 1
+
+
 needs_libtpu = pytest.mark.skipif(
     tpu_check.libtpu_unavailable() is not None,
     reason=f"{tpu_check.libtpu_unavailable()}: install the tpu extra to compile for TPU",

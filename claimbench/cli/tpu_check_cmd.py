@@ -37,8 +37,6 @@ def tpu_check_command(
     """Compile the engine's whole step (Pallas attention) for a TPU chip without one: per
     bucket, compile time, HBM needed against the chip's, full-KV-cache copies and bytes
     accessed over ideal. Exits 1 if any bucket fails to compile, to fit, or copies the cache."""
-    if (reason := tpu_check.libtpu_unavailable()) is not None:
-        fail(reason)
     try:
         model_name, engine_cfg = tpu_check.profile_setup(profile.value)
         engine_cfg = dataclasses.replace(engine_cfg, weights=weights.value, kv_dtype=kv_dtype.value)
@@ -46,6 +44,8 @@ def tpu_check_command(
         model_name, model_cfg = tpu_check.resolve_model(model_name)
     except ValueError as err:
         fail(str(err))
+    if (reason := tpu_check.libtpu_unavailable()) is not None:
+        fail(reason)
     report = tpu_check.check(
         chip.value, model_cfg, engine_cfg, model_name=model_name, buckets=pairs
     )
