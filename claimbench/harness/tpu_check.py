@@ -12,6 +12,7 @@ ideal step moves.
 
 from __future__ import annotations
 
+import glob
 import importlib.util
 import os
 import time
@@ -88,6 +89,8 @@ class BucketReport:
 
 @dataclass(frozen=True)
 class CheckReport:
+    """Every bucket of one model compiled for one chip."""
+
     chip: str
     model: str
     weights: str
@@ -119,14 +122,20 @@ def tpu_device(chip: str) -> jax.Device:
         raise ValueError(f"chip {chip!r} is not one of {TPU_CHIPS}")
     if (reason := libtpu_unavailable()) is not None:
         raise RuntimeError(reason)
-    # Off a TPU VM: no metadata server to ask, and other JAX processes on this host may hold
-    # libtpu's lockfile (it guards a real chip, which compiling does not touch).
-    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
-    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    if not _tpu_vm():
+        # No metadata server to ask here, and other JAX processes on this host may hold
+        # libtpu's lockfile (it guards a real chip, which compiling does not touch).
+        os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+        os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     from jax.experimental import topologies
 
     topology = topologies.get_topology_desc(platform="tpu", topology_name=_TOPOLOGY[chip])
     return topology.devices[0]
+
+
+def _tpu_vm() -> bool:
+    """Whether this host has TPU chips attached (their device nodes), without starting JAX."""
+    return bool(glob.glob("/dev/accel*")) or os.path.isdir("/dev/vfio")
 
 
 def resolve_model(name: str) -> tuple[str, ModelConfig]:
