@@ -12,6 +12,10 @@ import typer
 from typer.core import TyperGroup
 
 from claimbench.cli.common import GlobalOptions, fail
+from claimbench.cli.jax_platforms import set_default_jax_platforms
+
+# Before any command imports JAX: off a TPU host, libtpu must not try to start a TPU runtime.
+set_default_jax_platforms()
 
 # click's UsageError (typer may vendor its own click, so it is found from a public subclass).
 _UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
