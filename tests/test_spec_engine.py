@@ -155,7 +155,7 @@ def test_a_draft_with_another_tokenizer_is_refused():
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import models
 
-    from claimbench.engine.draft_runner import check_draft
+    from claimbench.engine.draft_model import check_draft
     from claimbench.models.tokenizer import Tokenizer
 
     def word_level(words):

@@ -14,7 +14,7 @@ import pandas as pd
 from claimbench.engine.batch import StepPlan, build_step
 from claimbench.engine.block_manager import BlockManager
 from claimbench.engine.config import HOST_FIELDS, EngineConfig
-from claimbench.engine.draft_runner import check_draft, load_draft_model
+from claimbench.engine.draft_model import check_draft, load_draft_model
 from claimbench.engine.kv_cache import resolve_kv_dtype
 from claimbench.engine.metrics import StepRecord, requests_frame, steps_frame
 from claimbench.engine.outputs import (
