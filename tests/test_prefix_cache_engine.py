@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from engine_helpers import tiny_engine, tiny_model
 
-from claimbench.harness.serving_summary import summarize_by_tenant
 from claimbench.engine.sampler import SamplingParams
+from claimbench.harness.serving_summary import summarize_by_tenant
 
 GREEDY = SamplingParams(max_tokens=6, ignore_eos=True)
 PAGE = 8  # tiny_engine's page size
