@@ -102,7 +102,7 @@ def test_setup_takes_torch_from_the_cpu_index_first(fake_checkout):
     assert f"--index-url {CPU_INDEX}" in first
     assert "--extra-index-url https://pypi.org/simple" in first
     assert "--retries 0" in first  # unreachable: fail at once, not after pip's retries
-    assert extras.endswith("-e .[test]")
+    assert extras.endswith("-e .[test,tpu]")
     assert "scripts/check_torch_cpu.py" in calls[-2]  # verified before the native build
 
 
