@@ -49,3 +49,10 @@ def test_constant_and_exact_values_are_marked():
     assert "constant: no interval" in svg
     with pytest.raises(ValueError, match="at least one value"):
         charts.axis_limits([])
+
+
+def test_axis_near_zero_shows_zero_rather_than_a_tiny_zoom():
+    # vtc_gap_over_bound: values near 0.08 against a threshold of 1 once gave an axis from
+    # 0.0008, "zoomed" with zero just out of view.
+    left, right, zoomed = charts.axis_limits([1.0, 0.0878, 0.0749, 0.103])
+    assert (left, zoomed) == (0.0, False) and right > 1.0

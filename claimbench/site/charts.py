@@ -76,7 +76,9 @@ def axis_limits(values: list[float]) -> tuple[float, float, bool]:
         lo, hi = centre - min_span / 2, centre + min_span / 2
     pad = (hi - lo) * PAD_FRACTION or 1.0
     left, right = lo - pad, hi + pad
-    if min(values) >= 0 > left:
+    # Non-negative values whose axis would start within a pad of zero show zero itself: an
+    # axis "zoomed" to start at 0.0008 says nothing a reader can use.
+    if min(values) >= 0 and left < (right - left) * PAD_FRACTION * 2:
         left = 0.0
     return left, right, left > 0 or right < 0
 
