@@ -34,8 +34,6 @@ TINY_ENGINE_PARAMS = {
     "output_len": [4, 8],
     "saturation_requests": 12,
 }
-# For experiments whose windows are still in wall seconds.
-TINY_PARAMS = TINY_ENGINE_PARAMS | {"duration_s": 1.5, "drain_s": 1.0}
 
 
 def write_checkpoint(path: Path) -> Path:
@@ -73,12 +71,15 @@ def experiment(claim_id: str):
 def run_tiny(
     claim_id: str, checkpoint: Path, trials: int = 2, *, base: dict | None = None, **params
 ) -> RunContext:
-    """Run the claim's experiment with ``base`` (default TINY_PARAMS), ``params`` on top, on
-    ``checkpoint``."""
+    """Run the claim's experiment with ``base`` (default: the TINY_ENGINE_PARAMS its
+    DEFAULT_PARAMS know), ``params`` on top, on ``checkpoint``."""
+    if base is None:
+        known = experiment(claim_id).DEFAULT_PARAMS
+        base = {k: v for k, v in TINY_ENGINE_PARAMS.items() if k in known}
     ctx = RunContext(
         claim_id=claim_id,
         profile="quick",
-        params=(TINY_PARAMS if base is None else base) | params,
+        params=base | params,
         trials=trials,
         seed=0,
         hardware={"platform": "cpu"},

@@ -2,10 +2,9 @@ import dataclasses
 
 import pytest
 from engine_helpers import tiny_engine
-from tenant_exp_helpers import TINY_PARAMS, experiment, write_checkpoint
+from tenant_exp_helpers import experiment, run_tiny, write_checkpoint
 
 from claimbench.harness import tenant_runs as tr
-from claimbench.harness.context import RunContext
 from claimbench.workload.build import WorkloadRequest
 
 CLAIM = "fair-victim"
@@ -65,25 +64,14 @@ def test_recompute_refuses_a_run_cut_short():
 
 
 def test_tiny_run_compares_the_victim_policies_on_the_same_requests(tmp_path):
-    params = {k: v for k, v in TINY_PARAMS.items() if k in experiment(CLAIM).DEFAULT_PARAMS}
-    params |= {
+    params = {
         "prompt_len": [4, 8],
         "output_len": [8, 16],
         "kv_fraction": 0.34,
         "load": 1.5,
         "episode_requests": 24,
     }
-    ctx = RunContext(
-        claim_id=CLAIM,
-        profile="quick",
-        params=params,
-        trials=2,
-        seed=0,
-        hardware={"platform": "cpu"},
-        dtype="float32",
-        model_option=write_checkpoint(tmp_path / "ckpt"),
-    )
-    experiment(CLAIM).run(ctx)
+    ctx = run_tiny(CLAIM, write_checkpoint(tmp_path / "ckpt"), **params)
     requests = ctx.frames()["requests"]
     assert set(requests["mode"]) == {"newest", "tier-fair-share"}
     for _, trial in requests.groupby("trial"):

@@ -3,11 +3,10 @@ import dataclasses
 import pandas as pd
 import pytest
 from engine_helpers import tiny_engine
-from tenant_exp_helpers import TINY_PARAMS, experiment, write_checkpoint
+from tenant_exp_helpers import experiment, run_tiny, write_checkpoint
 
 from claimbench.engine.outputs import TokenEvent
 from claimbench.engine.sampler import SamplingParams
-from claimbench.harness.context import RunContext
 
 CLAIM = "priority-aging"
 
@@ -112,21 +111,11 @@ def test_aging_metrics_by_hand():
 
 
 def test_tiny_run_serves_the_same_episode_in_each_arm(tmp_path):
-    params = {k: v for k, v in TINY_PARAMS.items() if k in experiment(CLAIM).DEFAULT_PARAMS} | {
+    params = {
         "aging_requests": 4,
         "window_requests": 24,
     }
-    ctx = RunContext(
-        claim_id=CLAIM,
-        profile="quick",
-        params=params,
-        trials=2,
-        seed=0,
-        hardware={"platform": "cpu"},
-        dtype="float32",
-        model_option=write_checkpoint(tmp_path / "ckpt"),
-    )
-    experiment(CLAIM).run(ctx)
+    ctx = run_tiny(CLAIM, write_checkpoint(tmp_path / "ckpt"), **params)
     requests = ctx.frames()["requests"]
     assert set(requests["mode"]) == {"high-alone", "strict", "aging"}
     for _, trial in requests.groupby("trial"):

@@ -1,10 +1,9 @@
 import pandas as pd
 import pytest
 from engine_helpers import tiny_engine
-from tenant_exp_helpers import TINY_PARAMS, experiment, write_checkpoint
+from tenant_exp_helpers import TINY_ENGINE_PARAMS, experiment, run_tiny, write_checkpoint
 
 from claimbench.harness import tenant_runs as tr
-from claimbench.harness.context import RunContext
 from claimbench.harness.step_driver import serve_by_step
 from claimbench.workload.build import WorkloadRequest
 
@@ -86,25 +85,13 @@ def test_a_clumped_small_tenant_has_the_tail_the_pooled_p99_hides():
 
 
 def test_tiny_run_records_the_ratio_and_its_parts_each_trial(tmp_path):
-    defaults = experiment(CLAIM).DEFAULT_PARAMS
-    params = {k: v for k, v in TINY_PARAMS.items() if k in defaults}
     lengths = {
-        f"{c}_{kind}": TINY_PARAMS[kind]
+        f"{c}_{kind}": TINY_ENGINE_PARAMS[kind]
         for c in ("big", "small")
         for kind in ("prompt_len", "output_len")
     }
-    params |= lengths | {"num_small_tenants": 3, "episode_requests": 32}
-    ctx = RunContext(
-        claim_id=CLAIM,
-        profile="quick",
-        params=params,
-        trials=2,
-        seed=0,
-        hardware={"platform": "cpu"},
-        dtype="float32",
-        model_option=write_checkpoint(tmp_path / "ckpt"),
-    )
-    experiment(CLAIM).run(ctx)
+    params = lengths | {"num_small_tenants": 3, "episode_requests": 32}
+    ctx = run_tiny(CLAIM, write_checkpoint(tmp_path / "ckpt"), **params)
     requests = ctx.frames()["requests"]
     assert set(requests["tenant"]) <= {"big", "small0", "small1", "small2"}
     assert set(requests["trial"]) == {0, 1}
