@@ -9,8 +9,8 @@ from claimbench.engine.block_manager import BlockManager
 from claimbench.engine.buckets import bucket_pairs, pick_pair, power_of_two_buckets
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.sampler import SamplingParams
-from claimbench.engine.workload_items import WorkItem
 from claimbench.kernels.metadata import NULL_PAGE
+from claimbench.serving.replay import WorkItem, replay
 
 BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
 
@@ -79,7 +79,7 @@ def test_precompile_covers_every_step_of_a_workload():
     ]
     jax.monitoring.register_event_duration_secs_listener(listener)
     try:
-        result = engine.run(workload, timeout_s=120)
+        result = replay(engine, workload, timeout_s=120)
         assert compiles == []
         jax.jit(lambda x: x * 3 + 1)(jnp.arange(7))  # the listener does see a compile
         assert compiles

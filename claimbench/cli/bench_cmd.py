@@ -95,10 +95,10 @@ def bench(
     from claimbench.engine.config import EngineConfig
     from claimbench.engine.engine import LLMEngine
     from claimbench.engine.outputs import FinishEvent, RejectEvent
-    from claimbench.engine.workload_items import benchmark_items
     from claimbench.harness.serving_summary import format_summary, summarize
     from claimbench.models.checkpoint import default_model_path, read_config
     from claimbench.models.tokenizer import Tokenizer
+    from claimbench.serving.replay import benchmark_items, replay
     from claimbench.workload.corpus import heldout_prompts
 
     opts = global_options(ctx)
@@ -160,7 +160,7 @@ def bench(
             done = sum(isinstance(e, FinishEvent | RejectEvent) for e in events)
             progress.advance(task, done)
 
-        result = engine.run(items, timeout_s, on_step=on_step)
+        result = replay(engine, items, timeout_s, on_step=on_step)
     requests_df, steps_df = engine.requests_frame(), engine.steps_frame()
     summary = summarize(requests_df, steps_df)
     summary["host_share_pct"] = float(

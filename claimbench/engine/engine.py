@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 
 import jax
 import numpy as np
@@ -22,7 +22,6 @@ from claimbench.engine.outputs import (
     FinishEvent,
     RejectEvent,
     RequestOutput,
-    RunResult,
     TokenEvent,
 )
 from claimbench.engine.request import Request, RequestStatus
@@ -31,7 +30,6 @@ from claimbench.engine.sampler import SamplingParams
 from claimbench.engine.scheduler import Scheduler
 from claimbench.engine.speculator import Speculator
 from claimbench.engine.stats import EngineStats, engine_stats
-from claimbench.engine.workload_items import WorkItem, as_work_items, run_workload
 from claimbench.kernels.kv_quant import FP8_DTYPE
 from claimbench.models.kv_calibration import resolve_fp8_kv_scales
 from claimbench.models.llama import LlamaForCausalLM
@@ -376,23 +374,6 @@ class LLMEngine:
             others.extend(e for e in self.step() if e.request_id not in mine)
         self._pending = others + self._pending
         return [self.output(i) for i in ids]
-
-    def run(
-        self,
-        workload: Iterable[WorkItem | object],
-        timeout_s: float = 600.0,
-        *,
-        sampling: SamplingParams | None = None,
-        on_step: Callable[[list[Event]], None] | None = None,
-    ) -> RunResult:
-        """Inject each item at its arrival offset (wall clock) and step until all finish.
-
-        Items are (arrival_offset_s, prompt_token_ids, SamplingParams, tenant, priority)
-        tuples or workload requests (``arrival_s``, ``prompt_token_ids``, ``max_tokens``,
-        ``tenant``, ``priority``), served with ``sampling`` and their own max_tokens.
-        Requests still unfinished at ``timeout_s`` are aborted with reason "timeout".
-        """
-        return run_workload(self, as_work_items(workload, sampling), timeout_s, on_step)
 
     # -- records --------------------------------------------------------------------------
 

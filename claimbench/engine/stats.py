@@ -7,6 +7,7 @@ scheduler; every field is a plain number, taken at the moment ``LLMEngine.stats(
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 import jax
@@ -35,6 +36,9 @@ class EngineStats:
     # Whether the request the scheduler would admit next cannot get its next chunk's pages:
     # admission is then blocked by KV headroom, not by the sequence or token limits.
     head_blocked_on_kv: bool
+    running_per_tenant: dict[str, int]  # num_running split by tenant (tenants with any)
+    waiting_per_tenant: dict[str, int]  # num_waiting split by tenant (tenants with any)
+    pages_per_tenant: dict[str, int]  # page references held per tenant (tenants with any)
 
 
 def engine_stats(runner: ModelRunner, manager: BlockManager, scheduler: Scheduler) -> EngineStats:
@@ -62,4 +66,7 @@ def engine_stats(runner: ModelRunner, manager: BlockManager, scheduler: Schedule
         compile_time_s=runner.compile_time_s,
         num_compilations=runner.num_compilations,
         head_blocked_on_kv=blocked,
+        running_per_tenant=dict(Counter(r.tenant for r in running)),
+        waiting_per_tenant=dict(Counter(r.tenant for r in scheduler.waiting)),
+        pages_per_tenant={t: n for t, n in manager.tenant_pages.items() if n},
     )

@@ -27,6 +27,7 @@ from claimbench.engine.fairness import BACKLOG_PREFIX, OUTPUT_PREFIX
 from claimbench.engine.kv_cache import pool_bytes, resolve_kv_dtype
 from claimbench.engine.sampler import SamplingParams
 from claimbench.models.checkpoint import read_config
+from claimbench.serving.replay import replay
 from claimbench.workload.build import WorkloadRequest, build_requests
 from claimbench.workload.lengths import UniformLength
 from claimbench.workload.spec import (
@@ -280,7 +281,7 @@ def trial_seed(ctx: RunContext, trial: int) -> int:
 def serve(engine: LLMEngine, requests: list[WorkloadRequest], timeout_s: float) -> ServedRun:
     """Serve ``requests`` at their arrival offsets; frames hold only this run's records."""
     first_step = len(engine.step_records)
-    result = engine.run(requests, timeout_s, sampling=SERVE_SAMPLING)
+    result = replay(engine, requests, timeout_s, sampling=SERVE_SAMPLING)
     frame = engine.requests_frame()
     frame = frame[frame["request_id"].isin(result.request_ids)].reset_index(drop=True)
     steps = engine.steps_frame().iloc[first_step:].reset_index(drop=True)

@@ -260,21 +260,11 @@ def _put_all(batch: list[tuple[asyncio.Queue, Event]]) -> None:
 
 
 def _snapshot(engine: LLMEngine) -> EngineSnapshot:
-    # engine.stats() has the pool's totals; the per-tenant split is not in it yet, so this
-    # one place reads the scheduler's queues and the block manager's tenant counts, on the
-    # engine thread.
     stats = engine.stats()
-    running: dict[str, int] = defaultdict(int)
-    waiting: dict[str, int] = defaultdict(int)
-    for request in engine.scheduler.running:
-        running[request.tenant] += 1
-    for request in engine.scheduler.waiting:
-        waiting[request.tenant] += 1
-    tenant_pages = engine.block_manager.tenant_pages
     return EngineSnapshot(
-        running=dict(running),
-        waiting=dict(waiting),
-        tenant_pages={t: n for t, n in tenant_pages.items() if n},
+        running=stats.running_per_tenant,
+        waiting=stats.waiting_per_tenant,
+        tenant_pages=stats.pages_per_tenant,
         num_free_pages=stats.num_usable_pages - stats.num_used_pages,
         num_usable_pages=stats.num_usable_pages,
     )

@@ -1,4 +1,9 @@
-"""Workload items for ``LLMEngine.run``: what to send and when, and the wall-clock driver."""
+"""Replaying a workload on an engine in process: what to send and when, and the wall-clock
+driver that adds each request at its arrival and steps the engine until all finish.
+
+Only the engine's public surface is used (add_request, step, abort, has_unfinished), so the
+engine never needs to know about workloads.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,10 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from claimbench.engine.engine import LLMEngine
 from claimbench.engine.outputs import Event, RunResult
 from claimbench.engine.sampler import SamplingParams
-
-if TYPE_CHECKING:
-    from claimbench.engine.engine import LLMEngine
 
 
 @dataclass(frozen=True)
@@ -95,8 +97,8 @@ def run_workload(
             next_item += 1
         if now - start > timeout_s:
             timed_out = True
-            for request in [*engine.scheduler.running, *engine.scheduler.waiting]:
-                engine.abort(request.request_id, "timeout")
+            for request_id in ids:
+                engine.abort(request_id, "timeout")  # a no-op for finished requests
             break
         if engine.has_unfinished:
             events = engine.step()
@@ -107,3 +109,21 @@ def run_workload(
         if on_step is not None:
             on_step(events)
     return RunResult(ids, time.perf_counter() - start, timed_out)
+
+
+def replay(
+    engine: LLMEngine,
+    workload: Iterable[WorkItem | object],
+    timeout_s: float = 600.0,
+    *,
+    sampling: SamplingParams | None = None,
+    on_step: Callable[[list[Event]], None] | None = None,
+) -> RunResult:
+    """Inject each item at its arrival offset (wall clock) and step until all finish.
+
+    Items are WorkItems, (arrival_offset_s, prompt_token_ids, SamplingParams, tenant,
+    priority) tuples or workload requests (``arrival_s``, ``prompt_token_ids``,
+    ``max_tokens``, ``tenant``, ``priority``), served with ``sampling`` and their own
+    max_tokens. Requests still unfinished at ``timeout_s`` are aborted with reason "timeout".
+    """
+    return run_workload(engine, as_work_items(workload, sampling), timeout_s, on_step)
