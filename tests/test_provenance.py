@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -202,3 +203,26 @@ def test_meta_has_no_model_when_the_experiment_loads_none(project, tmp_path):
         project, lambda ctx: ctx.record("score", 1.0, trial=0), model_option=model
     )
     assert meta["model"] is None and meta["other_models"] == []
+
+
+def test_exported_source_records_its_commit(repo, tmp_path):
+    script = Path(__file__).resolve().parents[1] / "scripts" / "export_source.sh"
+    export = tmp_path / "export"
+    # The script exports the repository it lives in; run it on a copy inside `repo`.
+    (repo / "scripts").mkdir(exist_ok=True)
+    (repo / "scripts" / "export_source.sh").write_text(script.read_text())
+    git(repo, "add", "scripts")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "script")
+    subprocess.run(["bash", str(repo / "scripts" / "export_source.sh"), str(export)], check=True)
+    sha = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert not (export / "results").exists() and (export / "claims.yaml").exists()
+    state = provenance.git_state(export)
+    # The commit is known; whether files changed after the export is not.
+    assert state == {"sha": sha, "dirty": None, "exported": True}
+
+
+def test_a_malformed_source_commit_is_ignored(tmp_path):
+    (tmp_path / "SOURCE_COMMIT").write_text("not-a-sha\n")
+    assert provenance.git_state(tmp_path) == {"sha": None, "dirty": None}

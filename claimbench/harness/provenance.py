@@ -15,6 +15,7 @@ EVIDENCE_CLASSES = ("cpu", "gpu", "tpu", "analytic")
 # quick start, README) does not make a run irreproducible from its commit.
 RESULT_SOURCES = ("claimbench", "experiments", "claims.yaml", "pyproject.toml")
 ORIGIN_ENV = "CLAIMBENCH_ORIGIN"
+SOURCE_COMMIT = "SOURCE_COMMIT"  # written by scripts/export_source.sh
 # JAX names GPUs by their runtime on some versions; all of them are evidence class "gpu".
 _PLATFORM_CLASS = {"cpu": "cpu", "tpu": "tpu", "gpu": "gpu", "cuda": "gpu", "rocm": "gpu"}
 
@@ -77,9 +78,23 @@ def git_state(root: Path) -> dict[str, Any]:
     (modified, staged, or new and not git-ignored); both None outside git."""
     sha = _git(root, "rev-parse", "HEAD")
     if sha is None:
-        return {"sha": None, "dirty": None}
+        return exported_state(root)
     status = _git(root, "status", "--porcelain", "--", *RESULT_SOURCES)
     return {"sha": sha, "dirty": bool(status) if status is not None else None}
+
+
+def exported_state(root: Path) -> dict[str, Any]:
+    """The commit of a source tree exported without .git (scripts/export_source.sh, for a machine
+    the checkout is copied to), read from its SOURCE_COMMIT file. Whether the files were changed
+    after the export cannot be known, so ``dirty`` is None. Both None without the file."""
+    marker = root / SOURCE_COMMIT
+    try:
+        sha = marker.read_text().strip()
+    except OSError:
+        return {"sha": None, "dirty": None}
+    if len(sha) != 40 or any(c not in "0123456789abcdef" for c in sha):
+        return {"sha": None, "dirty": None}
+    return {"sha": sha, "dirty": None, "exported": True}
 
 
 def library_versions() -> dict[str, str | None]:
