@@ -155,6 +155,12 @@ ffi::Error PagedDecodeImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::A
   p.sm_scale = sm_scale;
   p.soft_cap = soft_cap;
   p.sliding_window = sliding_window;
+  for (int64_t seq = 0; seq < q_dims[0]; ++seq) {
+    const int32_t* row = p.page_table + seq * p.pages_per_seq;
+    ffi::Error error =
+        CheckBlockTable("paged_decode", seq, p.kv_lens[seq], row, p.pages_per_seq, p.kv);
+    if (error.failure()) return error;
+  }
   ParallelFor(pool, q_dims[0], [&p](int64_t seq) { AttendSequence(p, seq); });
   return ffi::Error::Success();
 }

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
 
 #ifdef __F16C__
 #include <immintrin.h>
@@ -174,6 +175,35 @@ inline ffi::Error DescribePages(ffi::AnyBuffer pages, ffi::Buffer<ffi::F32> scal
   }
   kv->pages = pages.untyped_data();
   kv->scales = scales.typed_data();
+  return ffi::Error::Success();
+}
+
+// The kernels index the pages through the block table without clamping (an XLA gather
+// would clamp; a C++ read past the pool reads whatever lies there, on a shared server
+// another tenant's KV). So before any work: sequence `seq` of `kernel`, holding `kv_len`
+// tokens, must fit its table row of `pages_per_seq` entries, and every entry it reads
+// (those of positions [0, kv_len)) must name a page of the pool.
+inline ffi::Error CheckBlockTable(const char* kernel, int64_t seq, int64_t kv_len,
+                                  const int32_t* table_row, int64_t pages_per_seq,
+                                  const PagedKV& kv) {
+  if (kv_len <= 0) return ffi::Error::Success();
+  const int64_t used = (kv_len + kv.page_size - 1) / kv.page_size;
+  if (used > pages_per_seq) {
+    return ffi::Error::InvalidArgument(
+        std::string(kernel) + ": sequence " + std::to_string(seq) + ": kv_len=" +
+        std::to_string(kv_len) + " needs " + std::to_string(used) + " pages of " +
+        std::to_string(kv.page_size) + ", the block table has pages_per_seq=" +
+        std::to_string(pages_per_seq));
+  }
+  for (int64_t j = 0; j < used; ++j) {
+    const int64_t page = table_row[j];
+    if (page < 0 || page >= kv.num_pages) {
+      return ffi::Error::InvalidArgument(
+          std::string(kernel) + ": sequence " + std::to_string(seq) + ": page index " +
+          std::to_string(page) + " at block table entry " + std::to_string(j) +
+          " is outside the pool [0, num_pages=" + std::to_string(kv.num_pages) + ")");
+    }
+  }
   return ffi::Error::Success();
 }
 

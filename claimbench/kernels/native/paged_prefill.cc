@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -356,9 +357,23 @@ ffi::Error PagedPrefillImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::
   const int64_t first_seq = std::max<int64_t>(range[0], 0);
   const int64_t end_seq = std::min<int64_t>(range[1], num_slots);
   const int64_t tile = std::max<int64_t>(1, kMaxRows / group);
+  const int64_t num_tokens = q_dims[0];
   std::vector<Item> items;
   for (int64_t seq = first_seq; seq < end_seq; ++seq) {
-    const int64_t q_len = p.cu_q_lens[seq + 1] - p.cu_q_lens[seq];
+    // Query rows are read and written at cu_q_lens, keys at positions up to kv_len: both
+    // must stay inside their buffers before any work starts.
+    const int64_t q_start = p.cu_q_lens[seq], q_end = p.cu_q_lens[seq + 1];
+    const int64_t q_len = q_end - q_start, kv_len = p.kv_lens[seq];
+    if (q_start < 0 || q_end < q_start || q_end > num_tokens || q_len > kv_len) {
+      return ffi::Error::InvalidArgument(
+          "paged_prefill: sequence " + std::to_string(seq) + ": query rows [" +
+          std::to_string(q_start) + ", " + std::to_string(q_end) + ") with kv_len=" +
+          std::to_string(kv_len) + " do not fit num_tokens=" + std::to_string(num_tokens) +
+          " (need 0 <= start <= end <= num_tokens and end - start <= kv_len)");
+    }
+    const int32_t* row = p.page_table + seq * p.pages_per_seq;
+    ffi::Error error = CheckBlockTable("paged_prefill", seq, kv_len, row, p.pages_per_seq, p.kv);
+    if (error.failure()) return error;
     for (int64_t j = 0; j < q_len; j += tile) {
       for (int64_t h = 0; h < p.kv.rows / 2; ++h) {
         items.push_back({seq, h, j, std::min(tile, q_len - j)});
