@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.kv_cache import kv_bytes_per_token, resolve_kv_dtype
@@ -54,7 +55,7 @@ def engine_for(args, model, tokenizer, max_num_seqs: int) -> LLMEngine:
         prefix_caching="off",
         attention_backend=args.attention_backend,
     )
-    engine = LLMEngine(config, model=model, tokenizer=tokenizer)
+    engine = build_engine(config, model=model, tokenizer=tokenizer)
     engine.precompile()
     return engine
 

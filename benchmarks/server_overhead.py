@@ -34,6 +34,7 @@ from pathlib import Path
 
 import httpx
 
+from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.outputs import FinishEvent
@@ -219,7 +220,7 @@ def main() -> None:
 
     tokenizer = Tokenizer.from_dir(args.model)
     sampling = SamplingParams(max_tokens=args.output_len, ignore_eos=True)
-    engine = LLMEngine(engine_config(args))
+    engine = build_engine(engine_config(args))
     engine.precompile()
     server, url = start_server(args)
     rows = []

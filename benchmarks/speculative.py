@@ -18,6 +18,7 @@ import dataclasses
 import json
 import time
 
+from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.sampler import SamplingParams
@@ -76,7 +77,7 @@ def main() -> None:
     rows = []
     plain_tokens: dict[tuple[str, int], tuple[list, float]] = {}
     for proposer in ("none", "ngram", "draft"):
-        engine = LLMEngine(dataclasses.replace(base, speculative=proposer))
+        engine = build_engine(dataclasses.replace(base, speculative=proposer))
         engine.precompile()
         for name, batch_prompts in prompts.items():
             for batch in batches:

@@ -60,8 +60,8 @@ def tiny_model(seed: int = 0, cfg: ModelConfig = TINY_MODEL) -> LlamaForCausalLM
 
 def tiny_engine(model=None, **overrides):
     """An f32 engine over the tiny model: 8-token pages, buckets (16, 32) x (8,)."""
+    from claimbench.engine.build import build_engine
     from claimbench.engine.config import EngineConfig
-    from claimbench.engine.engine import LLMEngine
     from claimbench.engine.kv_cache import kv_bytes_per_token
 
     num_pages = overrides.pop("num_pages", 64)
@@ -75,7 +75,7 @@ def tiny_engine(model=None, **overrides):
         max_num_batched_tokens=32,
         max_model_len=128,
     )
-    return LLMEngine(EngineConfig(**{**cfg, **overrides}), model=model or tiny_model())
+    return build_engine(EngineConfig(**{**cfg, **overrides}), model=model or tiny_model())
 
 
 DENSE_LEN = 128

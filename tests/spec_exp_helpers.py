@@ -7,8 +7,8 @@ from pathlib import Path
 import jax.numpy as jnp
 from engine_helpers import TINY_MODEL, tiny_model
 
+from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
-from claimbench.engine.engine import LLMEngine
 from claimbench.engine.kv_cache import kv_bytes_per_token
 from claimbench.harness.claims import find_claim, load_claims
 from claimbench.harness.context import RunContext
@@ -31,7 +31,7 @@ class TinySpecContext(RunContext):
             page_size=8,
         )
         config = EngineConfig(**(options | overrides))
-        engine = LLMEngine(config, model=tiny_model(), draft_model=tiny_model(self.draft_seed))
+        engine = build_engine(config, model=tiny_model(), draft_model=tiny_model(self.draft_seed))
         if precompile:
             engine.precompile()
         return engine

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from engine_helpers import dense_logits, tiny_engine, tiny_model
 
+from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
-from claimbench.engine.engine import LLMEngine
 from claimbench.harness.quality import (
     PromptPass,
     heldout_windows,
@@ -68,9 +68,9 @@ def test_quantized_kv_changes_the_shipped_models_perplexity(kv_dtype):
     # nonzero perplexity change) without breaking the model (a small one).
     windows = heldout_windows(default_model_path(), 2, 48, 0)
     options = {"prefix_caching": "off", "kv_pool_bytes": 2**22, "max_model_len": 64}
-    ref = prompt_pass(LLMEngine(EngineConfig(kv_dtype="bf16", **options)), windows)
+    ref = prompt_pass(build_engine(EngineConfig(kv_dtype="bf16", **options)), windows)
     extra = {"kv_scale": "calibrate"} if kv_dtype == "fp8" else {}
-    quant = prompt_pass(LLMEngine(EngineConfig(kv_dtype=kv_dtype, **options, **extra)), windows)
+    quant = prompt_pass(build_engine(EngineConfig(kv_dtype=kv_dtype, **options, **extra)), windows)
     assert 0 < abs(ppl_delta_pct(quant, ref)) < 5
     assert not np.array_equal(quant.logprobs, ref.logprobs)
 

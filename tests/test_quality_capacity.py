@@ -8,8 +8,8 @@ import pytest
 from engine_helpers import TINY_MODEL, tiny_engine, tiny_model
 from precision_helpers import write_tiny_model
 
+from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
-from claimbench.engine.engine import LLMEngine
 from claimbench.harness.capacity import pool_capacity, weight_layout_bytes
 from claimbench.harness.model_presets import get_preset, model_config, shape_from_config
 from claimbench.models.checkpoint import read_config
@@ -102,7 +102,7 @@ def test_weight_quantization_shrinks_real_bytes_by_the_analytic_ratio(tmp_path, 
             kv_pool_bytes=2**20,
             max_model_len=64,
         )
-        held[weights] = LLMEngine(config).stats().weight_bytes
+        held[weights] = build_engine(config).stats().weight_bytes
         assert held[weights] == weight_layout_bytes(shape, weights), weights
     ratio = weight_layout_bytes(shape, "fp8") / weight_layout_bytes(shape, "bf16")
     assert held["fp8"] / held["bf16"] == ratio

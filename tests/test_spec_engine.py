@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from engine_helpers import tiny_engine, tiny_model
 
-from claimbench.engine.engine import LLMEngine
+from claimbench.engine.build import build_engine
 from claimbench.engine.fairness import OUTPUT_PREFIX
 from claimbench.engine.sampler import SamplingParams
 
@@ -34,7 +34,7 @@ def spec_engine(speculative, draft_seed=None, **overrides):
     base = tiny_engine(**overrides)
     config = dataclasses.replace(base.config, speculative=speculative, num_spec_tokens=4)
     draft = None if draft_seed is None else tiny_model(draft_seed)
-    return LLMEngine(config, model=tiny_model(), draft_model=draft)
+    return build_engine(config, model=tiny_model(), draft_model=draft)
 
 
 PROPOSERS = [("ngram", None), ("draft", 0), ("draft", 1)]
@@ -148,7 +148,7 @@ def test_a_draft_with_another_vocabulary_is_refused():
     base = tiny_engine()
     config = dataclasses.replace(base.config, speculative="draft")
     with pytest.raises(ValueError, match=r"vocabulary \(50\) differs from the target's \(97\)"):
-        LLMEngine(config, model=tiny_model(), draft_model=tiny_model(0, other))
+        build_engine(config, model=tiny_model(), draft_model=tiny_model(0, other))
 
 
 def test_a_draft_with_another_tokenizer_is_refused():

@@ -92,8 +92,8 @@ def bench(
     """Serve a Poisson/gamma workload of held-out prompts and summarize it."""
     from rich.progress import Progress
 
+    from claimbench.engine.build import build_engine
     from claimbench.engine.config import EngineConfig
-    from claimbench.engine.engine import LLMEngine
     from claimbench.engine.outputs import FinishEvent, RejectEvent
     from claimbench.harness.serving_summary import format_summary, summarize
     from claimbench.models.checkpoint import default_model_path, read_config
@@ -148,7 +148,7 @@ def bench(
         fail(str(e).splitlines()[0])
     items = benchmark_items(prompts, output_len, rate, burstiness, seed)
     try:
-        engine = LLMEngine(config, tokenizer=tokenizer)
+        engine = build_engine(config, tokenizer=tokenizer)
     except ValueError as e:  # a draft model that cannot serve this target
         fail(f"--draft-model: {str(e).splitlines()[0]}")
     num_compiled, compile_s = engine.precompile()

@@ -21,8 +21,8 @@ def doctor(
     ] = "auto",
 ) -> None:
     """Check that the engine produces the model's own output (golden greedy completion)."""
+    from claimbench.engine.build import build_engine
     from claimbench.engine.config import EngineConfig
-    from claimbench.engine.engine import LLMEngine
     from claimbench.models.checkpoint import default_model_path, load_model
     from claimbench.models.tokenizer import Tokenizer
     from claimbench.serving.health import (
@@ -46,7 +46,7 @@ def doctor(
             max_model_len=128,
             kv_pool_bytes=16 * 2**20,
         )
-        engine = LLMEngine(config, model=model, tokenizer=tokenizer)
+        engine = build_engine(config, model=model, tokenizer=tokenizer)
     except (ValueError, FileNotFoundError) as e:
         fail(str(e).splitlines()[0])
     prompt_ids = tokenizer.encode(GOLDEN_PROMPT)

@@ -41,8 +41,8 @@ def generate(
     draft_model: DraftModelOption = None,
 ) -> None:
     """Generate a completion, printing tokens as they are produced."""
+    from claimbench.engine.build import build_engine
     from claimbench.engine.config import EngineConfig
-    from claimbench.engine.engine import LLMEngine
     from claimbench.engine.outputs import FinishEvent, TokenEvent
     from claimbench.engine.sampler import SamplingParams
     from claimbench.harness.serving_summary import spec_decode_summary
@@ -85,7 +85,7 @@ def generate(
             num_spec_tokens=num_spec_tokens,
             draft_model_path=draft_model,
         )
-        engine = LLMEngine(config)
+        engine = build_engine(config)
     except ValueError as e:
         fail(flag_message(e, SPEC_FLAGS))
     num_compiled, compile_s = engine.precompile()

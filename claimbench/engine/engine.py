@@ -14,7 +14,7 @@ import pandas as pd
 from claimbench.engine.batch import StepPlan, build_step
 from claimbench.engine.block_manager import BlockManager
 from claimbench.engine.config import HOST_FIELDS, EngineConfig
-from claimbench.engine.draft_model import check_draft, load_draft_model
+from claimbench.engine.draft_model import check_draft
 from claimbench.engine.kv_cache import resolve_kv_dtype
 from claimbench.engine.metrics import StepRecord, requests_frame, steps_frame
 from claimbench.engine.outputs import (
@@ -31,17 +31,16 @@ from claimbench.engine.scheduler import Scheduler
 from claimbench.engine.speculator import Speculator
 from claimbench.engine.stats import EngineStats, engine_stats
 from claimbench.kernels.kv_quant import FP8_DTYPE
-from claimbench.models.kv_calibration import resolve_fp8_kv_scales
 from claimbench.models.llama import LlamaForCausalLM
-from claimbench.models.quantize import with_weight_format
+from claimbench.models.quantize import weight_format
 from claimbench.models.tokenizer import Tokenizer
 
 
 class LLMEngine:
     """A continuous-batching engine over one model and one paged KV pool.
 
-    ``model`` (and ``tokenizer``) may be given already built; otherwise both are loaded
-    from ``config.model_path`` (default: the shipped claimbench-tiny).
+    It serves parts made elsewhere: ``engine.build.build_engine(config)`` loads the model
+    and tokenizer, quantizes the weights, calibrates fp8 KV scales and loads a draft.
 
     Batch invariance: in float32 a request's greedy tokens do not depend on what shares its
     batch. In bfloat16 (the default on accelerators) they can: a near-tie between two tokens
@@ -52,44 +51,46 @@ class LLMEngine:
 
     def __init__(
         self,
-        config: EngineConfig | None = None,
-        *,
-        model: LlamaForCausalLM | None = None,
+        config: EngineConfig,
+        model: LlamaForCausalLM,
         tokenizer: Tokenizer | None = None,
+        *,
         draft_model: LlamaForCausalLM | None = None,
+        fp8_kv_scales: tuple[float, float] | None = None,
     ) -> None:
-        config = config or EngineConfig()
-        if model is None:
-            from claimbench.models.checkpoint import default_model_path, load_model
-
-            path = config.model_path or default_model_path()
-            model, _ = load_model(path, config.dtype)
-            tokenizer = tokenizer or Tokenizer.from_dir(path)
-        model = with_weight_format(model, config.weights)
+        """``model`` must already hold ``config.weights``; ``fp8_kv_scales`` are an fp8
+        cache's (k, v) scales (None: ``config.kv_scale`` for both, which must then be a
+        number); ``draft_model`` proposes when ``config.speculative`` is "draft". ValueError
+        for parts that cannot serve ``config``."""
+        held = weight_format(model)
+        if held != config.weights:
+            raise ValueError(
+                f"model holds {held} weights but config.weights={config.weights!r} "
+                "(build_engine quantizes)"
+            )
         if config.max_model_len > model.cfg.max_position_embeddings:
             raise ValueError(
                 f"max_model_len={config.max_model_len} exceeds the model's "
                 f"max_position_embeddings={model.cfg.max_position_embeddings}"
             )
+        if config.speculative == "draft" and draft_model is None:
+            raise ValueError('speculative="draft" needs a draft_model (build_engine loads it)')
+        if draft_model is not None:
+            check_draft(draft_model.cfg, model.cfg, None, None)
+        if fp8_kv_scales is None:
+            fp8_kv_scales = (1.0, 1.0)
+            if resolve_kv_dtype(config.kv_dtype, model.dtype) == FP8_DTYPE:
+                if config.kv_scale == "calibrate":
+                    raise ValueError('kv_scale="calibrate" needs fp8_kv_scales (build_engine)')
+                fp8_kv_scales = (float(config.kv_scale), float(config.kv_scale))
         self.config = config
         self.model_cfg = model.cfg
         self.tokenizer = tokenizer
         self.eos_token_id = model.cfg.eos_token_id
-        fp8_kv_scales = (1.0, 1.0)
-        if resolve_kv_dtype(config.kv_dtype, model.dtype) == FP8_DTYPE:
-            fp8_kv_scales = resolve_fp8_kv_scales(
-                config.kv_scale, model, tokenizer, config.max_model_len
-            )
         self.fp8_kv_scales = fp8_kv_scales  # (k, v); used only by an fp8 cache
         self.runner = ModelRunner(config, model, fp8_kv_scales)
         self.speculator = None
         if config.speculative != "none":
-            if config.speculative == "draft" and draft_model is None:
-                draft_model = load_draft_model(
-                    config.draft_model_path, config.dtype, model.cfg, tokenizer
-                )
-            if draft_model is not None:
-                check_draft(draft_model.cfg, model.cfg, None, None)
             draft = draft_model if config.speculative == "draft" else None
             self.speculator = Speculator(config, draft)
         self.reset()

@@ -42,11 +42,11 @@ def bucket_first_steps(steps: pd.DataFrame) -> list[dict[str, Any]]:
 
 def probe(spec: dict[str, Any]) -> dict[str, Any]:
     """The cold start ``spec`` describes (see the module), measured in this process."""
+    from claimbench.engine.build import build_engine
     from claimbench.engine.config import EngineConfig
-    from claimbench.engine.engine import LLMEngine
     from claimbench.engine.sampler import SamplingParams
 
-    engine = LLMEngine(EngineConfig(**spec["config"]))
+    engine = build_engine(EngineConfig(**spec["config"]))
     num_precompiled, precompile_s = engine.precompile() if spec["precompile"] else (0, 0.0)
     compiled = engine.stats().num_compilations
     sampling = SamplingParams(max_tokens=spec["max_tokens"], ignore_eos=True)

@@ -175,8 +175,8 @@ class RunContext:
         """
         import dataclasses
 
+        from claimbench.engine.build import build_engine
         from claimbench.engine.config import EngineConfig
-        from claimbench.engine.engine import LLMEngine
         from claimbench.kernels.backend import resolve_backend_name
 
         options = {"model_path": self.model_option, "dtype": self.dtype, "seed": self.seed}
@@ -185,7 +185,7 @@ class RunContext:
             options.setdefault("compilation_cache_dir", COMPILE_CACHE_DIR)
         config = EngineConfig(**options)
         self._use_model(config.model_path)
-        engine = LLMEngine(config)
+        engine = build_engine(config)
         resolved = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
         resolved["attention_backend_resolved"] = resolve_backend_name(config.attention_backend)
         self.engine_configs.append(json.loads(json.dumps(resolved, default=str)))

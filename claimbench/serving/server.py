@@ -18,8 +18,8 @@ from types import FrameType
 
 import uvicorn
 
+from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
-from claimbench.engine.engine import LLMEngine
 from claimbench.serving.app import create_app
 from claimbench.serving.state import PrefixSharing, ServerState, build_state
 from claimbench.serving.tenants import TenantKeys
@@ -59,7 +59,7 @@ def build_server_state(options: ServeOptions) -> tuple[ServerState, list[str]]:
         tenants=tuple(tenants.tenants) if tenants else options.engine.tenants,
         prefix_caching=options.prefix_sharing.engine_mode,
     )
-    engine = LLMEngine(config)
+    engine = build_engine(config)
     if options.precompile:
         num, seconds = engine.precompile()
         lines.append(f"compiled {num} step shapes in {seconds:.1f} s")

@@ -1,0 +1,67 @@
+"""build_engine: everything an LLMEngine needs made before it can serve.
+
+Loading the checkpoint and tokenizer, quantizing the weights to ``config.weights``,
+calibrating the fp8 KV scales on held-out text and loading a draft model are one-off
+preparation, not serving; they live here so ``LLMEngine`` is handed ready parts and only
+serves them.
+"""
+
+from __future__ import annotations
+
+from claimbench.engine.config import EngineConfig
+from claimbench.engine.draft_model import load_draft_model
+from claimbench.engine.engine import LLMEngine
+from claimbench.engine.kv_cache import resolve_kv_dtype
+from claimbench.kernels.kv_quant import FP8_DTYPE
+from claimbench.models.kv_calibration import resolve_fp8_kv_scales
+from claimbench.models.llama import LlamaForCausalLM
+from claimbench.models.quantize import with_weight_format
+from claimbench.models.tokenizer import Tokenizer
+
+
+def build_engine(
+    config: EngineConfig | None = None,
+    *,
+    model: LlamaForCausalLM | None = None,
+    tokenizer: Tokenizer | None = None,
+    draft_model: LlamaForCausalLM | None = None,
+) -> LLMEngine:
+    """An engine for ``config`` (default EngineConfig()).
+
+    ``model`` (and ``tokenizer``) may be given already built; otherwise both are loaded from
+    ``config.model_path`` (default: the shipped claimbench-tiny). The model is quantized to
+    ``config.weights`` if it is not already; an fp8 cache gets its (k, v) scales, calibrated
+    when ``config.kv_scale == "calibrate"``; ``config.speculative == "draft"`` loads the draft
+    from ``config.draft_model_path`` unless ``draft_model`` is given. ValueError for a model
+    or draft that cannot serve ``config``.
+    """
+    config = config or EngineConfig()
+    if model is None:
+        from claimbench.models.checkpoint import default_model_path, load_model
+
+        path = config.model_path or default_model_path()
+        model, _ = load_model(path, config.dtype)
+        tokenizer = tokenizer or Tokenizer.from_dir(path)
+    model = with_weight_format(model, config.weights)
+    if config.max_model_len > model.cfg.max_position_embeddings:
+        raise ValueError(
+            f"max_model_len={config.max_model_len} exceeds the model's "
+            f"max_position_embeddings={model.cfg.max_position_embeddings}"
+        )
+    fp8_kv_scales = None  # the engine reads a number from config.kv_scale itself
+    if (
+        config.kv_scale == "calibrate"
+        and resolve_kv_dtype(config.kv_dtype, model.dtype) == FP8_DTYPE
+    ):
+        fp8_kv_scales = resolve_fp8_kv_scales(
+            config.kv_scale, model, tokenizer, config.max_model_len
+        )
+    if config.speculative == "draft" and draft_model is None:
+        draft_model = load_draft_model(config.draft_model_path, config.dtype, model.cfg, tokenizer)
+    return LLMEngine(
+        config,
+        model,
+        tokenizer,
+        draft_model=draft_model,
+        fp8_kv_scales=fp8_kv_scales,
+    )
