@@ -25,7 +25,11 @@ from claimbench.engine.tenants import Tenant, TenantTable
 if TYPE_CHECKING:
     from claimbench.engine.request import Request
 
-LIMITS = ("max_queued_requests", "max_queued_tokens", "token_rate")
+# A degradation-ladder rung shedding the request's tier (engine/ladder.py): not a tenant
+# limit, but like one it turns a request away for now, and its reason names it as "ladder_shed=".
+LADDER_SHED = "ladder_shed"
+# What a rejection reason names when the request may be retried later.
+LIMITS = ("max_queued_requests", "max_queued_tokens", "token_rate", LADDER_SHED)
 
 
 class TokenBucket:
@@ -72,6 +76,10 @@ class AdmissionControl:
             self.buckets[tenant.id].spend(request.max_total_tokens)
         self.num_admitted[tenant.id] += 1
         return None
+
+    def record_shed(self, tenant_id: str) -> None:
+        """Count a request the degradation ladder shed at ingress, beside the limits'."""
+        self.num_rejected[(tenant_id, LADDER_SHED)] += 1
 
     def _over_limit(
         self, tenant: Tenant, request: Request, waiting: Sequence[Request]

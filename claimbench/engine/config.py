@@ -7,6 +7,7 @@ from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from claimbench.engine.ladder import Rung, as_ladder, check_ladder
 from claimbench.engine.policies import DEFAULT_AGING_S, ORDERINGS, VICTIMS, PolicyParams
 from claimbench.engine.prefix_cache import MODES as PREFIX_MODES
 from claimbench.engine.tenants import Tenant, TenantTable
@@ -61,6 +62,7 @@ KNOBS: dict[str, Knob] = {
     "speculative": Knob(False, "speculative decoding: the draft and verify steps compiled"),
     "num_spec_tokens": Knob(False, "draft tokens per step: the verify steps' shapes"),
     "draft_model_path": Knob(False, "draft model: its weights are loaded at construction"),
+    "ladder": Knob(True, "degradation ladder: service cuts taken one rung at a time under load"),
 }
 # Fields only the host reads: LLMEngine.reset may switch them without recompiling.
 HOST_FIELDS = tuple(name for name, knob in KNOBS.items() if knob.runtime)
@@ -96,6 +98,7 @@ class EngineConfig:
     speculative: str = "none"  # none | draft | ngram (SPECULATIVE)
     num_spec_tokens: int = 4  # draft tokens proposed per sequence and step, 1..MAX_SPEC_TOKENS
     draft_model_path: Path | None = None  # speculative="draft"; None = shipped tiny draft
+    ladder: tuple[Rung, ...] = ()  # degradation ladder, climbed under load (engine/ladder.py)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -128,6 +131,7 @@ class EngineConfig:
             raise ValueError(f"victim_policy {self.victim_policy!r} is not one of {tuple(VICTIMS)}")
         object.__setattr__(self, "tenants", tuple(self.tenants))
         self.policy_params()  # validates the tenants and the policies' knobs
+        object.__setattr__(self, "ladder", as_ladder(self.ladder))
         for name in (
             "kv_pool_bytes",
             "page_size",
@@ -143,6 +147,7 @@ class EngineConfig:
                 f"max_num_batched_tokens={self.max_num_batched_tokens} < "
                 f"max_num_seqs={self.max_num_seqs}"
             )
+        check_ladder(self.ladder, self.max_num_batched_tokens)
 
     def policy_params(self) -> PolicyParams:
         """What the orderings and victim policies read from this config."""

@@ -247,7 +247,7 @@ class LLMEngine:
         num_accepted = self._postprocess(plan, out, t2, events)
         t3 = time.perf_counter()
         if self.speculator is not None:
-            self.speculator.propose(self.scheduler.running)
+            self.speculator.propose(self.scheduler.speculating)
         t4 = time.perf_counter()
         host_s = t3 - t0 - (t2 - t1)
         self._record_step(
@@ -339,6 +339,7 @@ class LLMEngine:
                 num_accepted_tokens=sum(a for _, a in drafted),
                 accepted_per_pos=tuple(sum(a > j for _, a in drafted) for j in range(k)),
                 draft_s=draft_s,
+                ladder_rung=self.scheduler.ladder.rung,
             )
         )
 

@@ -32,8 +32,10 @@ class StepRecord:
     num_preempted: int
     pages_used: int
     pages_free: int
-    host_s: float  # scheduling, batch building, postprocessing
-    device_s: float  # dispatch until the outputs were ready
+    host_s: float  # scheduling, batch building, dispatch, postprocessing (never waiting)
+    # Dispatch (or, overlapped, the previous step's end) until the outputs were seen ready:
+    # overlapped and not waited for, an upper bound.
+    device_s: float
     # Speculative decoding, with vLLM's names: sequences that verified a draft this step,
     # their draft tokens, how many were accepted, and per draft position how many sequences
     # accepted it (length num_spec_tokens; empty without speculation).
@@ -42,6 +44,12 @@ class StepRecord:
     num_accepted_tokens: int = 0
     accepted_per_pos: tuple[int, ...] = ()
     draft_s: float = 0.0  # proposing the next step's drafts (the draft model's steps)
+    ladder_rung: int = 0  # degradation-ladder rung in force (0 = full service; ladder.py)
+    host_blocked_s: float = 0.0  # the host waiting for the outputs (block_until_ready)
+    overlapped: bool = False  # built while the step before ran (async scheduling)
+    # Sequences that ended (a stop, an abort) before this step's outputs were read: their
+    # tokens are discarded, never emitted.
+    num_discarded: int = 0
 
 
 def _rel(t: float | None, t0: float) -> float:

@@ -9,12 +9,14 @@ a page and none is free, the victim policy picks a request to preempt (by recomp
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from claimbench.engine.admission import AdmissionControl
 from claimbench.engine.block_manager import BlockManager
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.fairness import ServiceLedger, service_tokens
+from claimbench.engine.ladder import LadderState, Signal
 from claimbench.engine.policies import PoolView, get_victim_policy, make_ordering
 from claimbench.engine.quotas import KVQuotas
 from claimbench.engine.request import Request, RequestStatus
@@ -45,6 +47,7 @@ class Scheduler:
             if self.tenants.has_kv_quotas
             else None
         )
+        self.ladder = LadderState(cfg.ladder)
         self.waiting: list[Request] = []
         self.running: list[Request] = []
 
@@ -71,6 +74,11 @@ class Scheduler:
                 f"needs {pages} KV pages at full length but tenant {request.tenant!r} may hold "
                 f"at most {self.quotas.max_pages(request.tenant)}"
             )
+        # Shed before the limits are checked: a shed request spends none of its tokens.
+        shed = self.ladder.shed_reason(self.tenants.get(request.tenant).tier_for(request.priority))
+        if shed is not None:
+            self.admission.record_shed(request.tenant)
+            return shed
         return self.admission.admit(request, self.waiting)
 
     def add(self, request: Request) -> None:
@@ -82,7 +90,25 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
+    @property
+    def speculating(self) -> list[Request]:
+        """The running requests a speculator may propose for: none while the ladder has
+        speculation off, so no draft model runs for drafts that would not be verified."""
+        return [] if self.ladder.speculation_disabled else self.running
+
+    def load_signals(self, now: float) -> dict[Signal, float]:
+        """The load signals the degradation ladder climbs and descends on."""
+        oldest = min((r.arrival_time for r in self.waiting), default=now)
+        return {
+            Signal.WAITING_REQUESTS: float(len(self.waiting)),
+            Signal.KV_USAGE: self.block_manager.num_used_pages
+            / self.block_manager.num_usable_pages,
+            Signal.OLDEST_WAIT_S: max(0.0, now - oldest),
+        }
+
     def schedule(self, now: float) -> SchedulerOutput:
+        if self.ladder.rungs:
+            self.ladder.observe(self.load_signals(now), now)
         backlogged = {r.tenant for r in self.waiting}
         out = self._pick(now)
         if out.scheduled:
@@ -99,7 +125,11 @@ class Scheduler:
 
     def _pick(self, now: float) -> SchedulerOutput:
         out = SchedulerOutput()
-        budget = self.cfg.max_num_batched_tokens
+        budget = self.ladder.token_budget(self.cfg.max_num_batched_tokens)
+        if self.ladder.speculation_disabled:
+            # Drafts proposed before the rung engaged are never verified.
+            for request in self.running:
+                request.spec_token_ids = []
         scheduled_ids: set[str] = set()
         for request in self.ordering.order(self.running, now):
             if budget == 0:
@@ -134,9 +164,18 @@ class Scheduler:
             self.waiting.remove(request)
             self.running.append(request)
             request.status = RequestStatus.RUNNING
+            self._cap_max_tokens(request)
             self._schedule(request, num_tokens, now, out, scheduled_ids, num_reserved)
             budget -= num_tokens
         return out
+
+    def _cap_max_tokens(self, request: Request) -> None:
+        """A request that starts while a cap_max_tokens rung covers its tier gets the cap
+        (it keeps it: a capped answer ends with finish_reason "length"). One that already
+        produced tokens (preempted, now resumed) keeps what it started with."""
+        cap = self.ladder.max_tokens_cap(request.priority)
+        if cap is not None and request.num_output_tokens == 0 and request.sampling.max_tokens > cap:
+            request.sampling = dataclasses.replace(request.sampling, max_tokens=cap)
 
     def _with_draft(self, request: Request, budget: int) -> int:
         """Tokens for a caught-up request with draft tokens: its last token and as many drafts
