@@ -207,7 +207,7 @@ def test_meta_has_no_model_when_the_experiment_loads_none(project, tmp_path):
 
 def test_exported_source_records_its_commit(repo, tmp_path):
     script = Path(__file__).resolve().parents[1] / "scripts" / "export_source.sh"
-    export = tmp_path / "export"
+    export = repo / "ignored" / "export"  # inside another checkout, as on a copied tree
     # The script exports the repository it lives in; run it on a copy inside `repo`.
     (repo / "scripts").mkdir(exist_ok=True)
     (repo / "scripts" / "export_source.sh").write_text(script.read_text())

@@ -76,9 +76,12 @@ def _git(root: Path, *args: str) -> str | None:
 def git_state(root: Path) -> dict[str, Any]:
     """The claims project's commit, and whether the RESULT_SOURCES under ``root`` differ from it
     (modified, staged, or new and not git-ignored); both None outside git."""
+    # An export carries its commit; it may sit inside another checkout whose HEAD is not its own.
+    if (root / SOURCE_COMMIT).exists():
+        return exported_state(root)
     sha = _git(root, "rev-parse", "HEAD")
     if sha is None:
-        return exported_state(root)
+        return {"sha": None, "dirty": None}
     status = _git(root, "status", "--porcelain", "--", *RESULT_SOURCES)
     return {"sha": sha, "dirty": bool(status) if status is not None else None}
 
