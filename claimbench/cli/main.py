@@ -119,3 +119,6 @@ app.add_typer(engine_cmd.app, name="engine")
 from claimbench.cli import tpu_check_cmd  # noqa: E402
 
 app.command("tpu-check")(tpu_check_cmd.tpu_check_command)
+from claimbench.cli import budget_cmd  # noqa: E402
+
+app.command("budget")(budget_cmd.budget_command)

@@ -18,11 +18,13 @@ from rich.progress import (
 )
 
 from claimbench.cli import project
+from claimbench.cli.budget_cmd import open_ledger, open_project_config
 from claimbench.cli.common import console, fail, global_options
-from claimbench.harness import registry
+from claimbench.harness import budget, ledger, provenance, registry
 from claimbench.harness.claims import Claim, find_claim
 from claimbench.harness.context import run_claim
 from claimbench.harness.model_provenance import ModelDirError, check_model_dir
+from claimbench.harness.prices import MachinePrice, UnpricedError, machine_price
 
 
 class Profile(StrEnum):
@@ -64,6 +66,43 @@ def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
 
 
+def _check_budget(
+    root: Path, store: Path, selected: list[Claim], profile: str, trials: int | None, over: bool
+) -> MachinePrice:
+    """Price this machine and estimate the work; exit 2 (one line, both numbers) when it would
+    exceed the remaining budget, unless ``over``. Returns the price each run is logged at."""
+    config = open_project_config(root)
+    rows = open_ledger(store)  # a corrupt ledger stops the run before any work
+    hardware = provenance.detect_hardware()
+    try:
+        price = machine_price(hardware, config.budget.prices)
+    except UnpricedError as err:
+        fail(str(err))
+    estimates = budget.estimate_claims(
+        rows,
+        selected,
+        profile,
+        trials=trials,
+        hardware=hardware,
+        price=price,
+        settings=config.budget,
+    )
+    status = budget.budget_status(rows, config.budget.usd)
+    reason = budget.refusal(estimates, status, price)
+    if reason is not None and not over:
+        fail(reason)
+    if price.usd_per_hour > 0:
+        known = sum(e.usd for e in estimates if e.usd is not None)
+        console.print(
+            f"estimated cost {budget.fmt_usd(known)} at {price.usd_per_hour:.2f} USD/hour "
+            f"({price.source}); remaining {budget.fmt_usd(status.remaining_usd)} of "
+            f"{budget.fmt_usd(status.budget_usd)}" + (" [over budget]" if reason else ""),
+            highlight=False,
+            markup=False,
+        )
+    return price
+
+
 def run(
     ctx: typer.Context,
     claim: Annotated[
@@ -83,8 +122,15 @@ def run(
     results_dir: Annotated[
         Path | None, typer.Option(help="Results store (default: <root>/results).")
     ] = None,
+    over_budget: Annotated[
+        bool,
+        typer.Option(
+            "--over-budget", help="Run even when the estimated cost exceeds the remaining budget."
+        ),
+    ] = False,
 ) -> None:
-    """Run claims' experiments; each finished run is stored, a failed one is not."""
+    """Run claims' experiments; each finished run is stored, a failed one is not, and each
+    stored run is appended to the ledger (results/ledger.parquet) with what it cost."""
     opts = global_options(ctx)
     if trials is not None and trials < 1:
         fail(f"--trials must be >= 1, got {trials}")
@@ -101,6 +147,7 @@ def run(
         console.print("nothing to run: no claim has an experiment yet")
         return
     store = project.results_dir(opts.root, results_dir)
+    price = _check_budget(opts.root, store, selected, profile.value, trials, over_budget)
 
     stored: list[Path] = []
     failed: list[str] = []
@@ -151,6 +198,14 @@ def run(
             else:
                 stored.append(run_dir)
                 progress.console.print(f"stored {run_dir}", highlight=False, markup=False)
+                try:
+                    ledger.append_rows(store, [ledger.row_for_run(run_dir, price)])
+                except (ledger.LedgerError, OSError) as err:
+                    failed.append(c.id)
+                    progress.console.print(
+                        f"[red]error:[/] {c.id}: stored, but not in the ledger: {escape(str(err))}",
+                        highlight=False,
+                    )
             progress.advance(overall)
     console.print(f"{len(stored)} run(s) stored, {len(failed)} failed", highlight=False)
     if failed:

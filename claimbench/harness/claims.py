@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 CLAIMS_FILE = "claims.yaml"
 EXPERIMENTS_DIR = "experiments"
 PROFILES = ("quick", "full")
+# Top-level keys claims.yaml may hold beside `claims:` (read by harness/project_config.py).
+SETTINGS_KEYS = ("budget", "full_profile")
 OPS = (">=", ">", "<=", "<")
 SCOPES = ("any", "tpu", "accelerator")
 BASES = ("measured", "analytic")
@@ -168,6 +170,16 @@ def load_claims(root: Path) -> list[Claim]:
         raise ClaimsError(f"{source}: not valid YAML{where}: {problem}") from None
     except UnicodeDecodeError as err:
         raise ClaimsError(f"{source}: not UTF-8 text ({err.reason})") from None
+    if isinstance(data, dict) and "claims" in data:
+        # The mapping form: project settings (budget, full_profile: project_config.py) beside
+        # the list of claims.
+        unknown = sorted(set(data) - {"claims", *SETTINGS_KEYS})
+        if unknown:
+            raise ClaimsError(
+                f"{source}: unknown top-level key(s) {unknown}; known: claims, "
+                f"{', '.join(SETTINGS_KEYS)}"
+            )
+        data = data["claims"]
     if not isinstance(data, list) or not data:
         kind = type(data).__name__
         raise ClaimsError(f"{source}: must be a non-empty list of claims, got {kind}")
