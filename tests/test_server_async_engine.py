@@ -6,8 +6,9 @@ import asyncio
 
 import pytest
 from engine_helpers import tiny_engine
+from server_helpers import wait_for
 
-from claimbench.engine.outputs import FinishEvent, TokenEvent
+from claimbench.engine.outputs import FinishEvent, RejectKind, TokenEvent
 from claimbench.engine.sampler import SamplingParams
 from claimbench.engine.tenants import Tenant
 from claimbench.serving.async_engine import AsyncEngine, EngineStopped, RequestRejected
@@ -66,13 +67,38 @@ def test_bad_input_and_rejections_raise_and_leave_nothing_queued(engine):
 
     try:
         never, limited = asyncio.run(main())
+        # The two rejections' events are delivered by the loop's next step.
+        assert wait_for(lambda: not loop_engine.submit(lambda e: e.has_unfinished).result(10))
         num_requests = loop_engine.submit(lambda e: len(e.requests)).result(10)
-        queued = loop_engine.submit(lambda e: e.has_unfinished).result(10)
     finally:
         loop_engine.stop()
-    assert not never.over_limit and "max_model_len" in never.reason
-    assert limited.over_limit and "token_rate" in limited.reason
-    assert num_requests == 3 and not queued  # the malformed one left no state
+    assert never.kind == RejectKind.INVALID and not never.over_limit
+    assert "max_model_len" in never.reason
+    assert limited.kind == RejectKind.OVER_LIMIT and limited.over_limit
+    assert "token_rate" in limited.reason
+    assert num_requests == 3  # the malformed one left no state
+
+
+def test_a_long_running_loop_keeps_bounded_records(engine):
+    loop_engine = AsyncEngine(engine, keep_finished_requests=2, keep_step_records=4)
+    loop_engine.start()
+
+    async def main():
+        for prompt in PROMPTS * 3:
+            await collect(await loop_engine.add(prompt, GREEDY, tenant="t"))
+
+    try:
+        asyncio.run(main())
+        records = loop_engine.submit(lambda e: [r.step for r in e.step_records]).result(10)
+        num_service_rows = loop_engine.submit(lambda e: len(e.steps_frame())).result(10)
+        num_requests = loop_engine.submit(lambda e: len(e.requests)).result(10)
+    finally:
+        loop_engine.stop()
+    # 9 requests of 6 tokens one after another: >= 54 steps, of which at most 7 are kept
+    # (trimmed to 4 whenever 8 pile up), numbered as the engine counted them.
+    assert 4 <= len(records) < 8 and records[-1] >= 53
+    assert records == list(range(records[0], records[0] + len(records)))
+    assert num_service_rows == len(records) and num_requests == 2  # the newest two
 
 
 def test_abort_frees_pages_at_once(engine):

@@ -21,6 +21,7 @@ from claimbench.engine.outputs import (
     Event,
     FinishEvent,
     RejectEvent,
+    RejectKind,
     RequestOutput,
     TokenEvent,
 )
@@ -117,6 +118,7 @@ class LLMEngine:
             self.speculator.reset()
         self.requests: dict[str, Request] = {}
         self.step_records: list[StepRecord] = []
+        self._num_trimmed_steps = 0  # records dropped by trim_step_records
         self._pending: list[Event] = []  # rejections and aborts, reported by the next step
         self._seq_no = itertools.count()
         self.start_time = time.perf_counter()
@@ -157,15 +159,20 @@ class LLMEngine:
             cache_salt=cache_salt,
         )
         self.requests[request.request_id] = request
+        # Ingress refusals (tenant limits, shedding) are the ones admission counts.
+        num_refused = self.scheduler.admission.total_rejected
         reason = self._invalid_tokens(token_ids) or self.scheduler.admit(request)
         if reason is None:
             self.scheduler.add(request)
         else:
+            refused = self.scheduler.admission.total_rejected > num_refused
+            kind = RejectKind.OVER_LIMIT if refused else RejectKind.INVALID
             request.status = RequestStatus.REJECTED
             request.rejected_reason = reason
+            request.rejected_kind = kind
             request.finish_reason = "rejected"
             request.finish_time = now
-            self._pending.append(RejectEvent(request.request_id, reason, now))
+            self._pending.append(RejectEvent(request.request_id, reason, now, kind))
         return request.request_id
 
     def _check_request(
@@ -219,6 +226,28 @@ class LLMEngine:
         if self.speculator is not None:
             self.speculator.free(request)
         events.append(FinishEvent(request.request_id, reason, now))
+
+    def forget(self, request_id: str) -> None:
+        """Drop a finished request whose events were delivered, so a long-running server's
+        memory stays bounded (experiments keep theirs for requests_frame). ValueError for an
+        unknown or unfinished request, or one with an event still to come."""
+        request = self.requests.get(request_id)
+        if request is None or not request.is_finished:
+            raise ValueError(f"request {request_id!r} is not a finished request of this engine")
+        if any(e.request_id == request_id for e in self._pending):
+            raise ValueError(f"request {request_id!r} has events the next step() reports")
+        del self.requests[request_id]
+
+    def trim_step_records(self, keep: int) -> None:
+        """Keep only the last ``keep`` step records (and the service history beside them):
+        a server's bound on memory. Step numbers keep counting from the first step."""
+        if keep < 0:
+            raise ValueError(f"keep must be >= 0, got {keep}")
+        num_dropped = len(self.step_records) - keep
+        if num_dropped > 0:
+            del self.step_records[:num_dropped]
+            del self.scheduler.service.history[:num_dropped]
+            self._num_trimmed_steps += num_dropped
 
     @property
     def has_unfinished(self) -> bool:
@@ -318,7 +347,7 @@ class LLMEngine:
         k = self.config.spec_tokens
         self.step_records.append(
             StepRecord(
-                step=len(self.step_records),
+                step=self._num_trimmed_steps + len(self.step_records),
                 start_s=t0 - self.start_time,
                 num_seqs=len(plan.requests),
                 num_decode_seqs=num_decode_seqs,

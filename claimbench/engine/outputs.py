@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 
 @dataclass(frozen=True)
@@ -21,11 +22,19 @@ class FinishEvent:
     time_s: float
 
 
+class RejectKind(StrEnum):
+    """Why a request was turned away at admission."""
+
+    INVALID = "invalid"  # it can never be served (bad tokens, too long for the model or pool)
+    OVER_LIMIT = "over_limit"  # its tenant's ingress limits refused it now; a retry may pass
+
+
 @dataclass(frozen=True)
 class RejectEvent:
     request_id: str
-    reason: str  # why it can never be served
+    reason: str  # why, in words, with the numbers
     time_s: float
+    kind: RejectKind = RejectKind.INVALID
 
 
 Event = TokenEvent | FinishEvent | RejectEvent

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 
+from claimbench.engine.outputs import RejectKind
 from claimbench.engine.sampler import SamplingParams
 
 
@@ -61,6 +62,7 @@ class Request:
         self.finish_time: float | None = None
         self.finish_reason: str | None = None  # stop | length | abort | rejected
         self.rejected_reason: str | None = None
+        self.rejected_kind: RejectKind | None = None
         self.output_logprobs: list[float] = []
         # log p(prompt[i] | prompt[:i]) at index i - 1; filled chunk by chunk.
         self.prompt_logprobs: list[float | None] = [None] * max(len(prompt_token_ids) - 1, 0)

@@ -10,6 +10,7 @@ token: at 16 streams that would be 16 wake-ups of the server's loop per step).
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import logging
@@ -21,24 +22,30 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from claimbench.engine.admission import LIMITS
 from claimbench.engine.engine import LLMEngine
-from claimbench.engine.outputs import Event, FinishEvent, RejectEvent
+from claimbench.engine.outputs import Event, FinishEvent, RejectEvent, RejectKind
 from claimbench.engine.sampler import SamplingParams
 
 T = TypeVar("T")
 log = logging.getLogger("claimbench.serving")
 IDLE_WAIT_S = 0.05  # how long an idle loop sleeps on its inbox (the liveness heartbeat)
+# Step records a server keeps (the newest): enough for /metrics-style looks back, bounded so
+# a server that runs for weeks does not grow. Trimmed in batches of as many again.
+KEEP_STEP_RECORDS = 10_000
+# Finished requests a server keeps (the newest), for a look at what just ran; older ones are
+# forgotten by the engine once their events were delivered.
+KEEP_FINISHED_REQUESTS = 1024
 
 
 class RequestRejected(Exception):
     """The engine refused a request at admission. ``over_limit``: a tenant's ingress limit
     (retry later) rather than a request that can never be served."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, kind: RejectKind) -> None:
         super().__init__(reason)
         self.reason = reason
-        self.over_limit = any(f"{limit}=" in reason for limit in LIMITS)
+        self.kind = kind
+        self.over_limit = kind == RejectKind.OVER_LIMIT
 
 
 class EngineStopped(Exception):
@@ -88,11 +95,25 @@ class RequestStream:
 class AsyncEngine:
     """Runs ``engine`` on its own thread; start() before use, stop() to end.
 
-    ``observer`` (metrics) sees every step's events on the engine thread."""
+    ``observer`` (metrics) sees every step's events on the engine thread. Only the newest
+    ``keep_finished_requests`` finished requests (older ones are forgotten once their events
+    were delivered) and ``keep_step_records`` step records are kept, so memory stays bounded
+    however long the server runs."""
 
-    def __init__(self, engine: LLMEngine, observer: Observer | None = None) -> None:
+    def __init__(
+        self,
+        engine: LLMEngine,
+        observer: Observer | None = None,
+        *,
+        keep_finished_requests: int = KEEP_FINISHED_REQUESTS,
+        keep_step_records: int = KEEP_STEP_RECORDS,
+    ) -> None:
         self._engine = engine
         self._observer = observer
+        self._keep_step_records = keep_step_records
+        # Engine thread only: finished requests, oldest first, until the engine forgets them.
+        self._finished: collections.deque[str] = collections.deque()
+        self._keep_finished = keep_finished_requests
         # Calls waiting for the engine thread, each with the future of its result.
         self._inbox: queue.SimpleQueue[tuple[Callable, concurrent.futures.Future]] = (
             queue.SimpleQueue()
@@ -156,9 +177,9 @@ class AsyncEngine:
                 priority=priority,
                 cache_salt=cache_salt,
             )
-            reason = engine.requests[request_id].rejected_reason
-            if reason is not None:
-                raise RequestRejected(reason)
+            request = engine.requests[request_id]
+            if request.rejected_reason is not None:
+                raise RequestRejected(request.rejected_reason, request.rejected_kind)
             self._sinks[request_id] = (loop, events)
             return request_id
 
@@ -218,21 +239,31 @@ class AsyncEngine:
                 return
 
     def _deliver(self, events: list[Event]) -> None:
+        engine = self._engine
         if self._observer is not None:
-            self._observer(self._engine, events)
+            self._observer(engine, events)
         batches: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, Event]]] = defaultdict(
             list
         )
         for event in events:
-            sink = self._sinks.get(event.request_id)
+            last = isinstance(event, FinishEvent | RejectEvent)
+            if last:
+                self._finished.append(event.request_id)
+            sink = (
+                self._sinks.pop(event.request_id, None)
+                if last
+                else self._sinks.get(event.request_id)
+            )
             if sink is None:
                 continue  # aborted by its client, or a rejection already raised
-            if isinstance(event, FinishEvent | RejectEvent):
-                del self._sinks[event.request_id]
             batches[sink[0]].append((sink[1], event))
         for loop, batch in batches.items():
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody is listening
                 loop.call_soon_threadsafe(_put_all, batch)
+        while len(self._finished) > self._keep_finished:
+            engine.forget(self._finished.popleft())  # its last event went out: done with it
+        if len(engine.step_records) >= 2 * self._keep_step_records:
+            engine.trim_step_records(self._keep_step_records)
 
     def _fail_waiters(self) -> None:
         """Tell every request still waiting for events (and every queued call) that the
