@@ -1,0 +1,268 @@
+"""degradation-ladder: at 2x the sustainable load, does a ladder chosen in advance keep the
+premium tier within its SLO, while without one every tier misses its SLO?
+
+Three tiers share one length mix with poisson arrivals: premium (tier 0), standard (tier 1)
+and best effort (tier 2), each offering its ``share`` of the load. Each trial measures its
+own saturation (the engine's service rate on the mix, ``mu`` requests/s; one "request
+time" is 1 / mu), then offers ``overload`` (2x) that rate for as long as the engine needs to
+serve ``episode_requests`` requests at saturation; arrivals then stop and every admitted
+request is served to completion. The same requests are served twice, in an order that
+rotates from trial to trial:
+
+    ladder  the engine config carries ``ladder`` (the params' rungs, engine/ladder.py): it
+            climbs and descends on the load signals it observes each step
+    none    no ladder
+
+Both arms use the same ordering (``scheduling_policy``, the engine's default fcfs): the
+ladder is the only tier-aware mechanism, so the comparison is ladder versus none, not
+ladder plus a priority queue versus none.
+
+Each tier's SLO is fixed in the params before the run, in service units so it means the
+same on any engine: TTFT at most ``ttft_slo_batches`` batch times (max_num_seqs request
+times: the time a full batch's worth of requests takes at saturation), and TPOT at most
+``tpot_slo_x`` times the full-batch TPOT at saturation (max_num_seqs / the saturation output
+tokens per second). A request meets its SLO if it completed within both; one shed, aborted
+or unfinished misses it. A tier meets its SLO when at least ``attainment_pct`` of its
+requests do.
+
+Metrics: premium_slo_attainment_pct (with the ladder: % of premium requests within the
+premium SLO) and tiers_meeting_slo_without (without it: how many tiers meet theirs).
+
+Why each can come out either way: without a ladder the fcfs queue grows by (overload - 1)
+requests per request time, so a request arriving t request times into the episode waits
+about t, and a tier's attainment is about its TTFT objective over the episode's length
+(both in request times), which the params fix in advance. With the ladder the premium tier is never shed or capped:
+its TTFT is the wait behind whatever queue the ladder lets stand, plus its own bursts, and
+whether that stays under its objective for 99% of its requests is what is measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from claimbench.engine.ladder import as_ladder
+from claimbench.engine.tenants import Tenant
+from claimbench.harness import tenant_runs as tr
+from claimbench.site import tenant_charts
+from claimbench.workload.spec import WorkloadSpec
+
+if TYPE_CHECKING:
+    from claimbench.harness.context import RunContext
+
+PREMIUM = "premium"
+TIER_FIELDS = ("tier", "share", "ttft_slo_batches", "tpot_slo_x", "attainment_pct")
+DEFAULT_PARAMS: dict[str, Any] = {
+    "engine": {},
+    "compile_cache": True,
+    "overload": 2.0,
+    "episode_requests": 64,
+    "scheduling_policy": "fcfs",
+    "tiers": {
+        PREMIUM: {
+            "tier": 0,
+            "share": 0.2,
+            "ttft_slo_batches": 1,
+            "tpot_slo_x": 2.0,
+            "attainment_pct": 99,
+        },
+        "standard": {
+            "tier": 1,
+            "share": 0.3,
+            "ttft_slo_batches": 2,
+            "tpot_slo_x": 3.0,
+            "attainment_pct": 95,
+        },
+        "best_effort": {
+            "tier": 2,
+            "share": 0.5,
+            "ttft_slo_batches": 4,
+            "tpot_slo_x": 4.0,
+            "attainment_pct": 90,
+        },
+    },
+    # Rungs in waiting requests (queue depth): a count that means the same on any engine.
+    "ladder": [
+        {
+            "action": "shed_tier_at_ingress",
+            "tier": 2,
+            "signal": "waiting_requests",
+            "engage": 2,
+            "release": 0,
+        },
+        {
+            "action": "cap_max_tokens",
+            "tier": 1,
+            "max_tokens": 8,
+            "signal": "waiting_requests",
+            "engage": 4,
+            "release": 1,
+        },
+        {
+            "action": "shed_tier_at_ingress",
+            "tier": 1,
+            "signal": "waiting_requests",
+            "engage": 6,
+            "release": 2,
+        },
+    ],  # fmt: skip
+    "prompt_len": [16, 64],
+    "output_len": [16, 48],
+    "saturation_requests": 32,
+}
+MODES = ("ladder", "none")
+
+
+def check_tiers(tiers: Any) -> dict[str, dict[str, float]]:
+    """The tiers param, checked: every field present, shares and objectives > 0, a premium."""
+    if not isinstance(tiers, dict) or PREMIUM not in tiers:
+        raise ValueError(f"param tiers must map tier names (one of them {PREMIUM!r}) to specs")
+    for name, spec in tiers.items():
+        if not isinstance(spec, dict) or set(spec) != set(TIER_FIELDS):
+            raise ValueError(f"param tiers.{name} needs exactly {TIER_FIELDS}, got {spec!r}")
+        for field in TIER_FIELDS[1:]:
+            if not spec[field] > 0:
+                raise ValueError(f"param tiers.{name}.{field} must be > 0, got {spec[field]!r}")
+        if not spec["attainment_pct"] <= 100:
+            raise ValueError(f"param tiers.{name}.attainment_pct must be <= 100")
+    return tiers
+
+
+def mix(params: dict[str, Any], seed: int) -> WorkloadSpec:
+    """One poisson tenant per tier at rates proportional to its share (scaled later)."""
+    lengths = (params["prompt_len"], params["output_len"])
+    tenants = tuple(
+        tr.poisson_tenant(name, spec["share"], *lengths, priority=spec["tier"])
+        for name, spec in params["tiers"].items()
+    )
+    return WorkloadSpec(tenants, seed=seed, max_requests=params["saturation_requests"])
+
+
+def slo_seconds(
+    params: dict[str, Any], saturation: tr.Saturation, max_num_seqs: int
+) -> dict[str, tuple[float, float]]:
+    """Each tier's (TTFT, TPOT) objective in this trial's seconds."""
+    full_batch_tpot_s = max_num_seqs / saturation.output_tokens_per_s
+    return {
+        name: (
+            saturation.seconds_for(spec["ttft_slo_batches"] * max_num_seqs),
+            spec["tpot_slo_x"] * full_batch_tpot_s,
+        )
+        for name, spec in params["tiers"].items()
+    }
+
+
+def slo_attainment_pct(
+    requests: pd.DataFrame, slos: dict[str, tuple[float, float]]
+) -> dict[str, float]:
+    """Per tier, % of its requests that completed within its TTFT and TPOT objectives.
+
+    ``requests`` is a requests frame (metrics.requests_frame); ttft_s and tpot_s are NaN for
+    a request that did not complete (shed, aborted), which therefore misses. A one-token
+    answer has no TPOT and is judged on TTFT alone. A tier with no requests gets NaN."""
+    out = {}
+    for name, (ttft_s, tpot_s) in slos.items():
+        rows = requests[requests["tenant"] == name]
+        if rows.empty:
+            out[name] = float("nan")
+            continue
+        within = (
+            rows["completed"].astype(bool)
+            & (rows["ttft_s"] <= ttft_s)
+            & (rows["tpot_s"].isna() | (rows["tpot_s"] <= tpot_s))
+        )
+        out[name] = 100.0 * float(within.mean())
+    return out
+
+
+def ladder_labels(served: tr.ServedRun, ladder_len: int) -> dict[str, Any]:
+    """What the ladder did in one run: steps per rung, moves, requests shed and capped."""
+    rungs = served.steps["ladder_rung"].to_numpy() if len(served.steps) else np.zeros(0, int)
+    requests = served.requests
+    reasons = requests["rejected_reason"].fillna("")
+    return {
+        "steps_per_rung": [int((rungs == k).sum()) for k in range(ladder_len + 1)],
+        "rung_moves": int(np.count_nonzero(np.diff(rungs))) if len(rungs) > 1 else 0,
+        "num_shed": int(reasons.str.contains("ladder_shed=").sum()),
+    }
+
+
+def run(ctx: RunContext) -> None:
+    """Record premium_slo_attainment_pct and tiers_meeting_slo_without per trial."""
+    params = ctx.merged(DEFAULT_PARAMS)
+    check_tiers(params["tiers"])
+    if not params["overload"] > 1:
+        raise ValueError(f"param overload must be > 1, got {params['overload']!r}")
+    ladder = as_ladder(params["ladder"])
+    engine = ctx.engine(
+        precompile=True,
+        compile_cache=params["compile_cache"],
+        scheduling_policy=params["scheduling_policy"],
+    )
+    # A ladder in the engine params would act in both arms: the baseline has none.
+    plain = dataclasses.replace(engine.config, ladder=())
+    vocab_size = engine.model_cfg.vocab_size
+    episode = [tr.Phase(params["episode_requests"], params["overload"])]
+    for trial in range(ctx.trials):
+        seed = tr.trial_seed(ctx, trial)
+        saturation = tr.measure_saturation(
+            engine, mix(params, seed), params["saturation_requests"], config=plain
+        )
+        slos = slo_seconds(params, saturation, engine.config.max_num_seqs)
+        # The SLOs travel in the tenants' config (provenance); neither arm acts on them.
+        tenants = tuple(
+            Tenant(name, priority=spec["tier"], ttft_slo_s=slos[name][0], tpot_slo_s=slos[name][1])
+            for name, spec in params["tiers"].items()
+        )
+        baseline = dataclasses.replace(plain, tenants=tenants)
+        requests = tr.phased_requests(mix(params, seed), saturation, episode, vocab_size)
+        arms = {
+            "ladder": tr.Arm(requests, {"ladder": ladder}),
+            "none": tr.Arm(requests, {}),
+        }
+        # Served to completion: the episode's work at saturation, with a safety margin.
+        work_s = saturation.seconds_for(params["episode_requests"] * params["overload"])
+        served = tr.serve_arms(
+            ctx, engine, baseline, arms, trial, timeout_s=tr.safety_timeout_s(work_s)
+        )
+        attainment = {mode: slo_attainment_pct(served[mode].requests, slos) for mode in MODES}
+        meeting = [
+            name
+            for name, spec in params["tiers"].items()
+            if attainment["none"][name] >= spec["attainment_pct"]
+        ]
+        labels = {
+            "saturation_tok_s": saturation.output_tokens_per_s,
+            "request_time_s": saturation.seconds_for(1),
+            "num_requests": len(requests),
+            "attainment_ladder_pct": attainment["ladder"],
+            "attainment_none_pct": attainment["none"],
+            "timed_out": any(r.timed_out for r in served.values()),
+        }
+        ctx.record(
+            "premium_slo_attainment_pct",
+            attainment["ladder"][PREMIUM],
+            trial=trial,
+            unit="%",
+            premium_ttft_slo_s=slos[PREMIUM][0],
+            premium_tpot_slo_s=slos[PREMIUM][1],
+            **ladder_labels(served["ladder"], len(ladder)),
+            **labels,
+        )
+        ctx.record(
+            "tiers_meeting_slo_without",
+            float(len(meeting)),
+            trial=trial,
+            unit="tiers",
+            tiers_meeting=meeting,
+            **labels,
+        )
+
+
+def figures(run_dirs: list[Path]) -> list[tuple[str, str]]:
+    """Per-tier TTFT CDFs with the ladder and without."""
+    return tenant_charts.ttft_cdf_figures(run_dirs, title="TTFT per tier, ladder and none")
