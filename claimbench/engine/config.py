@@ -25,6 +25,9 @@ SPECULATIVE = ("none", "draft", "ngram")
 # Draft tokens per step at most: a verify chunk is 1 + k tokens and every one of its
 # positions is projected to the vocabulary, so k is kept well under the token budget.
 MAX_SPEC_TOKENS = 16
+# Overlap the host's work for the next step with the device's current one (async_step.py);
+# auto: on except on the CPU backend, where host and device share the same cores.
+ASYNC_SCHEDULING = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ KNOBS: dict[str, Knob] = {
     "num_spec_tokens": Knob(False, "draft tokens per step: the verify steps' shapes"),
     "draft_model_path": Knob(False, "draft model: its weights are loaded at construction"),
     "ladder": Knob(True, "degradation ladder: service cuts taken one rung at a time under load"),
+    "async_scheduling": Knob(True, "schedule step N+1 while step N runs (auto: off on CPU)"),
 }
 # Fields only the host reads: LLMEngine.reset may switch them without recompiling.
 HOST_FIELDS = tuple(name for name, knob in KNOBS.items() if knob.runtime)
@@ -99,6 +103,8 @@ class EngineConfig:
     num_spec_tokens: int = 4  # draft tokens proposed per sequence and step, 1..MAX_SPEC_TOKENS
     draft_model_path: Path | None = None  # speculative="draft"; None = shipped tiny draft
     ladder: tuple[Rung, ...] = ()  # degradation ladder, climbed under load (engine/ladder.py)
+    # on | off | auto (on except on the CPU backend); async_step.py
+    async_scheduling: str = "auto"
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -126,6 +132,10 @@ class EngineConfig:
         if not 1 <= self.num_spec_tokens <= MAX_SPEC_TOKENS:
             raise ValueError(
                 f"num_spec_tokens must be in [1, {MAX_SPEC_TOKENS}], got {self.num_spec_tokens}"
+            )
+        if self.async_scheduling not in ASYNC_SCHEDULING:
+            raise ValueError(
+                f"async_scheduling {self.async_scheduling!r} is not one of {ASYNC_SCHEDULING}"
             )
         if self.victim_policy not in VICTIMS:
             raise ValueError(f"victim_policy {self.victim_policy!r} is not one of {tuple(VICTIMS)}")

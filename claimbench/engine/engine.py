@@ -11,6 +11,7 @@ import jax
 import numpy as np
 import pandas as pd
 
+from claimbench.engine.async_step import OverlapStepper
 from claimbench.engine.batch import StepPlan, build_step
 from claimbench.engine.block_manager import BlockManager
 from claimbench.engine.config import HOST_FIELDS, EngineConfig
@@ -122,6 +123,8 @@ class LLMEngine:
         self._pending: list[Event] = []  # rejections and aborts, reported by the next step
         self._seq_no = itertools.count()
         self.start_time = time.perf_counter()
+        # A step still in flight from before is dropped with its requests.
+        self._overlap = OverlapStepper(self) if self.async_scheduling else None
 
     # -- requests -------------------------------------------------------------------------
 
@@ -253,13 +256,37 @@ class LLMEngine:
     def has_unfinished(self) -> bool:
         """Whether a ``step()`` has anything to do or report: requests in flight, or events
         (rejections, aborts) not yet delivered."""
-        return self.scheduler.has_unfinished or bool(self._pending)
+        inflight = self._overlap is not None and self._overlap.inflight is not None
+        return self.scheduler.has_unfinished or bool(self._pending) or inflight
+
+    @property
+    def async_scheduling(self) -> bool:
+        """Whether steps overlap (config.async_scheduling resolved). Never with speculative
+        decoding: a step's drafts need the accepted tokens on the host before it is built."""
+        mode = self.config.async_scheduling
+        if self.speculator is not None or mode == "off":
+            return False
+        return mode == "on" or jax.default_backend() != "cpu"
+
+    def describe_steps(self) -> dict[str, object]:
+        """How the engine steps: whether the host overlaps the device, and when it does not."""
+        return {
+            "async_scheduling": self.async_scheduling,
+            "async_scheduling_config": self.config.async_scheduling,
+            # async_step.py: steps asking for prompt log-probs complete within their call.
+            "overlap_fallbacks": "speculative decoding; steps with prompt log-probs",
+        }
 
     # -- the step -------------------------------------------------------------------------
 
     def step(self) -> list[Event]:
-        """Schedule, run one batched forward pass, sample, and report what happened."""
+        """Schedule, run one batched forward pass, sample, and report what happened.
+
+        Under async scheduling (async_step.py) the call dispatches the next step before it
+        reads the current one's tokens: the events it returns are the previous step's."""
         events, self._pending = self._pending, []
+        if self._overlap is not None:
+            return self._overlap.step(events)
         t0 = time.perf_counter()
         scheduled = self.scheduler.schedule(t0)
         if not scheduled.scheduled:
@@ -271,7 +298,9 @@ class LLMEngine:
                 self.speculator.free(request)
             inputs = dataclasses.replace(inputs, draft_probs=self.speculator.draft_probs(plan))
         t1 = time.perf_counter()
-        out = jax.block_until_ready(self.runner.execute(inputs, plan.wants_prompt_logprobs))
+        out = self.runner.execute(inputs, plan.wants_prompt_logprobs)
+        t_blocked = time.perf_counter()
+        out = jax.block_until_ready(out)
         t2 = time.perf_counter()
         num_accepted = self._postprocess(plan, out, t2, events)
         t3 = time.perf_counter()
@@ -280,7 +309,14 @@ class LLMEngine:
         t4 = time.perf_counter()
         host_s = t3 - t0 - (t2 - t1)
         self._record_step(
-            plan, num_accepted, len(scheduled.preempted), t0, host_s, t2 - t1, t4 - t3
+            plan,
+            num_accepted,
+            len(scheduled.preempted),
+            t0,
+            host_s,
+            t2 - t1,
+            t4 - t3,
+            host_blocked_s=t2 - t_blocked,
         )
         return events
 
@@ -296,6 +332,10 @@ class LLMEngine:
             prompt_top1 = np.asarray(out.prompt_top1).tolist()
         offset = 0
         for i, (request, n) in enumerate(zip(plan.requests, plan.num_tokens, strict=True)):
+            if request.is_finished:
+                # Ended before this step's outputs were read (async_step.py): dropped.
+                offset += n
+                continue
             start = request.num_computed_tokens
             if prompt_logprobs is not None and request.sampling.prompt_logprobs:
                 # Position p predicts prompt token p + 1, stored at index p.
@@ -338,6 +378,10 @@ class LLMEngine:
         host_s: float,
         device_s: float,
         draft_s: float,
+        *,
+        host_blocked_s: float = 0.0,
+        overlapped: bool = False,
+        num_discarded: int = 0,
     ) -> None:
         drafted = [(d, a) for d, a in zip(plan.num_draft, accepted, strict=True) if d]
         # A verify chunk is decode work (one sequence's next tokens), though it runs with the
@@ -369,6 +413,9 @@ class LLMEngine:
                 accepted_per_pos=tuple(sum(a > j for _, a in drafted) for j in range(k)),
                 draft_s=draft_s,
                 ladder_rung=self.scheduler.ladder.rung,
+                host_blocked_s=host_blocked_s,
+                overlapped=overlapped,
+                num_discarded=num_discarded,
             )
         )
 
