@@ -1,4 +1,4 @@
-"""`claimbench model ...`: train the shipped models, describe a model."""
+"""`claimbench model ...`: train the shipped models, describe a model, fetch a checkpoint."""
 
 from __future__ import annotations
 
@@ -100,3 +100,65 @@ def info(
         f"held-out loss per token (nats) and per byte (B), {rows[0]['num_windows']} windows, "
         f"{rows[0]['num_tokens']:,} tokens"
     )
+
+
+@app.command()
+def fetch(
+    ctx: typer.Context,
+    repo: Annotated[
+        str | None,
+        typer.Argument(help="owner/name on the Hub (default: claims.yaml full_profile.model)."),
+    ] = None,
+    revision: Annotated[
+        str | None,
+        typer.Option(help="40-hex commit (default: claims.yaml's, for its repo)."),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Directory (default: ~/.cache/claimbench/models/<owner--name>/<rev>)."),
+    ] = None,
+    from_dir: Annotated[
+        Path | None,
+        typer.Option(help="Copy this local HF-format directory instead of downloading."),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the fetch record as JSON (with its path).")
+    ] = False,
+) -> None:
+    """Fetch a checkpoint at a pinned commit (huggingface_hub), check that the engine loads it
+    and record every file's sha256 in its fetch.json; an existing fetch is verified instead."""
+    from claimbench.cli.budget_cmd import open_project_config
+    from claimbench.models.fetch import (
+        FetchError,
+        copy_from,
+        default_dir,
+        fetch_model,
+        hub_download,
+    )
+
+    pinned = open_project_config(global_options(ctx).root).full_profile
+    if repo is None:
+        if pinned is None:
+            fail("name a repo, or pin one in claims.yaml full_profile.model")
+        repo = pinned.model.repo
+    if revision is None:
+        if pinned is None or pinned.model.repo != repo:
+            fail(f"--revision is required for {repo} (claims.yaml pins no revision for it)")
+        revision = pinned.model.revision
+    target = out if out is not None else default_dir(repo, revision)
+    download = copy_from(from_dir) if from_dir is not None else hub_download
+    try:
+        fetched = fetch_model(repo, revision, target, download=download)
+    except FetchError as err:
+        fail(str(err))
+    if as_json:
+        print(json.dumps({"path": str(fetched.path), **fetched.record}, indent=2))
+        return
+    verb = "fetched" if fetched.downloaded else "verified"
+    num_bytes = sum(f["bytes"] for f in fetched.record["files"].values())
+    console.print(
+        f"{verb} {repo}@{revision[:12]}: {len(fetched.record['files'])} files, "
+        f"{num_bytes / 1e9:.2f} GB, sha256 in {fetched.path / 'fetch.json'}",
+        highlight=False,
+    )
+    console.print(str(fetched.path), highlight=False, soft_wrap=True)

@@ -1,0 +1,141 @@
+"""`claimbench model fetch`: a pinned checkpoint, checked by the loader, sha256 per file, never
+half there. No network: huggingface_hub's download is replaced by a copy of the shipped
+claimbench-tiny (a real HF-format directory)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import huggingface_hub
+import pytest
+from test_cli_claims import assert_one_line_error, invoke
+
+from claimbench.models.checkpoint import default_model_path, load_model
+from claimbench.models.fetch import (
+    FETCH_FILE,
+    PARTIAL_SUFFIX,
+    FetchError,
+    fetch_model,
+    hub_download,
+)
+
+REPO = "Qwen/Qwen2.5-7B-Instruct"
+REV = "a09a35458c702b33eeacc393d103063234e8bc28"
+TINY = default_model_path()
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def fake_hub(monkeypatch) -> list[dict]:
+    """snapshot_download copies claimbench-tiny (and a hub cache dir, as the real one leaves)."""
+    calls: list[dict] = []
+
+    def snapshot_download(**kwargs):
+        calls.append(kwargs)
+        dest = Path(kwargs["local_dir"])
+        shutil.copytree(TINY, dest, dirs_exist_ok=True)
+        (dest / ".cache" / "huggingface").mkdir(parents=True)
+        (dest / ".cache" / "huggingface" / "lock").write_text("")
+        return str(dest)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    return calls
+
+
+def test_fetch_pins_the_revision_hashes_every_file_and_the_loader_accepts_it(
+    tmp_path: Path, fake_hub
+) -> None:
+    out = tmp_path / "qwen"
+    fetched = fetch_model(REPO, REV, out)
+    assert fetched.downloaded and fetched.path == out
+    (call,) = fake_hub
+    assert (call["repo_id"], call["revision"]) == (REPO, REV)
+    assert "*.safetensors" in call["allow_patterns"]
+    record = json.loads((out / FETCH_FILE).read_text())
+    assert (record["repo"], record["revision"], record["source"]) == (
+        REPO,
+        REV,
+        "https://huggingface.co",
+    )
+    shipped = sorted(p.name for p in TINY.iterdir() if p.is_file())
+    assert sorted(record["files"]) == shipped  # the hub's hidden cache is not the model
+    for name, entry in record["files"].items():
+        assert entry["sha256"] == sha256(TINY / name)
+        assert entry["bytes"] == (TINY / name).stat().st_size
+    model, cfg = load_model(out)
+    reference, reference_cfg = load_model(TINY)
+    assert cfg == reference_cfg
+    assert not (tmp_path / f"qwen{PARTIAL_SUFFIX}").exists()
+
+
+def test_fetching_again_verifies_instead_of_downloading(tmp_path: Path, fake_hub) -> None:
+    out = tmp_path / "qwen"
+    fetch_model(REPO, REV, out)
+
+    def no_download(repo, revision, dest):
+        raise AssertionError("downloaded again")
+
+    assert not fetch_model(REPO, REV, out, download=no_download).downloaded
+    weights = out / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF  # the last byte of the last weight changed
+    weights.write_bytes(bytes(data))
+    with pytest.raises(FetchError, match="model.safetensors does not match its recorded sha256"):
+        fetch_model(REPO, REV, out, download=no_download)
+    with pytest.raises(FetchError, match=f"holds {REPO}@{REV}, not {REPO}@{'b' * 40}"):
+        fetch_model(REPO, "b" * 40, out, download=no_download)
+
+
+def test_a_checkpoint_the_engine_cannot_load_is_not_kept(tmp_path: Path) -> None:
+    def without_tokenizer(repo, revision, dest):
+        shutil.copytree(TINY, dest, dirs_exist_ok=True)
+        (dest / "tokenizer.json").unlink()
+        return "test"
+
+    out = tmp_path / "qwen"
+    with pytest.raises(FetchError, match="not a model the engine loads.*tokenizer.json"):
+        fetch_model(REPO, REV, out, download=without_tokenizer)
+    assert not out.exists() and not (tmp_path / f"qwen{PARTIAL_SUFFIX}").exists()
+
+
+def test_an_interrupted_download_leaves_no_model_directory(tmp_path: Path) -> None:
+    def interrupted(repo, revision, dest):
+        (dest / "model.safetensors").write_bytes(b"first bytes")
+        raise KeyboardInterrupt
+
+    out = tmp_path / "qwen"
+    with pytest.raises(KeyboardInterrupt):
+        fetch_model(REPO, REV, out, download=interrupted)
+    assert not out.exists()
+    # What arrived stays in the partial directory, so the next fetch resumes from it.
+    assert (tmp_path / f"qwen{PARTIAL_SUFFIX}" / "model.safetensors").is_file()
+
+
+def test_a_moving_revision_is_refused() -> None:
+    with pytest.raises(FetchError, match="not a 40-hex commit sha"):
+        fetch_model(REPO, "main", Path("/nonexistent"), download=hub_download)
+
+
+def test_cli_fetches_the_claims_yaml_model_from_a_local_dir(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "full"
+    args = ("--root", str(root), "model", "fetch", "--out", str(out), "--from-dir", str(TINY))
+    result = invoke(*args, "--json")
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    assert record["path"] == str(out) and record["repo"] == REPO and record["revision"] == REV
+    assert record["source"] == f"local directory {TINY.resolve()}"
+    again = invoke(*args)
+    assert again.exit_code == 0 and "verified" in again.stdout
+    bad = invoke("--root", str(root), "model", "fetch", REPO, "--revision", "v1", "--out", str(out))
+    assert_one_line_error(bad, "not a 40-hex commit sha")
+    assert_one_line_error(
+        invoke("--root", str(root), "model", "fetch", "someone/else", "--out", str(out)),
+        "--revision is required for someone/else",
+    )
