@@ -1,12 +1,16 @@
 """`claimbench bench`: a vLLM-style serving benchmark on held-out prompts.
 
-Prints the summary table (or one JSON object with --json) and saves the engine's
-per-request and per-step records as Parquet under ``<root>/bench/<time>/`` (git-ignored): not
-in results/, which holds only the claims' runs.
+In process (an engine built here) or, with --url, against a running ``claimbench serve``
+over HTTP: the same workload either way, and the same summary (TTFT, TPOT, ITL, E2EL
+percentiles, goodput against the --slo-* options, one line per tenant when there are
+several). Prints the summary table (or one JSON object with --json) and saves the
+per-request (and, in process, per-step) records as Parquet under ``<root>/bench/<time>/``
+(git-ignored): not in results/, which holds only the claims' runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -88,14 +92,34 @@ def bench(
     speculative: SpeculativeOption = Speculative.none,
     num_spec_tokens: NumSpecTokensOption = 4,
     draft_model: DraftModelOption = None,
+    url: Annotated[
+        str | None,
+        typer.Option(help="A running server (http://host:port) to drive instead of an engine."),
+    ] = None,
+    api_key: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="With --url: an API key, or TENANT=KEY; repeat it to spread the requests "
+            "round-robin over several tenants."
+        ),
+    ] = None,
+    served_model_name: Annotated[
+        str | None, typer.Option(help="With --url: the model to ask for (default: the served one).")
+    ] = None,
+    slo_ttft_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TTFT (ms).")] = None,
+    slo_tpot_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TPOT (ms).")] = None,
+    slo_e2el_ms: Annotated[float | None, typer.Option(help="Goodput SLO on E2EL (ms).")] = None,
 ) -> None:
-    """Serve a Poisson/gamma workload of held-out prompts and summarize it."""
+    """Serve a Poisson/gamma workload of held-out prompts and summarize it.
+
+    The engine options (KV pool, dtypes, batch limits, speculation) shape the in-process
+    engine; with --url the server's own settings apply."""
     from rich.progress import Progress
 
     from claimbench.engine.build import build_engine
     from claimbench.engine.config import EngineConfig
     from claimbench.engine.outputs import FinishEvent, RejectEvent
-    from claimbench.harness.serving_summary import format_summary, summarize
+    from claimbench.harness.serving_summary import summarize
     from claimbench.models.checkpoint import default_model_path, read_config
     from claimbench.models.tokenizer import Tokenizer
     from claimbench.serving.replay import benchmark_items, replay
@@ -111,6 +135,15 @@ def bench(
         fail(f"--rate and --burstiness must be > 0, got {rate}, {burstiness}")
     if not kv_pool_mb * 2**20 >= 1:
         fail(f"--kv-pool-mb must be > 0, got {kv_pool_mb}")
+    slos = {"slo_ttft_s": slo_ttft_ms, "slo_tpot_s": slo_tpot_ms, "slo_e2el_s": slo_e2el_ms}
+    if any(v is not None and not v > 0 for v in slos.values()):
+        fail(f"--slo-* must be > 0 ms, got {slo_ttft_ms}, {slo_tpot_ms}, {slo_e2el_ms}")
+    slos = {k: None if v is None else v / 1000 for k, v in slos.items()}
+    if api_key and url is None:
+        fail("--api-key needs --url (the in-process engine has no keys)")
+    keys = tenant_keys(api_key or [])
+    if url is not None and not url.startswith(("http://", "https://")):
+        fail(f"--url must start with http:// or https://, got {url!r}")
     min_len = max(2, int(input_len * (1 - range_ratio)))
     max_len = int(input_len * (1 + range_ratio))
     try:
@@ -147,6 +180,29 @@ def bench(
     except ValueError as e:
         fail(str(e).splitlines()[0])
     items = benchmark_items(prompts, output_len, rate, burstiness, seed)
+    out_dir = out or opts.root / BENCH_DIR / time.strftime("%Y%m%d-%H%M%S")
+    if url is not None:
+        import httpx
+
+        from claimbench.serving.http_replay import replay_http
+
+        names = list(keys) or ["default"]
+        items = [dataclasses.replace(w, tenant=names[i % len(names)]) for i, w in enumerate(items)]
+        try:
+            run = replay_http(
+                url.rstrip("/"),
+                items,
+                keys=keys or None,
+                model=served_model_name,
+                timeout_s=timeout_s,
+            )
+        except httpx.HTTPError as e:
+            fail(f"--url {url}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+        summary = summarize(run.requests, **slos)
+        summary["prefix_hit_rate"] = math.nan  # the server does not report cache hits
+        summary["timed_out"] = float(run.timed_out)
+        report(summary, run.requests, None, out_dir, json_out, slos)
+        return
     try:
         engine = build_engine(config, tokenizer=tokenizer)
     except ValueError as e:  # a draft model that cannot serve this target
@@ -162,24 +218,58 @@ def bench(
 
         result = replay(engine, items, timeout_s, on_step=on_step)
     requests_df, steps_df = engine.requests_frame(), engine.steps_frame()
-    summary = summarize(requests_df, steps_df)
+    summary = summarize(requests_df, steps_df, **slos)
     summary["host_share_pct"] = float(
         100 * steps_df["host_s"].sum() / (steps_df["host_s"] + steps_df["device_s"]).sum()
     )
     summary["timed_out"] = float(result.timed_out)
-    out_dir = out or opts.root / BENCH_DIR / time.strftime("%Y%m%d-%H%M%S")
+    report(summary, requests_df, steps_df, out_dir, json_out, slos)
+
+
+def tenant_keys(given: list[str]) -> dict[str, str]:
+    """--api-key values as tenant -> key: TENANT=KEY as given, a bare KEY as tenant keyN."""
+    keys: dict[str, str] = {}
+    for i, value in enumerate(given, 1):
+        tenant, sep, key = value.partition("=")
+        tenant, key = (tenant, key) if sep else (f"key{i}", value)
+        if not tenant or not key or tenant in keys:
+            fail(f"--api-key {value!r}: want KEY or TENANT=KEY, each tenant once")
+        keys[tenant] = key
+    return keys
+
+
+def report(
+    summary: dict[str, float],
+    requests_df,
+    steps_df,
+    out_dir: Path,
+    json_out: bool,
+    slos: dict[str, float | None],
+) -> None:
+    """Save the records under ``out_dir`` and print the summary (per tenant when several)."""
+    from claimbench.harness.serving_summary import (
+        format_summary,
+        format_tenant_table,
+        summarize_by_tenant,
+    )
+
     out_dir.mkdir(parents=True, exist_ok=True)
     requests_df.to_parquet(out_dir / "requests.parquet")
-    steps_df.to_parquet(out_dir / "steps.parquet")
+    if steps_df is not None:
+        steps_df.to_parquet(out_dir / "steps.parquet")
+    by_tenant = summarize_by_tenant(requests_df, **slos)
     if json_out:
         clean = {k: None if math.isnan(v) else v for k, v in summary.items()}
+        if len(by_tenant) > 1:
+            tenants = json.loads(by_tenant.to_json(orient="index"))
+            clean["tenants"] = tenants
         sys.stdout.write(json.dumps(clean | {"records": str(out_dir)}) + "\n")
         err_console.print(f"records in {out_dir}", style="dim", highlight=False, soft_wrap=True)
         return
     print(format_summary(summary))
-    err_console.print(
-        f"host share of step time {summary['host_share_pct']:.1f}% · records in {out_dir}",
-        style="dim",
-        highlight=False,
-        soft_wrap=True,
-    )
+    if len(by_tenant) > 1:
+        print(format_tenant_table(by_tenant))
+    where = f"records in {out_dir}"
+    if "host_share_pct" in summary:
+        where = f"host share of step time {summary['host_share_pct']:.1f}% · {where}"
+    err_console.print(where, style="dim", highlight=False, soft_wrap=True)

@@ -179,3 +179,24 @@ def format_summary(s: dict[str, float], title: str = "Serving Benchmark Result")
             j += 1
     lines.append("=" * width)
     return "\n".join(lines)
+
+
+def format_tenant_table(by_tenant: pd.DataFrame) -> str:
+    """``summarize_by_tenant``'s frame as a table: one line per tenant, times in ms."""
+    columns = [
+        ("done", "num_completed", 1, 0),
+        ("rejected", "num_rejected", 1, 0),
+        ("out tok/s", "output_throughput", 1, 1),
+        ("TTFT p50", "p50_ttft_s", 1000, 1),
+        ("TTFT p99", "p99_ttft_s", 1000, 1),
+        ("TPOT p50", "p50_tpot_s", 1000, 1),
+        ("TPOT p99", "p99_tpot_s", 1000, 1),
+        ("E2EL p99", "p99_e2el_s", 1000, 1),
+    ]
+    if "goodput" in by_tenant:
+        columns.append(("goodput", "goodput", 1, 2))
+    lines = [f"{'tenant':<12}" + "".join(f"{label:>11}" for label, *_ in columns)]
+    for tenant, row in by_tenant.iterrows():
+        cells = "".join(f"{scale * row[key]:>11.{digits}f}" for _, key, scale, digits in columns)
+        lines.append(f"{str(tenant):<12}{cells}")
+    return "\n".join(lines)
