@@ -13,6 +13,7 @@ import huggingface_hub
 import pytest
 from test_cli_claims import assert_one_line_error, invoke
 
+from claimbench.harness.model_provenance import describe_model
 from claimbench.models.checkpoint import default_model_path, load_model
 from claimbench.models.fetch import (
     FETCH_FILE,
@@ -68,6 +69,13 @@ def test_fetch_pins_the_revision_hashes_every_file_and_the_loader_accepts_it(
     for name, entry in record["files"].items():
         assert entry["sha256"] == sha256(TINY / name)
         assert entry["bytes"] == (TINY / name).stat().st_size
+    # A run serving it records the repo and commit beside the weights' sha256.
+    described = describe_model(out)
+    assert described["hub"] == {"repo": REPO, "revision": REV, "source": "https://huggingface.co"}
+    assert described["weights_sha256"] == {
+        "model.safetensors": record["files"]["model.safetensors"]["sha256"]
+    }
+    assert describe_model(TINY)["hub"] is None
     model, cfg = load_model(out)
     reference, reference_cfg = load_model(TINY)
     assert cfg == reference_cfg

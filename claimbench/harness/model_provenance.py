@@ -127,4 +127,14 @@ def describe_model(path: Path) -> dict[str, Any]:
             "num_params": sum(_num_elements(f) for f in files),
         },
         "weights_sha256": {f.name: file_sha256(f) for f in files},
+        "hub": _hub_origin(path),
     }
+
+
+def _hub_origin(path: Path) -> dict[str, str] | None:
+    """Repo and commit of a checkpoint `model fetch` wrote (its fetch.json), else None."""
+    try:
+        record = json.loads((path / "fetch.json").read_text())
+        return {key: str(record[key]) for key in ("repo", "revision", "source")}
+    except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError):
+        return None
