@@ -19,6 +19,7 @@ from safetensors.numpy import save_file
 
 from claimbench.models.config import ModelConfig
 from claimbench.models.llama import LlamaForCausalLM
+from claimbench.models.moe import build_model, expert_tensor_names
 
 ASSETS_DIR = Path(__file__).parent / "assets"
 DTYPES = {
@@ -46,6 +47,12 @@ def default_model_path() -> Path:
 def default_draft_path() -> Path:
     """The shipped claimbench-tiny-draft checkpoint directory (same tokenizer)."""
     return ASSETS_DIR / "claimbench-tiny-draft"
+
+
+def default_moe_path() -> Path:
+    """The shipped claimbench-tiny-moe checkpoint directory (same tokenizer, same active
+    parameters per token as claimbench-tiny)."""
+    return ASSETS_DIR / "claimbench-tiny-moe"
 
 
 def resolve_dtype(dtype: Any) -> jnp.dtype:
@@ -111,7 +118,9 @@ def _weight_files(path: Path) -> dict[str, Path]:
     raise ModelLoadError(f"{path} has neither {SINGLE_FILE} nor {INDEX_FILE}")
 
 
-def _read_tensor(file: Path, name: str, shape: tuple[int, ...], transpose: bool, dtype):
+def _read_tensor(
+    file: Path, name: str, shape: tuple[int, ...], transpose: bool, dtype
+) -> np.ndarray:
     with safe_open(file, framework="numpy") as f:
         tensor_slice = f.get_slice(name)
         stored_dtype = tensor_slice.get_dtype()
@@ -127,28 +136,41 @@ def _read_tensor(file: Path, name: str, shape: tuple[int, ...], transpose: bool,
             )
         value = f.get_tensor(name)
     # Transpose and cast on the host: no per-shape XLA compiles while loading.
-    return jnp.asarray((value.T if transpose else value).astype(dtype))
+    return (value.T if transpose else value).astype(dtype)
+
+
+def _read_param(files: dict[str, Path], path: Path, param_path: tuple, shape, cfg, dtype):
+    """One NNX param's value from the checkpoint; MoE expert stacks gather E tensors."""
+    name, transpose = hf_name(param_path)
+    names = expert_tensor_names(name, cfg.num_experts) or [name]
+    for tensor in names:
+        if tensor not in files:
+            raise ModelLoadError(f"tensor {tensor} is missing from {path}")
+    if len(names) == 1:
+        return jnp.asarray(_read_tensor(files[name], name, shape, transpose, dtype))
+    # Mixtral stores each expert's matrix as its own [out, in] tensor.
+    parts = [_read_tensor(files[t], t, shape[1:], True, dtype) for t in names]
+    return jnp.asarray(np.stack(parts))
 
 
 def load_model(path: str | Path, dtype: Any = jnp.bfloat16) -> tuple[LlamaForCausalLM, ModelConfig]:
-    """Load a local HF Llama / Qwen2 directory into a LlamaForCausalLM with params in ``dtype``."""
+    """Load a local HF Llama / Qwen2 / Mixtral directory with params in ``dtype``.
+
+    Mixtral checkpoints load as models.moe.MixtralForCausalLM (a LlamaForCausalLM subclass).
+    """
     path = Path(path)
     dtype = resolve_dtype(dtype)
     cfg = read_config(path)
     files = _weight_files(path)
     # Build the module abstractly (no random init of a possibly large model), then fill it.
-    abstract = nnx.eval_shape(lambda: LlamaForCausalLM(cfg, dtype=dtype, rngs=nnx.Rngs(0)))
+    abstract = nnx.eval_shape(lambda: build_model(cfg, dtype=dtype, rngs=nnx.Rngs(0)))
     graphdef, state = nnx.split(abstract)
     flat = nnx.to_flat_state(state)
     values = []
     for param_path, variable in flat:
-        name, transpose = hf_name(param_path)
-        if name not in files:
-            raise ModelLoadError(f"tensor {name} is missing from {path}")
         shape = tuple(variable.shape)
-        values.append(
-            (param_path, variable.replace(_read_tensor(files[name], name, shape, transpose, dtype)))
-        )
+        value = _read_param(files, path, param_path, shape, cfg, dtype)
+        values.append((param_path, variable.replace(value)))
     model = nnx.merge(graphdef, nnx.from_flat_state(values))
     return model, cfg
 
@@ -159,8 +181,13 @@ def hf_state_dict(model: LlamaForCausalLM, dtype: Any | None = None) -> dict[str
     for param_path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param)):
         name, transpose = hf_name(param_path)
         value = np.asarray(variable[...])
-        value = value.T if transpose else value
-        tensors[name] = np.ascontiguousarray(value if dtype is None else value.astype(dtype))
+        value = value if dtype is None else value.astype(dtype)
+        expert_names = expert_tensor_names(name, model.cfg.num_experts)
+        if expert_names is not None:
+            for tensor, matrix in zip(expert_names, value, strict=True):
+                tensors[tensor] = np.ascontiguousarray(matrix.T)
+            continue
+        tensors[name] = np.ascontiguousarray(value.T if transpose else value)
     return tensors
 
 

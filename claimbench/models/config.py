@@ -1,4 +1,4 @@
-"""Model configuration: the fields of a Hugging Face Llama / Qwen2 config.json we honour.
+"""Model configuration: the fields of a Hugging Face Llama / Qwen2 / Mixtral config.json we use.
 
 ``ModelConfig.from_hf`` maps config.json exactly (both the classic ``rope_theta`` +
 ``rope_scaling`` keys and the newer ``rope_parameters`` block); ``to_hf`` writes the
@@ -11,7 +11,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"}
+ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+    "MixtralForCausalLM": "mixtral",
+}
+MOE_ARCHITECTURES = ("MixtralForCausalLM",)
 ROPE_TYPES = ("default", "llama3", "linear")
 
 
@@ -64,7 +69,8 @@ class RopeScaling:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """A decoder-only Llama / Qwen2 transformer's shape. Hashable, so jit can take it statically."""
+    """A decoder-only Llama / Qwen2 / Mixtral transformer's shape. Hashable, so jit can take it
+    statically. Mixtral: ``intermediate_size`` is each expert's, ``num_experts`` > 1."""
 
     vocab_size: int
     hidden_size: int
@@ -82,6 +88,9 @@ class ModelConfig:
     architecture: str = "LlamaForCausalLM"
     bos_token_id: int | None = None
     eos_token_id: int | None = None
+    num_experts: int = 0  # Mixtral's num_local_experts; 0 = a dense MLP
+    num_experts_per_tok: int = 0  # top-k of the router; 0 = a dense MLP
+    router_aux_loss_coef: float = 0.0  # training only: the load-balancing loss weight
 
     def __post_init__(self) -> None:
         if self.architecture not in ARCHITECTURES:
@@ -107,6 +116,18 @@ class ModelConfig:
             )
         if self.head_dim % 2:
             raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
+        moe = self.architecture in MOE_ARCHITECTURES
+        top_k_ok = 1 <= self.num_experts_per_tok <= self.num_experts
+        if moe and (self.num_experts < 2 or not top_k_ok):
+            raise ValueError(
+                f"unsupported router setting num_local_experts={self.num_experts} "
+                f"num_experts_per_tok={self.num_experts_per_tok}; expected "
+                "1 <= num_experts_per_tok <= num_local_experts and num_local_experts >= 2"
+            )
+        if not moe and (self.num_experts or self.num_experts_per_tok):
+            raise ValueError(
+                f"{self.architecture} has no experts, got num_experts={self.num_experts}"
+            )
         for name in ("bos_token_id", "eos_token_id"):
             tok = getattr(self, name)
             if tok is not None and not 0 <= tok < self.vocab_size:
@@ -115,6 +136,10 @@ class ModelConfig:
     @property
     def model_type(self) -> str:
         return ARCHITECTURES[self.architecture]
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
 
     @property
     def qkv_bias(self) -> bool:
@@ -141,6 +166,9 @@ class ModelConfig:
             raise ValueError("unsupported mlp_bias=true")
         if d.get("use_sliding_window", False):
             raise ValueError("unsupported use_sliding_window=true")
+        if arch in MOE_ARCHITECTURES and d.get("sliding_window") is not None:
+            raise ValueError(f"unsupported sliding_window={d['sliding_window']}; expected null")
+        experts = _router_fields(d) if arch in MOE_ARCHITECTURES else {}
         rope_params = d.get("rope_parameters") or {}
         rope_theta = d.get("rope_theta", rope_params.get("rope_theta", 10000.0))
         scaling = d.get("rope_scaling") or rope_params
@@ -168,6 +196,7 @@ class ModelConfig:
             architecture=arch,
             bos_token_id=d.get("bos_token_id"),
             eos_token_id=eos,
+            **experts,
         )
 
     def to_hf(self, torch_dtype: str = "float32") -> dict[str, Any]:
@@ -196,6 +225,35 @@ class ModelConfig:
         if self.architecture == "LlamaForCausalLM":
             d["attention_bias"] = self.attention_bias
             d["mlp_bias"] = False
-        else:
+        elif self.architecture == "Qwen2ForCausalLM":
             d["use_sliding_window"] = False
+        else:
+            d["num_local_experts"] = self.num_experts
+            d["num_experts_per_tok"] = self.num_experts_per_tok
+            d["router_aux_loss_coef"] = self.router_aux_loss_coef
+            d["router_jitter_noise"] = 0.0
+            d["output_router_logits"] = False
+            d["sliding_window"] = None
         return d
+
+
+# Routing that is not Mixtral's (softmax over every expert, top-k, renormalised; no shared
+# expert): serving such a checkpoint as Mixtral would give wrong tokens, so it is refused.
+_ROUTER_REQUIRED = {"norm_topk_prob": True, "scoring_func": "softmax", "topk_method": "greedy"}
+_ROUTER_ABSENT = ("n_shared_experts", "shared_expert_intermediate_size", "n_group", "topk_group")
+
+
+def _router_fields(d: dict[str, Any]) -> dict[str, Any]:
+    """A Mixtral config.json's router -> ModelConfig fields; ValueError naming any setting the
+    router does not implement."""
+    for key, expected in _ROUTER_REQUIRED.items():
+        if key in d and d[key] != expected:
+            raise ValueError(f"unsupported router setting {key}={d[key]!r}; expected {expected!r}")
+    for key in _ROUTER_ABSENT:
+        if d.get(key):
+            raise ValueError(f"unsupported router setting {key}={d[key]!r}; expected none")
+    return {
+        "num_experts": int(d.get("num_local_experts", 8)),
+        "num_experts_per_tok": int(d.get("num_experts_per_tok", 2)),
+        "router_aux_loss_coef": float(d.get("router_aux_loss_coef", 0.0)),
+    }
