@@ -128,3 +128,31 @@ def test_bad_settings_are_one_line(project: Path) -> None:
     path = project / "claims.yaml"
     path.write_text("budget: {usd: -5}\nclaims:\n" + path.read_text())
     assert_one_line_error(invoke("--root", str(project), "budget"), "setting 'budget.usd'")
+
+
+def test_site_shows_spend_against_the_budget_and_dollars_per_mtok(project: Path) -> None:
+    results = project / "results"
+    ledger.append_rows(
+        results,
+        [
+            row("a", claim_id="fake-pass", usd=1.0, device_s=1000.0, output_tokens=400_000),
+            row("b", claim_id="fake-pass", usd=2.0, device_s=2000.0, output_tokens=600_000),
+            row("c", claim_id="fake-pass", hardware_class="cpu", chip="cpu", usd=0.0),
+        ],
+    )
+    out = project / "site"
+    result = invoke("--root", str(project), "site", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    page = (out / "index.html").read_text()
+    assert "$3.00 of $100 spent" in page
+    budget_section = page[
+        page.index('<section id="budget">') : page.index(
+            "</section>", page.index('<section id="budget">')
+        )
+    ]
+    assert "<svg" in budget_section
+    # $3 over 1.0 M generated tokens on the v6e; the CPU run served none.
+    mtok = page[
+        page.index('<table id="mtok">') : page.index("</table>", page.index('<table id="mtok">'))
+    ]
+    assert "tpu v6e" in mtok and "$3.00</td></tr>" in mtok.replace("\n", "")

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from claimbench.cli import project
+from claimbench.cli.budget_cmd import open_ledger, open_project_config
 from claimbench.cli.common import console, fail, global_options
 from claimbench.cli.evidence_options import OriginOption, SinceOption, selected_runs
 
@@ -32,7 +33,11 @@ def site(
     out_dir = (out if out is not None else root / project.SITE_DIR).resolve()
     if out_dir.exists() and not out_dir.is_dir():
         fail(f"--out {out_dir} exists and is not a directory")
-    index = render_site(root, claims, runs, out_dir)
+    # The whole ledger, whatever --since/--origin select: spend is the project's.
+    store = project.results_dir(root, results_dir)
+    spend = open_ledger(store)
+    budget_usd = open_project_config(root).budget.usd
+    index = render_site(root, claims, runs, out_dir, ledger=spend, budget_usd=budget_usd)
     console.print(
         f"wrote {index} and {len(claims)} claim pages from {len(runs)} run(s)",
         highlight=False,

@@ -13,13 +13,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
 from claimbench.harness import calibration, registry, results, scoring
 from claimbench.harness.claims import Claim
 from claimbench.harness.run_info import RunInfo
-from claimbench.site import charts
+from claimbench.site import charts, ledger_charts
 
 BUDGET_USD = 100.0
 TEMPLATES = Path(__file__).parent / "templates"
@@ -150,16 +151,20 @@ def render_site(
     out_dir: Path,
     *,
     now: datetime | None = None,
+    ledger: pd.DataFrame | None = None,
+    budget_usd: float = BUDGET_USD,
 ) -> Path:
     """Write ``out_dir/index.html`` and ``out_dir/claims/<id>.html``; return the index path.
 
     ``runs`` come from results.read_runs (oldest first); ``root`` is the claims project whose
-    experiments may contribute figures.
+    experiments may contribute figures. ``ledger`` (harness/ledger.read_ledger) draws the spend
+    chart and the $/Mtok table; without one, spend is summed from the runs' meta.json.
     """
     env = _environment()
     scores = scoring.score_claims(claims, runs)
     cal = calibration.calibration(scores)
-    spent = results.total_cost_usd(runs)
+    spent = results.total_cost_usd(runs) if ledger is None else float(ledger["usd"].sum())
+    spend_svg = None if ledger is None else Markup(ledger_charts.spend_svg(ledger, budget_usd))
     generated = (now or datetime.now(UTC)).isoformat()
     rows = [_claim_row(root, score, runs) for score in scores]
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -173,8 +178,10 @@ def render_site(
             calibration_svg=Markup(charts.calibration_svg(cal)),
             totals=scoring.verdict_counts(scores),
             spent=spent,
-            budget=BUDGET_USD,
-            spent_pct=min(100.0, 100.0 * spent / BUDGET_USD),
+            budget=budget_usd,
+            spent_pct=min(100.0, 100.0 * spent / budget_usd),
+            spend_svg=spend_svg,
+            mtok_rows=[] if ledger is None else ledger_charts.mtok_rows(ledger),
             num_runs=len(runs),
             generated=generated,
         ),
