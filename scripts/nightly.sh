@@ -35,7 +35,7 @@ step() { echo; echo "== nightly: $* =="; }
 if [ "$setup" -eq 1 ]; then
   step "set-up"
   bash scripts/setup.sh
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[tpu]"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[tpu,fetch]"
 fi
 cb=(.venv/bin/claimbench)
 
@@ -53,10 +53,25 @@ else
 fi
 
 step "budget"
-if "${cb[@]}" budget --help >/dev/null 2>&1; then
-  "${cb[@]}" budget --results-dir "$results_dir"
-else
-  echo "skipped: this claimbench has no budget command yet"
+on_ci_tpu=0
+if [ "$platform" = tpu ] && [ -n "${GITHUB_ACTIONS:-}" ]; then on_ci_tpu=1; fi
+ledger="$results_dir/ledger.parquet"
+if [ "$on_ci_tpu" -eq 1 ] && [ ! -e "$ledger" ] && git fetch --quiet origin results \
+    && git cat-file -e FETCH_HEAD:results/ledger.parquet 2>/dev/null; then
+  # Spend accumulates over nights: a fresh VM starts from the results branch's ledger.
+  mkdir -p "$results_dir"
+  git show FETCH_HEAD:results/ledger.parquet >"$ledger.fetched"
+  mv "$ledger.fetched" "$ledger"
+  echo "ledger restored from the results branch"
+fi
+"${cb[@]}" budget --results-dir "$results_dir"
+
+model_args=()
+if [ "$profile" = full ]; then
+  step "model fetch (claims.yaml full_profile.model)"
+  model_dir=$("${cb[@]}" model fetch --json | .venv/bin/python -c 'import json, sys; print(json.load(sys.stdin)["path"])')
+  echo "serving $model_dir"
+  model_args=(--model "$model_dir")
 fi
 
 step "run --profile $profile"
@@ -67,7 +82,8 @@ if [ -n "$claims" ]; then
 else
   run_args+=(--all)
 fi
-"${cb[@]}" run "${run_args[@]}"
+# run refuses work whose estimated cost exceeds the remaining budget (exit 2).
+"${cb[@]}" "${model_args[@]}" run "${run_args[@]}"
 
 step "score"
 "${cb[@]}" score --results-dir "$results_dir"
@@ -90,6 +106,8 @@ else
   fi
   mkdir -p "$worktree/results/runs"
   cp -rn "$results_dir"/runs/. "$worktree/results/runs/"
+  # The local ledger started from the branch's and was only appended to: a superset of it.
+  if [ -e "$ledger" ]; then cp "$ledger" "$worktree/results/ledger.parquet"; fi
   git -C "$worktree" add results
   if git -C "$worktree" diff --cached --quiet; then
     echo "no new runs"

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -99,8 +100,14 @@ def test_nightly_script_runs_quick_claims_off_tpu(tmp_path: Path) -> None:
     )
     out = result.stdout
     assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
-    for step in ("environment", "tpu-check", "run --profile quick", "score", "site"):
+    for step in ("environment", "tpu-check", "budget", "run --profile quick", "score", "site"):
         assert f"== nightly: {step}" in out
+    assert "budget $100.00  spent $0.00" in out
+    # The quick profile serves the shipped model: nothing is fetched.
+    assert "model fetch" not in out
     assert "skipped: appending to the results branch happens on a TPU VM in CI" in out
     assert len(list((results / "runs").iterdir())) == 2
+    ledger = pd.read_parquet(results / "ledger.parquet")
+    assert sorted(ledger["claim_id"]) == ["kv-dominates", "kv-int8"]
+    assert (ledger["usd"] == 0).all() and (ledger["device_s"] > 0).all()
     assert (site / "index.html").is_file()
