@@ -77,10 +77,11 @@ def test_tiny_run_serves_the_same_requests_with_the_ladder_and_without(tmp_path)
             m: steps[(steps["trial"] == trial) & (steps["mode"] == m)] for m in ("ladder", "none")
         }
         assert (arm_steps["none"]["ladder_rung"] == 0).all()
-        # At 2x load the ladder engaged (the queue outgrew one request), and released
-        # once arrivals stopped and the queue drained.
-        rungs = arm_steps["ladder"]["ladder_rung"]
-        assert rungs.max() >= 1 and rungs.iloc[-1] == 0
+        # At 2x load the ladder engaged (the queue outgrew one request) and stepped down
+        # again (at the latest once arrivals stopped and the queue drained; a request that
+        # starts as it empties runs at least one more step, in which the ladder descends).
+        rungs = arm_steps["ladder"]["ladder_rung"].to_numpy()
+        assert rungs.max() >= 1 and (np.diff(rungs) < 0).any()
         assert premium[trial]["steps_per_rung"][0] < len(rungs)
         # Only best effort is shed; premium's answers are never cut.
         shed = ladder[ladder["finish_reason"] == "rejected"]
