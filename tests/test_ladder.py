@@ -5,7 +5,9 @@ import dataclasses
 
 import pytest
 from engine_helpers import tiny_engine, tiny_model
+from typer.testing import CliRunner
 
+from claimbench.cli.main import app
 from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig, knob_rows
 from claimbench.engine.ladder import Action, LadderState, Rung, Signal, as_ladder, load_ladder
@@ -110,6 +112,35 @@ def test_load_ladder_reads_a_file_and_names_the_file_when_it_is_bad(tmp_path):
     bad.write_text("- {action: disable_speculation, signal: kv_usage, engage: 0.5, release: 0.9}\n")
     with pytest.raises(ValueError, match=f"^{bad}: ladder rung disable_speculation needs"):
         load_ladder(bad)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("- {action: cap_max_tokens, tier: 1, signal: kv_usage, engage: 0.9, release: 0.5}",
+         "ladder rung cap_max_tokens needs max_tokens"),
+        ("ladder: {action: disable_speculation}", "a ladder must be a list of rungs"),
+        ("ladder: [", "not valid YAML"),
+    ],
+)  # fmt: skip
+def test_serve_with_a_bad_ladder_file_fails_in_one_line_before_loading_anything(
+    tmp_path, text, words
+):
+    file = tmp_path / "ladder.yaml"
+    file.write_text(text)
+    result = CliRunner().invoke(app, ["serve", "--ladder", str(file)])
+    assert result.exit_code == 2, result.output
+    assert words in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    result = CliRunner().invoke(app, ["serve", "--ladder", str(tmp_path)])
+    assert result.exit_code == 2 and "cannot read the ladder file" in result.output
+
+
+def test_engine_knobs_lists_the_ladder_as_a_runtime_option():
+    result = CliRunner().invoke(app, ["engine", "knobs"])
+    assert result.exit_code == 0
+    row = next(line for line in result.output.splitlines() if " ladder " in line)
+    assert "runtime" in row and "degradation" in row
 
 
 # -- the state machine -----------------------------------------------------------------------

@@ -21,6 +21,10 @@ def serve(
         Path | None,
         typer.Option(help="tenants.yaml (API key hashes -> tenants); none = single-tenant."),
     ] = None,
+    ladder: Annotated[
+        Path | None,
+        typer.Option(help="ladder.yaml: degradation-ladder rungs taken under load; none = off."),
+    ] = None,
     prefix_sharing: Annotated[
         PrefixSharing, typer.Option(help="Who shares prefix-cache blocks.")
     ] = PrefixSharing.per_tenant,
@@ -46,6 +50,7 @@ def serve(
 ) -> None:
     """Serve the model over HTTP (OpenAI's /v1/completions and /v1/chat/completions)."""
     from claimbench.engine.config import EngineConfig
+    from claimbench.engine.ladder import load_ladder
     from claimbench.models.checkpoint import ModelLoadError, default_model_path
     from claimbench.serving.server import ServeOptions, build_server_state, make_server
 
@@ -65,6 +70,7 @@ def serve(
                 max_model_len=max_model_len,
                 scheduling_policy=scheduling_policy,
                 victim_policy=victim_policy,
+                ladder=load_ladder(ladder) if ladder is not None else (),
             ),
             tenants_file=tenants,
             prefix_sharing=prefix_sharing,

@@ -160,6 +160,8 @@ def load_ladder(path: Path) -> tuple[Rung, ...]:
 
     try:
         data = yaml.safe_load(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"cannot read the ladder file {path}: {e.strerror}") from None
     except yaml.YAMLError as e:
         raise ValueError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
     if isinstance(data, Mapping):
