@@ -255,19 +255,25 @@ def test_climbing_takes_one_rung_per_step_and_each_step_records_its_rung(engine)
     assert all(abs(a - b) <= 1 for a, b in zip(rungs, rungs[1:], strict=False))
 
 
-def test_disabling_speculation_stops_drafts_while_engaged_and_changes_no_token():
-    # Prompts that repeat themselves, so prompt lookup (ngram) proposes drafts.
+@pytest.mark.parametrize(("speculative", "draft_seed"), [("ngram", None), ("draft", 1)])
+def test_disabling_speculation_stops_drafts_while_engaged_and_changes_no_token(
+    speculative, draft_seed
+):
+    # Prompts that repeat themselves, so prompt lookup (ngram) proposes drafts. A draft
+    # model unlike the target (seed 1) has most drafts rejected: a stale draft verified
+    # after the rung releases, or a draft model that did not catch up, changes tokens.
     prompts = [[5 + i, 6, 7, 8, 9, 10, 11] * 4 for i in range(12)]
     greedy = SamplingParams(max_tokens=24, ignore_eos=True)
     base = tiny_engine()
     expected = [o.token_ids for o in base.generate(prompts, greedy)]
     config = dataclasses.replace(
         base.config,
-        speculative="ngram",
+        speculative=speculative,
         num_spec_tokens=4,
         ladder=(rung("disable_speculation", 2, 0),),
     )
-    engine = build_engine(config, model=tiny_model())
+    draft = None if draft_seed is None else tiny_model(draft_seed)
+    engine = build_engine(config, model=tiny_model(), draft_model=draft)
     assert [o.token_ids for o in engine.generate(prompts, greedy)] == expected
     steps = engine.steps_frame()
     engaged = steps[steps["ladder_rung"] == 1]
