@@ -3,6 +3,7 @@ read, and what a client sees (tokens, finishes, events) is exactly the synchrono
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 from engine_helpers import tiny_engine, tiny_model
@@ -201,7 +202,9 @@ def test_sync_records_split_host_device_and_blocked_time(engines):
 
 
 def test_mode_resolution_and_validation():
-    assert tiny_engine(async_scheduling="auto").async_scheduling is False  # CPU backend
+    # auto: off where host and device share the CPU's cores, on with an accelerator.
+    on_accelerator = jax.default_backend() != "cpu"
+    assert tiny_engine(async_scheduling="auto").async_scheduling is on_accelerator
     assert tiny_engine(async_scheduling="on", speculative="ngram").async_scheduling is False
     with pytest.raises(ValueError, match="async_scheduling 'yes' is not one of"):
         EngineConfig(async_scheduling="yes")
