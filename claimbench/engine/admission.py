@@ -25,11 +25,10 @@ from claimbench.engine.tenants import Tenant, TenantTable
 if TYPE_CHECKING:
     from claimbench.engine.request import Request
 
+LIMITS = ("max_queued_requests", "max_queued_tokens", "token_rate")
 # A degradation-ladder rung shedding the request's tier (engine/ladder.py): not a tenant
-# limit, but like one it turns a request away for now, and its reason names it as "ladder_shed=".
+# limit, but like one it turns a request away for now, so it is counted beside them.
 LADDER_SHED = "ladder_shed"
-# What a rejection reason names when the request may be retried later.
-LIMITS = ("max_queued_requests", "max_queued_tokens", "token_rate", LADDER_SHED)
 
 
 class TokenBucket:
