@@ -279,3 +279,22 @@ def test_disabling_speculation_stops_drafts_while_engaged_and_changes_no_token(
     engaged = steps[steps["ladder_rung"] == 1]
     assert len(engaged) > 0 and (engaged["num_drafts"] == 0).all()
     assert steps.loc[steps["ladder_rung"] == 0, "num_drafts"].sum() > 0
+
+
+def test_load_signals_are_the_queue_the_kv_pool_and_the_oldest_wait(engine):
+    engine.reset(dataclasses.replace(engine.config, ladder=()))
+    sampling = SamplingParams(max_tokens=4, ignore_eos=True)
+    # 10 requests of 16 prompt tokens (two 8-token pages each) arrive at t = 100..109.
+    for i in range(10):
+        engine.add_request(list(range(3, 19)), sampling, arrival_time=100.0 + i)
+    scheduler = engine.scheduler
+    assert scheduler.load_signals(112.5) == {
+        Signal.WAITING_REQUESTS: 10.0,
+        Signal.KV_USAGE: 0.0,
+        Signal.OLDEST_WAIT_S: 12.5,
+    }
+    engine.step()  # a 32-token budget: two prompts start, 4 pages of the 63 usable
+    signals = scheduler.load_signals(112.5)
+    assert signals[Signal.WAITING_REQUESTS] == 8.0
+    assert signals[Signal.KV_USAGE] == pytest.approx(4 / engine.block_manager.num_usable_pages)
+    assert signals[Signal.OLDEST_WAIT_S] == 10.5  # the two oldest left the queue
