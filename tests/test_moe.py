@@ -168,3 +168,79 @@ def test_cli_unsupported_router_setting_exits_2(tmp_path: Path) -> None:
 def test_dense_config_with_experts_is_refused() -> None:
     with pytest.raises(ValueError, match="has no experts"):
         replace(CFG, architecture="LlamaForCausalLM")
+
+
+# -- served by the engine -------------------------------------------------------------------
+
+ENGINE_MOE = ModelConfig(
+    vocab_size=97,
+    hidden_size=64,
+    intermediate_size=64,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    max_position_embeddings=512,
+    bos_token_id=1,
+    eos_token_id=2,
+    architecture="MixtralForCausalLM",
+    num_experts=4,
+    num_experts_per_tok=2,
+)
+
+
+@pytest.fixture(scope="module")
+def moe_engine():
+    from engine_helpers import tiny_engine
+
+    model = MixtralForCausalLM(ENGINE_MOE, dtype=jnp.float32, rngs=nnx.Rngs(0))
+    return model, tiny_engine(model)
+
+
+def test_engine_greedy_tokens_are_the_moe_models_argmax(moe_engine) -> None:
+    from engine_helpers import dense_logits
+
+    from claimbench.engine.sampler import SamplingParams
+
+    model, engine = moe_engine
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(3, 97, n).tolist() for n in (45, 3, 17)]  # 45: a chunked prefill
+    outs = engine.generate(prompts, SamplingParams(max_tokens=10, ignore_eos=True))
+    for p, out in zip(prompts, outs, strict=True):
+        logits = dense_logits(model, p + out.token_ids)[len(p) - 1 : -1]
+        chosen = logits[np.arange(10), out.token_ids]
+        np.testing.assert_allclose(chosen, logits.max(-1), atol=1e-4)
+
+
+def test_step_records_count_experts_touched_by_real_tokens(moe_engine) -> None:
+    from claimbench.engine.sampler import SamplingParams
+
+    model, engine = moe_engine
+    engine.reset()
+    engine.generate([[5, 6, 7]], SamplingParams(max_tokens=4, ignore_eos=True))
+    steps = engine.steps_frame()
+    decode = steps[steps.num_prefill_seqs == 0]
+    assert len(decode) == 3 and (decode.num_padding_tokens > 0).all()
+    # One real token per decode step: exactly its top-2 in each layer; padding counts none.
+    assert all(list(t) == [2, 2] for t in decode.experts_touched)
+    engine.reset()
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(3, 97, 4).tolist() for _ in range(8)]
+    engine.generate(prompts, SamplingParams(max_tokens=3, ignore_eos=True))
+    steps = engine.steps_frame()
+    decode = steps[(steps.num_prefill_seqs == 0) & (steps.num_decode_seqs == 8)]
+    assert len(decode) > 0
+    for touched in decode.experts_touched:
+        assert len(touched) == 2 and all(2 <= t <= 4 for t in touched)
+    # Eight tokens' choices are counted together: some layer uses more than one token's two.
+    assert max(max(t) for t in decode.experts_touched) > 2
+
+
+def test_dense_model_steps_record_no_experts() -> None:
+    from engine_helpers import tiny_engine
+
+    from claimbench.engine.sampler import SamplingParams
+
+    engine = tiny_engine()
+    engine.generate([[5, 6, 7]], SamplingParams(max_tokens=2, ignore_eos=True))
+    assert all(len(t) == 0 for t in engine.steps_frame().experts_touched)

@@ -223,6 +223,7 @@ class OverlapStepper:
             host_blocked_s=blocked,
             overlapped=True,
             num_discarded=num_discarded,
+            experts_touched=tuple(np.asarray(step.out.experts_touched).tolist()),
         )
 
     def _complete_sync(self, step: InFlight, events: list[Event]) -> None:
@@ -239,4 +240,5 @@ class OverlapStepper:
             device_s,
             0.0,
             host_blocked_s=blocked,
+            experts_touched=tuple(np.asarray(step.out.experts_touched).tolist()),
         )

@@ -317,6 +317,7 @@ class LLMEngine:
             t2 - t1,
             t4 - t3,
             host_blocked_s=t2 - t_blocked,
+            experts_touched=tuple(np.asarray(out.experts_touched).tolist()),
         )
         return events
 
@@ -382,6 +383,7 @@ class LLMEngine:
         host_blocked_s: float = 0.0,
         overlapped: bool = False,
         num_discarded: int = 0,
+        experts_touched: tuple[int, ...] = (),
     ) -> None:
         drafted = [(d, a) for d, a in zip(plan.num_draft, accepted, strict=True) if d]
         # A verify chunk is decode work (one sequence's next tokens), though it runs with the
@@ -412,6 +414,7 @@ class LLMEngine:
                 num_accepted_tokens=sum(a for _, a in drafted),
                 accepted_per_pos=tuple(sum(a > j for _, a in drafted) for j in range(k)),
                 draft_s=draft_s,
+                experts_touched=experts_touched,
                 ladder_rung=self.scheduler.ladder.rung,
                 host_blocked_s=host_blocked_s,
                 overlapped=overlapped,

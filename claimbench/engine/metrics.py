@@ -44,6 +44,9 @@ class StepRecord:
     num_accepted_tokens: int = 0
     accepted_per_pos: tuple[int, ...] = ()
     draft_s: float = 0.0  # proposing the next step's drafts (the draft model's steps)
+    # Mixture of experts: per layer, the distinct experts this step's real tokens were routed
+    # to (from the router, on device); empty for a dense model.
+    experts_touched: tuple[int, ...] = ()
     ladder_rung: int = 0  # degradation-ladder rung in force (0 = full service; ladder.py)
     host_blocked_s: float = 0.0  # the host waiting for the outputs (block_until_ready)
     overlapped: bool = False  # built while the step before ran (async scheduling)

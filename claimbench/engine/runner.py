@@ -36,6 +36,7 @@ from claimbench.engine.spec_decode import accept
 from claimbench.kernels.backend import AttentionBackend, get_backend, resolve_backend_name
 from claimbench.kernels.kv_quant import LayerKV
 from claimbench.models.llama import LlamaForCausalLM, Rope, rope_table
+from claimbench.models.moe import with_router_stats
 
 
 @jax.tree_util.register_dataclass
@@ -46,6 +47,9 @@ class StepOutput:
     prompt_logprobs: jax.Array | None  # f32[T] log p(target_ids[t] | tokens <= t), or None
     prompt_top1: jax.Array | None  # i32[T] the most likely next token at each position, or None
     num_accepted: jax.Array  # i32[N] draft tokens accepted (always 0 without speculation)
+    # i32[num_layers] distinct experts each MoE layer's real tokens were routed to (from the
+    # router, on device); empty for a dense model.
+    experts_touched: jax.Array
 
 
 class StaticModel:
@@ -88,8 +92,14 @@ def _step(
     graphdef, treedef, attention = static.graphdef, static.treedef, static.attention
     # Weights travel as a flat list: flattening a list per call is cheaper than nnx.State.
     model = nnx.merge(graphdef, jax.tree.unflatten(treedef, weights))
-    hidden, kv_caches = model(
-        inputs.token_ids, inputs.positions, kv_caches, inputs.md, attention=attention, rope=rope
+    (hidden, kv_caches), router = with_router_stats(
+        model,
+        inputs.token_ids,
+        inputs.positions,
+        kv_caches,
+        inputs.md,
+        attention=attention,
+        rope=rope,
     )
     # Only the sampled positions (each sequence's last token, and its draft tokens when
     # verifying) need the vocabulary projection.
@@ -119,7 +129,9 @@ def _step(
         all_logprobs = jax.nn.log_softmax(model.logits(hidden), axis=-1)
         prompt_logprobs = jnp.take_along_axis(all_logprobs, inputs.target_ids[:, None], -1)[:, 0]
         prompt_top1 = jnp.argmax(all_logprobs, axis=-1).astype(jnp.int32)
-    output = StepOutput(tokens, logprobs, prompt_logprobs, prompt_top1, num_accepted)
+    output = StepOutput(
+        tokens, logprobs, prompt_logprobs, prompt_top1, num_accepted, router.experts_touched
+    )
     return output, kv_caches
 
 
