@@ -2,15 +2,15 @@
 # Run claims' experiments on the accelerator JAX finds (a GPU or TPU host lent for a short
 # time), each in its own time box, and store the runs under RESULTS_DIR.
 #
-#   scripts/accelerator_evidence.sh RESULTS_DIR CLAIM:PROFILE[:TRIALS] ...
+#   scripts/accelerator_evidence.sh RESULTS_DIR CLAIM:PROFILE[:TRIALS[:SECONDS]] ...
 #
 # It needs no install: `python3 -m claimbench` runs from the source tree (PYTHONPATH), such as
 # an export made by scripts/export_source.sh, whose SOURCE_COMMIT the runs record. A claim that
-# fails or outruns its box (CLAIM_TIMEOUT_S, default 240 s) is reported and the next one runs;
-# the exit status is non-zero if any did. On a CPU-only host it refuses (the runs would be CPU
-# evidence from a script meant for accelerators) unless ALLOW_CPU=1.
+# fails or outruns its box (SECONDS, else CLAIM_TIMEOUT_S, default 240 s) is reported and the
+# next one runs; the exit status is non-zero if any did. On a CPU-only host it refuses (the
+# runs would be CPU evidence from a script meant for accelerators) unless ALLOW_CPU=1.
 set -uo pipefail
-results_dir=${1:?usage: scripts/accelerator_evidence.sh RESULTS_DIR CLAIM:PROFILE[:TRIALS] ...}
+results_dir=${1:?usage: scripts/accelerator_evidence.sh RESULTS_DIR CLAIM:PROFILE[:TRIALS[:SECONDS]] ...}
 shift
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
@@ -30,13 +30,14 @@ fi
 
 failed=()
 for spec in "$@"; do
-  IFS=: read -r claim profile trials <<<"$spec"
+  IFS=: read -r claim profile trials box <<<"$spec"
+  box=${box:-$timeout_s}
   args=(run --claim "$claim" --profile "${profile:-quick}" --results-dir "$results_dir")
   [ -n "${trials:-}" ] && args+=(--trials "$trials")
   echo
-  echo "== $claim (${profile:-quick}${trials:+, $trials trials}; at most ${timeout_s} s) =="
+  echo "== $claim (${profile:-quick}${trials:+, $trials trials}; at most ${box} s) =="
   start=$(date +%s)
-  timeout "$timeout_s" "${cb[@]}" "${args[@]}"
+  timeout "$box" "${cb[@]}" "${args[@]}"
   status=$?
   echo "-- $claim: exit $status after $(($(date +%s) - start)) s"
   [ "$status" -ne 0 ] && failed+=("$claim")

@@ -29,7 +29,7 @@ def _run(results: Path, *specs: str, allow_cpu: bool) -> subprocess.CompletedPro
 
 
 def test_stores_runs_and_reports_a_failed_claim(tmp_path):
-    done = _run(tmp_path / "res", "no-such-claim:quick", "kv-int8:quick:3", allow_cpu=True)
+    done = _run(tmp_path / "res", "no-such-claim:quick", "kv-int8:quick:3:300", allow_cpu=True)
     assert done.returncode == 1, done.stderr
     assert "failed or timed out: no-such-claim" in done.stdout
     (run,) = (tmp_path / "res" / "runs").iterdir()  # the claim after the failure still ran
