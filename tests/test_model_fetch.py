@@ -13,8 +13,12 @@ import huggingface_hub
 import pytest
 from test_cli_claims import assert_one_line_error, invoke
 
+from claimbench.harness import tpu_check
+from claimbench.harness.model_presets import get_preset, model_config, shape_from_config
 from claimbench.harness.model_provenance import describe_model
+from claimbench.harness.project_config import load_project_config
 from claimbench.models.checkpoint import default_model_path, load_model
+from claimbench.models.config import ModelConfig
 from claimbench.models.fetch import (
     FETCH_FILE,
     PARTIAL_SUFFIX,
@@ -26,6 +30,7 @@ from claimbench.models.fetch import (
 REPO = "Qwen/Qwen2.5-7B-Instruct"
 REV = "a09a35458c702b33eeacc393d103063234e8bc28"
 TINY = default_model_path()
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def sha256(path: Path) -> str:
@@ -131,7 +136,7 @@ def test_a_moving_revision_is_refused() -> None:
 
 
 def test_cli_fetches_the_claims_yaml_model_from_a_local_dir(tmp_path: Path) -> None:
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     out = tmp_path / "full"
     args = ("--root", str(root), "model", "fetch", "--out", str(out), "--from-dir", str(TINY))
     result = invoke(*args, "--json")
@@ -147,3 +152,50 @@ def test_cli_fetches_the_claims_yaml_model_from_a_local_dir(tmp_path: Path) -> N
         invoke("--root", str(root), "model", "fetch", "someone/else", "--out", str(out)),
         "--revision is required for someone/else",
     )
+
+
+# Qwen/Qwen2.5-7B-Instruct's config.json at the pinned commit (the fields the loader reads).
+QWEN_CONFIG = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "hidden_act": "silu",
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "max_position_embeddings": 32768,
+    "model_type": "qwen2",
+    "num_attention_heads": 28,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 4,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0,
+    "sliding_window": 131072,
+    "tie_word_embeddings": False,
+    "use_sliding_window": False,
+    "vocab_size": 152064,
+}
+
+
+def test_the_full_profile_names_the_pinned_checkpoints_shape() -> None:
+    pinned = load_project_config(ROOT).full_profile.model
+    assert (pinned.repo, pinned.revision) == (REPO, REV)
+    shape = get_preset(pinned.preset)
+    # The loader's reading of the real config.json gives exactly the preset tpu-check compiles.
+    assert shape_from_config(pinned.preset, ModelConfig.from_hf(QWEN_CONFIG)) == shape
+    assert shape.num_params == 7_615_616_512  # the model card's 7.61B
+    assert model_config(shape).architecture == "Qwen2ForCausalLM"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    tpu_check.libtpu_unavailable() is not None, reason="libtpu (the tpu extra) is not installed"
+)
+def test_tpu_check_full_profile_compiles_the_claims_yaml_model() -> None:
+    result = invoke(
+        "--root", str(ROOT), "tpu-check", "--chip", "v6e", "--profile", "full",
+        "--buckets", "16x8", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["model"] == "qwen2.5-7b-instruct" and report["ok"]
+    (bucket,) = report["buckets"]
+    # bf16 weights (15.2 GB) and the full profile's 8 GiB pool fit a 32 GB v6e.
+    assert bucket["total_bytes"] < bucket["hbm_bytes"] and bucket["full_cache_copies"] == 0

@@ -10,7 +10,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from claimbench.cli.common import console, fail
+from claimbench.cli.budget_cmd import open_project_config
+from claimbench.cli.common import console, fail, global_options
 from claimbench.engine.config import KV_DTYPES, WEIGHT_FORMATS
 from claimbench.harness import tpu_check
 
@@ -21,10 +22,14 @@ KvDtype = StrEnum("KvDtype", {name: name for name in KV_DTYPES})
 
 
 def tpu_check_command(
+    ctx: typer.Context,
     chip: Annotated[TpuChip, typer.Option(help="TPU generation to compile for.")],
     profile: Annotated[
         Profile,
-        typer.Option(help="quick: the shipped model; full: the full profile's 8B-class model."),
+        typer.Option(
+            help="quick: the shipped model; full: the full profile's 8B-class model "
+            "(claims.yaml full_profile.model.preset, as shapes only)."
+        ),
     ] = Profile.quick,
     buckets: Annotated[
         str | None,
@@ -39,6 +44,10 @@ def tpu_check_command(
     accessed over ideal. Exits 1 if any bucket fails to compile, to fit, or copies the cache."""
     try:
         model_name, engine_cfg = tpu_check.profile_setup(profile.value)
+        if profile.value == "full":
+            pinned = open_project_config(global_options(ctx).root).full_profile
+            if pinned is not None and pinned.model.preset is not None:
+                model_name = pinned.model.preset
         engine_cfg = dataclasses.replace(engine_cfg, weights=weights.value, kv_dtype=kv_dtype.value)
         pairs = tpu_check.parse_buckets(buckets) if buckets else None
         model_name, model_cfg = tpu_check.resolve_model(model_name)

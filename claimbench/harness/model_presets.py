@@ -129,6 +129,19 @@ PRESETS: dict[str, ModelShape] = {
         intermediate_size=14336,
         vocab_size=128256,
     ),
+    # Qwen/Qwen2.5-7B-Instruct config.json: 7.62B parameters, GQA with 4 KV heads, bias on
+    # q/k/v (not o), untied embeddings. The full profile's model (claims.yaml full_profile).
+    "qwen2.5-7b-instruct": ModelShape(
+        name="qwen2.5-7b-instruct",
+        num_layers=28,
+        hidden_size=3584,
+        num_heads=28,
+        num_kv_heads=4,
+        head_dim=128,
+        intermediate_size=18944,
+        vocab_size=152064,
+        qkv_bias=True,
+    ),
     # meta-llama/Meta-Llama-3-70B config.json: 70.6B parameters, GQA with 8 KV heads.
     "llama-3-70b": ModelShape(
         name="llama-3-70b",
@@ -179,8 +192,10 @@ def shape_from_config(name: str, cfg: ModelConfig) -> ModelShape:
 def model_config(shape: ModelShape) -> ModelConfig:
     """The engine's ModelConfig for a dense preset's layout, so the engine's own arithmetic
     (KV bytes per token, pages per pool) runs on a model this machine does not serve."""
-    if shape.num_experts > 1 or shape.qkv_bias != shape.o_bias:
-        raise ValueError(f"{shape.name}: only dense Llama-style layouts map to a ModelConfig")
+    if shape.num_experts > 1 or (shape.o_bias and not shape.qkv_bias):
+        raise ValueError(f"{shape.name}: only dense Llama / Qwen2 layouts map to a ModelConfig")
+    # Bias on q/k/v alone is Qwen2's layout; Llama's attention_bias puts one on o as well.
+    qwen2 = shape.qkv_bias and not shape.o_bias
     return ModelConfig(
         vocab_size=shape.vocab_size,
         hidden_size=shape.hidden_size,
@@ -191,6 +206,7 @@ def model_config(shape: ModelShape) -> ModelConfig:
         head_dim=shape.head_dim,
         tie_word_embeddings=shape.tie_word_embeddings,
         attention_bias=shape.qkv_bias,
+        architecture="Qwen2ForCausalLM" if qwen2 else "LlamaForCausalLM",
     )
 
 

@@ -7,7 +7,7 @@
       prices:                           # overrides of harness/prices.py, per chip
         v6e: {usd_per_chip_hour: 2.70, source: <url>, as_of: 2026-11-30}
     full_profile:
-      model: {repo: Qwen/Qwen2.5-7B-Instruct, revision: <40-hex commit>}
+      model: {repo: Qwen/Qwen2.5-7B-Instruct, revision: <40-hex commit>, preset: <model_presets>}
     claims:
     - id: ...
 
@@ -73,6 +73,18 @@ class PinnedModel(BaseModel):
 
     repo: str = Field(pattern=r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
     revision: str  # the full commit sha: a branch or tag could move under the same name
+    # The checkpoint's shape in harness/model_presets.py, so `tpu-check --profile full` compiles
+    # exactly this model's step without downloading it.
+    preset: str | None = None
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, value: str | None) -> str | None:
+        from claimbench.harness.model_presets import PRESETS
+
+        if value is not None and value not in PRESETS:
+            raise ValueError(f"unknown preset {value!r}; expected one of {', '.join(PRESETS)}")
+        return value
 
     @field_validator("revision")
     @classmethod
