@@ -69,6 +69,21 @@ def test_workflows_pass_actionlint() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.skipif(_actionlint() is None, reason="actionlint is not installed (the test extra)")
+def test_actionlint_flags_a_broken_workflow(tmp_path: Path) -> None:
+    # The check above can fail: an input actions/checkout does not define is an error.
+    broken = tmp_path / ".github" / "workflows" / "broken.yml"
+    broken.parent.mkdir(parents=True)
+    broken.write_text(
+        "on: push\njobs:\n  t:\n    runs-on: ubuntu-latest\n    steps:\n"
+        "      - uses: actions/checkout@v5\n        with:\n          fetch-dpth: 0\n"
+    )
+    result = subprocess.run(
+        [_actionlint(), str(broken)], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert result.returncode == 1 and 'input "fetch-dpth" is not defined' in result.stdout
+
+
 def test_nightly_script_parses() -> None:
     result = subprocess.run(["bash", "-n", str(ROOT / "scripts" / "nightly.sh")], text=True)
     assert result.returncode == 0
