@@ -257,3 +257,14 @@ def test_settings_beside_the_claims(tmp_path: Path) -> None:
     )
     with pytest.raises(ClaimsError, match="unknown top-level key"):
         load_claims(tmp_path)
+
+
+def test_a_ledger_with_a_mistyped_column_is_reported(tmp_path: Path) -> None:
+    frame = pd.DataFrame([row("a")]).astype(ledger.COLUMNS).assign(usd="three dollars")
+    frame.to_parquet(ledger.ledger_path(tmp_path), index=False)
+    with pytest.raises(ledger.LedgerError, match="wrong type"):
+        ledger.read_ledger(tmp_path)
+
+
+def test_overspent_budget_prints_a_negative_amount() -> None:
+    assert budget.fmt_usd(-5.0) == "-$5.00" and budget.fmt_usd(1234.5) == "$1,234.50"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
+import pandas as pd
 import typer
 from rich import box
 from rich.table import Table
@@ -27,7 +28,7 @@ def open_project_config(root: Path) -> ProjectConfig:
         fail(str(err))
 
 
-def open_ledger(store: Path) -> Any:
+def open_ledger(store: Path) -> pd.DataFrame:
     """The ledger's rows, or exit 2 with one line (a corrupt ledger is left as it is)."""
     try:
         return ledger.read_ledger(store)

@@ -119,7 +119,7 @@ def fmt_usd(value: float | None) -> str:
     """Dollars as the CLI and site print them: cents, or '-' for unknown."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    return f"${value:,.2f}"
+    return f"-${-value:,.2f}" if value < 0 else f"${value:,.2f}"
 
 
 def estimate_claims(

@@ -73,7 +73,13 @@ def read_ledger(results_dir: Path) -> pd.DataFrame:
     missing = [name for name in COLUMNS if name not in frame.columns]
     if missing:
         raise LedgerError(f"{path} lacks ledger columns {missing}; it is left as it is")
-    return frame.astype(COLUMNS)
+    try:
+        return frame.astype(COLUMNS)
+    except (TypeError, ValueError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise LedgerError(
+            f"{path} has a column of the wrong type ({reason}); it is left as it is"
+        ) from None
 
 
 def tokens_served(requests: pd.DataFrame) -> tuple[int, int]:
