@@ -53,6 +53,9 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "episode_requests": 96,
     "recovery_requests": 48,
     "saturation_requests": 32,
+    # engine: replayed in process; http: through the OpenAI-compatible server, one API key
+    # per tenant (saturation too: the load is in units of what the server can serve).
+    "via": "engine",
 }
 
 
@@ -99,7 +102,11 @@ def run(ctx: RunContext) -> None:
     for trial in range(ctx.trials):
         seed = tr.trial_seed(ctx, trial)
         saturation = tr.measure_saturation(
-            engine, mix(params, seed), params["saturation_requests"], config=baseline
+            engine,
+            mix(params, seed),
+            params["saturation_requests"],
+            config=baseline,
+            via=params["via"],
         )
         arms = {
             mode: tr.Arm(
@@ -113,7 +120,13 @@ def run(ctx: RunContext) -> None:
             for timeline in timelines.values()
         )
         served = tr.serve_arms(
-            ctx, engine, baseline, arms, trial, timeout_s=tr.safety_timeout_s(longest)
+            ctx,
+            engine,
+            baseline,
+            arms,
+            trial,
+            timeout_s=tr.safety_timeout_s(longest),
+            via=params["via"],
         )
         p99 = {m: tr.percentile(tr.observed_ttft_s(r.requests), 99) for m, r in served.items()}
         rejected = {

@@ -58,6 +58,9 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "saturation_requests": 32,
     "input_weight": 1.0,
     "output_weight": 2.0,
+    # engine: replayed in process; http: through the OpenAI-compatible server, one API key
+    # per tenant (saturation too: the load is in units of what the server can serve).
+    "via": "engine",
 }
 MODES = ("fcfs", "vtc")
 
@@ -115,13 +118,19 @@ def run(ctx: RunContext) -> None:
     for trial in range(ctx.trials):
         seed = tr.trial_seed(ctx, trial)
         saturation = tr.measure_saturation(
-            engine, mix(params, seed), params["saturation_requests"], config=baseline
+            engine,
+            mix(params, seed),
+            params["saturation_requests"],
+            config=baseline,
+            via=params["via"],
         )
         requests = episode(params, saturation, seed, vocab_size)
         # The episode, then its drain at full speed: twice its length, with a safety margin.
         timeout_s = tr.safety_timeout_s(2 * saturation.seconds_for(params["episode_requests"]))
         arms = {mode: tr.Arm(requests, {"scheduling_policy": mode}) for mode in MODES}
-        served = tr.serve_arms(ctx, engine, baseline, arms, trial, timeout_s=timeout_s)
+        served = tr.serve_arms(
+            ctx, engine, baseline, arms, trial, timeout_s=timeout_s, via=params["via"]
+        )
         results = {
             mode: service_gap(r, params) | {"throughput": window_throughput(r.requests)}
             for mode, r in served.items()

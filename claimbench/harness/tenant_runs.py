@@ -151,6 +151,7 @@ def measure_saturation(
     num_requests: int,
     *,
     config: EngineConfig | None = None,
+    via: str = "engine",
 ) -> Saturation:
     """Submit the first ``num_requests`` requests of ``spec`` all at once to the emptied
     engine (under ``config`` if given) and measure the output throughput while requests are
@@ -161,7 +162,8 @@ def measure_saturation(
     (a shrinking batch) is left out: it is the burst's artefact, not the engine's capacity.
     ``num_requests`` should be several times ``max_num_seqs`` so the full-batch window spans
     many steps. requests_per_s divides by the mix's expected output length, the one
-    ``at_load`` scales rates by, so loads and service units agree.
+    ``at_load`` scales rates by, so loads and service units agree. ``via`` is ``serve``'s:
+    over HTTP the rate is the server's, so loads are in units of what it can serve.
     """
     engine.reset(config)
     burst = dataclasses.replace(spec, max_requests=num_requests, max_duration_s=None)
@@ -169,7 +171,7 @@ def measure_saturation(
         dataclasses.replace(r, arrival_s=0.0)
         for r in workload_requests(burst, engine.model_cfg.vocab_size)
     ]
-    steps = serve(engine, requests, timeout_s=3600.0).steps
+    steps = serve(engine, requests, 3600.0, via).steps
     outputs = steps[[c for c in steps.columns if c.startswith(OUTPUT_PREFIX)]].sum(axis=1)
     queued = steps[[c for c in steps.columns if c.startswith(BACKLOG_PREFIX)]].any(axis=1)
     # Steps 0..last queued step ran full; the next step's start ends the window.
@@ -254,19 +256,20 @@ def serve_arms(
     trial: int,
     *,
     timeout_s: float,
+    via: str = "engine",
 ) -> dict[str, ServedRun]:
     """The tenant-experiment loop body: serve every arm on the same engine, in an order
     rotated by ``trial``, each from an emptied engine under ``baseline`` with only its own
     changes, and save its frames under ``mode=<arm>, trial=<trial>``.
 
     Arms start from ``baseline`` (not from the previous arm's config), so two arms differ in
-    exactly the changes they name.
+    exactly the changes they name. ``via`` is ``serve``'s: in process or over HTTP.
     """
     served = {}
     for mode in rotated(list(arms), trial):
         arm = arms[mode]
         engine.reset(dataclasses.replace(baseline, **arm.changes))
-        served[mode] = serve(engine, arm.requests, timeout_s)
+        served[mode] = serve(engine, arm.requests, timeout_s, via)
         ctx.save_frames(
             requests=served[mode].requests, steps=served[mode].steps, mode=mode, trial=trial
         )
@@ -278,8 +281,21 @@ def trial_seed(ctx: RunContext, trial: int) -> int:
     return ctx.seed * 1000 + trial + 1
 
 
-def serve(engine: LLMEngine, requests: list[WorkloadRequest], timeout_s: float) -> ServedRun:
-    """Serve ``requests`` at their arrival offsets; frames hold only this run's records."""
+def serve(
+    engine: LLMEngine, requests: list[WorkloadRequest], timeout_s: float, via: str = "engine"
+) -> ServedRun:
+    """Serve ``requests`` at their arrival offsets; frames hold only this run's records.
+
+    ``via``: "engine" replays them on the engine in process; "http" sends them through the
+    OpenAI-compatible server wrapped around it (harness/http_serving.py), one API key per
+    tenant, and the requests frame is what the HTTP clients saw."""
+    if via == "http":
+        from claimbench.harness.http_serving import serve_http_frames
+
+        frames = serve_http_frames(engine, requests, timeout_s, SERVE_SAMPLING)
+        return ServedRun(*frames)
+    if via != "engine":
+        raise ValueError(f"via must be 'engine' or 'http', got {via!r}")
     first_step = len(engine.step_records)
     result = replay(engine, requests, timeout_s, sampling=SERVE_SAMPLING)
     frame = engine.requests_frame()

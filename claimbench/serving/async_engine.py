@@ -196,6 +196,18 @@ class AsyncEngine:
         if self.is_alive:
             self.submit(abort)
 
+    def reset(self, timeout_s: float = 60.0) -> None:
+        """Empty the engine (``LLMEngine.reset``) on its thread, between runs of a harness;
+        blocks until done. Nothing may be in flight."""
+
+        def reset(engine: LLMEngine) -> None:
+            if engine.has_unfinished:
+                raise ValueError("reset with requests in flight")
+            engine.reset()
+            self._finished.clear()  # request ids start again from req-0
+
+        self.submit(reset).result(timeout_s)
+
     async def snapshot(self) -> EngineSnapshot:
         return await self.call(_snapshot)
 

@@ -6,8 +6,9 @@ Each WorkItem is sent when the wall clock reaches its arrival offset, as one str
 its tenant's API key. What the client sees is timestamped on arrival of each SSE chunk, as
 vLLM's benchmark client does: the first chunk with output is the first token, each chunk
 after it one inter-token gap (a chunk carries every token one engine step produced), the
-usage chunk the output token count. A 429 or 400 is a rejection: the request's
-``finish_reason`` is "rejected" and the server's message its ``rejected_reason``.
+usage chunk the output token count; ``count_tokens`` gives each token its own time. A 429
+or 400 is a rejection: the request's ``finish_reason`` is "rejected" and the server's
+message its ``rejected_reason``.
 
 The result is a requests frame with engine/metrics.requests_frame's columns, so the same
 ``serving_summary`` functions summarize both paths; what only the engine knows (first
@@ -37,6 +38,7 @@ class HttpRun:
 
     requests: pd.DataFrame  # requests_frame columns, times in seconds since the run started
     duration_s: float  # from the run's start to the last response's end
+    start_time: float  # time.perf_counter() at the run's start (the frame's zero)
     timed_out: bool  # requests still open at the timeout were cancelled
 
 
@@ -55,8 +57,9 @@ class _Observed:
     output_tokens: int = 0
 
 
-def request_body(item: WorkItem, model: str) -> dict:
-    """The streamed /v1/completions body for ``item``."""
+def request_body(item: WorkItem, model: str, count_tokens: bool = False) -> dict:
+    """The streamed /v1/completions body for ``item``; ``count_tokens`` asks for each
+    token's log-prob, so every chunk says how many tokens it carries."""
     s = item.sampling
     body = {
         "model": model,
@@ -70,6 +73,8 @@ def request_body(item: WorkItem, model: str) -> dict:
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if count_tokens:
+        body["logprobs"] = 0
     if s.seed is not None:
         body["seed"] = s.seed
     if s.stop_token_ids:
@@ -77,9 +82,11 @@ def request_body(item: WorkItem, model: str) -> dict:
     return body
 
 
-async def _send(http: httpx.AsyncClient, record: _Observed, model: str, key: str | None) -> None:
+async def _send(
+    http: httpx.AsyncClient, record: _Observed, model: str, key: str | None, count_tokens: bool
+) -> None:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    body = request_body(record.item, model)
+    body = request_body(record.item, model, count_tokens)
     record.chunk_times = []
     async with http.stream("POST", "/v1/completions", json=body, headers=headers) as response:
         if response.status_code in REJECTED_STATUSES:
@@ -99,8 +106,10 @@ async def _send(http: httpx.AsyncClient, record: _Observed, model: str, key: str
                 raise RuntimeError(f"the server failed mid-stream: {chunk['error']}")
             for choice in chunk.get("choices", ()):
                 reason = choice.get("finish_reason")
-                # A chunk without a finish reason is only sent when it holds tokens.
-                if choice.get("text") or reason is None:
+                if choice.get("logprobs") is not None:  # asked for: one entry per token
+                    record.chunk_times += [now] * len(choice["logprobs"]["tokens"])
+                elif choice.get("text") or reason is None:
+                    # A chunk without a finish reason is only sent when it holds tokens.
                     record.chunk_times.append(now)
                 if reason is not None:
                     record.finish_reason = reason
@@ -116,6 +125,7 @@ async def _replay(
     keys: Mapping[str, str] | None,
     model: str | None,
     timeout_s: float,
+    count_tokens: bool,
 ) -> tuple[list[_Observed], float, float, bool]:
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
     timeout = httpx.Timeout(timeout_s, connect=30.0)
@@ -132,7 +142,7 @@ async def _replay(
             await asyncio.sleep(max(start + record.item.arrival_offset_s - time.perf_counter(), 0))
             record.sent = time.perf_counter()
             key = keys[record.item.tenant] if keys is not None else None
-            await _send(http, record, model, key)
+            await _send(http, record, model, key, count_tokens)
 
         tasks = [asyncio.ensure_future(at_arrival(r)) for r in records]
         done, pending = await asyncio.wait(tasks, timeout=timeout_s)
@@ -153,20 +163,25 @@ def replay_http(
     keys: Mapping[str, str] | None = None,
     model: str | None = None,
     timeout_s: float = 600.0,
+    count_tokens: bool = False,
 ) -> HttpRun:
     """Send ``items`` to the server at ``url`` at their arrival offsets; wait for all.
 
     ``keys`` maps each item's tenant to its API key (None: a server without keys); ``model``
     defaults to the server's first listed model. Requests still open at ``timeout_s`` are
-    cancelled and reported with finish_reason "timeout". ValueError for a tenant without a
+    cancelled and reported with finish_reason "timeout". ``count_tokens``: one token time
+    per token (each token's log-prob is asked for, which costs the server a detokenization
+    per token) instead of one per chunk, vLLM's client's view. ValueError for a tenant without a
     key; httpx errors for a server that cannot be reached or fails a request.
     """
     if keys is not None:
         missing = sorted({item.tenant for item in items} - set(keys))
         if missing:
             raise ValueError(f"no API key for tenant(s) {missing}")
-    records, start, end, timed_out = asyncio.run(_replay(url, items, keys, model, timeout_s))
-    return HttpRun(_frame(records, start, end), end - start, timed_out)
+    records, start, end, timed_out = asyncio.run(
+        _replay(url, items, keys, model, timeout_s, count_tokens)
+    )
+    return HttpRun(_frame(records, start, end), end - start, start, timed_out)
 
 
 def _frame(records: list[_Observed], t0: float, end: float) -> pd.DataFrame:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from claimbench.engine.engine import LLMEngine
 from claimbench.models.tokenizer import Tokenizer
-from claimbench.serving.async_engine import AsyncEngine
+from claimbench.serving.async_engine import KEEP_FINISHED_REQUESTS, AsyncEngine
 from claimbench.serving.chat import ChatTemplate
 from claimbench.serving.health import GOLDEN_PROMPT, record_golden
 from claimbench.serving.metrics import ServerMetrics
@@ -67,8 +67,10 @@ def build_state(
     model_name: str,
     tenants: TenantKeys | None,
     prefix_sharing: PrefixSharing = PrefixSharing.per_tenant,
+    keep_finished_requests: int = KEEP_FINISHED_REQUESTS,
 ) -> ServerState:
-    """Record the golden completion on ``engine`` (idle, not yet looping) and wrap it.
+    """Record the golden completion on ``engine`` (idle, not yet looping) and wrap it;
+    the loop keeps the newest ``keep_finished_requests`` finished requests in the engine.
 
     ValueError if the engine's prefix-caching mode does not match ``prefix_sharing``."""
     if engine.config.prefix_caching != prefix_sharing.engine_mode:
@@ -82,7 +84,9 @@ def build_state(
     golden_tokens = record_golden(engine, golden_prompt_ids)
     metrics = ServerMetrics()
     return ServerState(
-        engine=AsyncEngine(engine, observer=metrics.observe),
+        engine=AsyncEngine(
+            engine, observer=metrics.observe, keep_finished_requests=keep_finished_requests
+        ),
         tokenizer=engine.tokenizer,
         model_name=model_name,
         max_model_len=engine.config.max_model_len,
