@@ -156,3 +156,36 @@ def test_site_shows_spend_against_the_budget_and_dollars_per_mtok(project: Path)
         page.index('<table id="mtok">') : page.index("</table>", page.index('<table id="mtok">'))
     ]
     assert "tpu v6e" in mtok and "$3.00</td></tr>" in mtok.replace("\n", "")
+
+
+H200 = {
+    "platform": "gpu",
+    "device_kind": "NVIDIA H200",
+    "device_count": 1,
+    "chip": "h200",
+    "num_chips": 1,
+    "price_per_hour": 0.0,
+}
+
+
+def test_an_unpriced_accelerator_runs_only_when_told_and_is_never_counted_free(
+    project: Path, monkeypatch
+) -> None:
+    monkeypatch.delenv(PRICE_ENV_VAR, raising=False)
+    real = provenance.detect_hardware
+    monkeypatch.setattr(provenance, "detect_hardware", lambda: {**real(), **H200})
+    results = project / "results"
+    args = ("--root", str(project), "run", "--claim", "fake-pass")
+    assert_one_line_error(invoke(*args), "no price for h200")
+    assert runs(results) == []
+    result = invoke(*args, "--over-budget")
+    assert result.exit_code == 0, result.output
+    table = ledger.read_ledger(results)
+    assert table["usd"].isna().all() and table["price_source"].tolist() == ["unpriced"]
+    report = invoke("--root", str(project), "budget")
+    assert "spent $0.00" in report.stdout
+    assert "1 run(s) on unpriced accelerators" in report.stdout
+    # Declaring the machine free (a lent one) is a price: no refusal, $0 rows.
+    monkeypatch.setenv(PRICE_ENV_VAR, "0")
+    assert invoke(*args).exit_code == 0
+    assert ledger.read_ledger(results)["usd"].tolist()[1] == 0.0

@@ -268,3 +268,15 @@ def test_a_ledger_with_a_mistyped_column_is_reported(tmp_path: Path) -> None:
 
 def test_overspent_budget_prints_a_negative_amount() -> None:
     assert budget.fmt_usd(-5.0) == "-$5.00" and budget.fmt_usd(1234.5) == "$1,234.50"
+
+
+def test_backfilled_runs_keep_the_price_they_were_stored_with(monkeypatch) -> None:
+    monkeypatch.delenv(PRICE_ENV_VAR, raising=False)
+    h200 = {"platform": "gpu", "chip": "h200", "device_kind": "NVIDIA H200", "num_chips": 1}
+    start = "2026-11-30T23:55:11+00:00"
+    old_tpu = {"hardware": V6E_X4, "price_per_hour": 8.0, "start": start}
+    price = ledger.backfill_price(old_tpu, {})
+    assert (price.usd_per_hour, price.as_of) == (8.0, "2026-11-30")  # not today's 4 x $2.70
+    # Stored unpriced: its dollars are unknown (NaN), never $0.
+    gone = ledger.backfill_price({"hardware": h200, "price_per_hour": 0.0, "start": start}, {})
+    assert not gone.priced and gone.source == "unpriced"

@@ -84,6 +84,8 @@ def budget_command(
             "remaining_usd": status.remaining_usd,
             "num_runs": status.num_runs,
             "device_s": status.device_s,
+            "num_unpriced": status.num_unpriced,
+            "unpriced_device_s": status.unpriced_device_s,
             "ledger": str(ledger.ledger_path(store)),
             "runs_not_in_ledger": missing,
             "per_claim": per_claim,
@@ -113,6 +115,12 @@ def budget_command(
                 budget.fmt_usd(r.usd_per_mtok),
             )
         console.print(out)
+    if status.num_unpriced:
+        console.print(
+            f"{status.num_unpriced} run(s) on unpriced accelerators "
+            f"({status.unpriced_device_s:,.0f} device-seconds) are not in the spend",
+            highlight=False,
+        )
     if missing:
         console.print(
             f"{len(missing)} stored run(s) are not in the ledger (stored before it); "

@@ -24,7 +24,7 @@ from claimbench.harness import budget, ledger, provenance, registry
 from claimbench.harness.claims import Claim, find_claim
 from claimbench.harness.context import run_claim
 from claimbench.harness.model_provenance import ModelDirError, check_model_dir
-from claimbench.harness.prices import MachinePrice, UnpricedError, machine_price
+from claimbench.harness.prices import MachinePrice, UnpricedError, machine_price, unpriced
 
 
 class Profile(StrEnum):
@@ -77,7 +77,10 @@ def _check_budget(
     try:
         price = machine_price(hardware, config.budget.prices)
     except UnpricedError as err:
-        fail(str(err))
+        if not over:
+            fail(f"{err}; --over-budget runs it unpriced")
+        console.print(f"warning: {err}; running unpriced", highlight=False, markup=False)
+        return unpriced(hardware)
     estimates = budget.estimate_claims(
         rows,
         selected,

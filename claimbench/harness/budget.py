@@ -28,9 +28,11 @@ class BudgetStatus:
     """What the ledger says was spent, against the budget."""
 
     budget_usd: float
-    spent_usd: float
+    spent_usd: float  # priced runs only
     num_runs: int
     device_s: float  # every row's, CPU runs included
+    num_unpriced: int = 0  # runs on accelerators without a price: not in spent_usd
+    unpriced_device_s: float = 0.0
 
     @property
     def remaining_usd(self) -> float:
@@ -39,11 +41,14 @@ class BudgetStatus:
 
 def budget_status(ledger: pd.DataFrame, budget_usd: float) -> BudgetStatus:
     """Spend so far, from the ledger's rows."""
+    missing = ledger["usd"].isna()
     return BudgetStatus(
         budget_usd=budget_usd,
         spent_usd=float(ledger["usd"].sum()),
         num_runs=len(ledger),
         device_s=float(ledger["device_s"].sum()),
+        num_unpriced=int(missing.sum()),
+        unpriced_device_s=float(ledger.loc[missing, "device_s"].sum()),
     )
 
 
@@ -105,7 +110,8 @@ def per_mtok_table(ledger: pd.DataFrame) -> pd.DataFrame:
     grouped = ledger.groupby(columns, sort=True).agg(
         num_runs=("run_id", "count"),
         device_s=("device_s", "sum"),
-        usd=("usd", "sum"),
+        # NaN when the group's runs were unpriced, rather than a $0 that reads as free.
+        usd=("usd", lambda usd: usd.sum(min_count=1)),
         output_tokens=("output_tokens", "sum"),
     )
     table = grouped.reset_index()

@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from claimbench.harness.prices import MachinePrice, machine_price
+from claimbench.harness.prices import MachinePrice, UnpricedError, machine_price, unpriced
 from claimbench.harness.project_config import DeclaredPrice
 from claimbench.harness.results import read_runs
 
@@ -42,7 +42,7 @@ COLUMNS = {
     "usd_per_chip_hour": "float64",
     "price_source": "string",
     "price_as_of": "string",  # ISO date; "" where the price has no date (CPU, environment)
-    "usd": "float64",
+    "usd": "float64",  # NaN: run on an accelerator nobody priced
     "prompt_tokens": "int64",  # prompt tokens of requests the engine scheduled
     "output_tokens": "int64",  # tokens generated
     "source": "string",  # one of SOURCES
@@ -180,14 +180,18 @@ def append_rows(results_dir: Path, rows: list[dict[str, Any]]) -> int:
 
 def backfill_price(meta: dict[str, Any], declared: dict[str, DeclaredPrice]) -> MachinePrice:
     """The price of a run stored before the ledger: what its meta.json priced it at when that
-    was a price (an accelerator run), else today's price for its hardware."""
+    was a price (an accelerator run), else today's price for its hardware, else unpriced (NaN
+    dollars: the run happened, at a cost nobody recorded)."""
     hardware = meta["hardware"]
     num_chips = int(hardware.get("num_chips") or 1)
     per_hour = float(meta.get("price_per_hour") or 0.0)
     if hardware["platform"] != "cpu" and per_hour > 0:
         day = str(meta["start"])[:10]
         return MachinePrice(per_hour / num_chips, num_chips, "meta.json price_per_hour", day)
-    return machine_price(hardware, declared)
+    try:
+        return machine_price(hardware, declared)
+    except UnpricedError:
+        return unpriced(hardware)
 
 
 def missing_runs(results_dir: Path, ledger: pd.DataFrame) -> list[Path]:

@@ -9,6 +9,7 @@ a silent $0: a budget that cannot price a run cannot protect itself from it.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from datetime import date
@@ -22,6 +23,7 @@ TPU_PRICING_URL = "https://cloud.google.com/tpu/pricing"
 _LIST_PRICES_AS_OF = date(2026, 11, 29)
 _LIST_PRICED_CHIPS = ("v5e", "v6e", "v5p")
 CPU_SOURCE = "cpu: not metered"
+UNPRICED_SOURCE = "unpriced"
 
 
 class UnpricedError(ValueError):
@@ -41,6 +43,10 @@ class MachinePrice:
     def usd_per_hour(self) -> float:
         return self.usd_per_chip_hour * self.num_chips
 
+    @property
+    def priced(self) -> bool:
+        return not math.isnan(self.usd_per_chip_hour)
+
     def cost_usd(self, device_s: float) -> float:
         """Dollars for ``device_s`` seconds of the machine."""
         return device_s * self.usd_per_hour / 3600.0
@@ -54,6 +60,11 @@ def list_price(chip: str) -> DeclaredPrice | None:
     return DeclaredPrice(
         usd_per_chip_hour=per_chip, source=TPU_PRICING_URL, as_of=_LIST_PRICES_AS_OF
     )
+
+
+def unpriced(hardware: dict[str, Any]) -> MachinePrice:
+    """The price of a machine nobody priced: NaN dollars, so sums say so instead of $0."""
+    return MachinePrice(math.nan, int(hardware.get("num_chips") or 1), UNPRICED_SOURCE, "")
 
 
 def machine_price(hardware: dict[str, Any], declared: dict[str, DeclaredPrice]) -> MachinePrice:

@@ -27,7 +27,7 @@ def spend_svg(ledger: pd.DataFrame, budget_usd: float) -> str:
     spent = float(rows["usd"].sum())
     if len(rows):
         times = list(rows["when"])
-        cumulative = list(rows["usd"].cumsum())
+        cumulative = list(rows["usd"].fillna(0.0).cumsum())  # unpriced runs add nothing
         ax.step(times, cumulative, where="post", color="#2166ac", linewidth=1.5, label="spent")
         ax.scatter(times, cumulative, s=8, color="#2166ac", zorder=3)
         fig.autofmt_xdate()
