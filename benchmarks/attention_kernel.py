@@ -37,7 +37,7 @@ from claimbench.kernels.kv_quant import (
     FP8_DTYPE,
     LayerKV,
     container_dtype,
-    quantize_int8,
+    quantize_int8_pages,
     to_container,
 )
 from claimbench.kernels.metadata import AttentionMetadata
@@ -79,7 +79,7 @@ def build_step(args, q_lens: list[int], kv_lens: list[int], seed: int):
     v = jax.random.normal(key_v, (num_tokens, hkv, d), dtype)
     old = jax.random.normal(key_c, (num_pages, page_size, 2 * hkv, d), dtype)
     if args.kv_dtype == "int8":
-        cache = LayerKV(*quantize_int8(old))
+        cache = LayerKV(*quantize_int8_pages(old))
     elif args.kv_dtype == "fp8":
         cache = LayerKV(old.astype(FP8_DTYPE), jnp.ones(2, jnp.float32))
     else:

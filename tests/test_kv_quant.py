@@ -21,7 +21,9 @@ from claimbench.kernels.kv_quant import (
     LayerKV,
     dequantize_rows,
     fp8_row_scales,
+    int8_scales_shape,
     interleave_kv,
+    page_row_scales,
     quantize_int8,
     quantize_rows,
 )
@@ -83,7 +85,7 @@ def test_fp8_rows_relative_bound_and_clipping():
 def _empty_cache(dtype) -> LayerKV:
     pages = jnp.zeros((NUM_PAGES, PAGE_SIZE, 2 * HKV, D), dtype)
     if dtype == jnp.int8:
-        return LayerKV(pages, jnp.ones(pages.shape[:3], jnp.float32))
+        return LayerKV(pages, jnp.ones(int8_scales_shape(*pages.shape[:3]), jnp.float32))
     if dtype == FP8_DTYPE:
         return LayerKV(pages, jnp.asarray(FP8_SCALES, jnp.float32))
     return LayerKV(pages, None)
@@ -98,7 +100,7 @@ def test_write_and_gather_put_scales_beside_their_token_rows():
     cache = write_kv(_empty_cache(jnp.int8), jnp.asarray(k), jnp.asarray(v), jnp.asarray(slots))
     kv = interleave_kv(jnp.asarray(k), jnp.asarray(v))
     _, expected_scales = quantize_int8(kv)
-    flat_scales = np.asarray(cache.scales).reshape(-1, 2 * HKV)
+    flat_scales = np.asarray(page_row_scales(cache.scales, PAGE_SIZE, 2 * HKV)).reshape(-1, 2 * HKV)
     np.testing.assert_array_equal(flat_scales[slots], expected_scales)
     untouched = np.setdiff1d(np.arange(NUM_PAGES * PAGE_SIZE), slots)
     assert (flat_scales[untouched] == 1.0).all()

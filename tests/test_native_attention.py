@@ -22,7 +22,7 @@ from engine_helpers import tiny_engine, tiny_model
 
 from claimbench.engine.sampler import SamplingParams
 from claimbench.kernels import backend, native_attention, reference, xla_prefill
-from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV, to_container
+from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV, int8_scales_shape, to_container
 from claimbench.kernels.metadata import NULL_PAGE, AttentionMetadata
 from claimbench.kernels.native.build import NativeUnavailable, library_path
 from claimbench.kernels.xla_decode import decode_attention
@@ -53,7 +53,7 @@ def random_cache(storage: str, rows: int, head_dim: int, rng) -> LayerKV:
         return LayerKV(to_container(pages, jnp.uint8) if storage == "fp8-bits" else pages, scales)
     if storage == "int8":
         pages = jnp.asarray(rng.integers(-127, 128, shape), jnp.int8)
-        scales = jnp.asarray(rng.uniform(0.001, 0.02, shape[:3]), jnp.float32)
+        scales = jnp.asarray(rng.uniform(0.001, 0.02, int8_scales_shape(*shape[:3])), jnp.float32)
         return LayerKV(pages, scales)
     raise ValueError(storage)
 

@@ -35,10 +35,12 @@ def _engine_page_bytes(head_dim: int, kv_dtype: str) -> int:
     [
         # 2 layers x (2 K/V heads x K and V = 4 rows) x head_dim values x 16 tokens:
         (128, "bf16", 2 * 4 * 128 * 2 * 16),  # 2 bytes a value: 32768
-        (128, "int8", 2 * 4 * (128 + 4) * 16),  # 1 byte a value + an f32 scale a row: 16896
+        # int8: 1 byte a value + an f32 scale a row, a page's 64 scales padded to a 128-lane
+        # row (kv_quant.int8_scales_shape): 2 x (8192 + 512) = 17408
+        (128, "int8", 2 * (4 * 128 * 16 + 128 * 4)),
         (128, "fp8", 2 * 4 * 128 * 16),  # 1 byte a value; its 2 scales a layer are off-page
         (64, "bf16", 2 * 4 * 64 * 2 * 16),  # 16384
-        (64, "int8", 2 * 4 * (64 + 4) * 16),  # 8704: the scale is 1/16 of the row, not 1/32
+        (64, "int8", 2 * (4 * 64 * 16 + 128 * 4)),  # 9216: the scales are 1/8 of the page
         (64, "fp8", 2 * 4 * 64 * 16),  # 8192
     ],
 )

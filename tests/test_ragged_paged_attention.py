@@ -22,7 +22,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from claimbench.kernels import reference
-from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV, quantize_int8, split_kv
+from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV, quantize_int8_pages, split_kv
 from claimbench.kernels.metadata import NULL_PAGE, AttentionMetadata
 from claimbench.kernels.ragged_paged_attention import ragged_paged_attention
 
@@ -90,7 +90,7 @@ def make_step(
     v = jnp.asarray(rng.standard_normal((num_tokens, num_kv_heads, head_dim)), dtype)
     old = jnp.asarray(rng.standard_normal((num_pages, page_size, 2 * num_kv_heads, head_dim)))
     if kv == "int8":
-        cache = LayerKV(*quantize_int8(old))
+        cache = LayerKV(*quantize_int8_pages(old))
     elif kv == "fp8":
         scales = jnp.asarray([0.02, 0.01], jnp.float32)  # (k_scale, v_scale)
         cache = LayerKV((old / jnp.tile(scales, num_kv_heads)[:, None]).astype(FP8_DTYPE), scales)
@@ -376,7 +376,7 @@ def _bad_inputs():
     return {
         "gqa": ((q[:, :3], k, v, cache, md), {}, "num_q_heads=3 not a multiple of num_kv_heads=2"),
         "pages": ((q, k[:, :1], v[:, :1], cache, md), {}, r"should be \[num_pages, page_size, 2"),
-        "scales": ((q, k, v, int8, md), {}, r"int8 pages need scales float32\[5, 16, 4\]"),
+        "scales": ((q, k, v, int8, md), {}, r"int8 pages need scales float32\[5, 128\]"),
         "knob": ((q, k, v, cache, md), dict(num_kv_pages_per_block=9), "pages_per_seq=2"),
         "window": ((q, k, v, cache, md), dict(sliding_window=0), "sliding_window must be"),
         "decode": ((q, k, v, cache, two_token_decode), {}, "decode group but has q_len=4"),

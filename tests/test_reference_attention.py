@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from claimbench.kernels import xla_decode, xla_prefill
-from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV, container_dtype, from_container
+from claimbench.kernels.kv_quant import (
+    FP8_DTYPE,
+    LayerKV,
+    container_dtype,
+    from_container,
+    int8_scales_shape,
+)
 from claimbench.kernels.metadata import NULL_PAGE, AttentionMetadata
 from claimbench.kernels.reference import (
     dense_causal_attention,
@@ -28,7 +34,7 @@ dense = jax.jit(dense_causal_attention, static_argnames=("sm_scale", "sliding_wi
 def empty_cache(dtype):
     pages = jnp.zeros((NUM_PAGES, PAGE_SIZE, 2 * HKV, D), dtype)
     if dtype == jnp.int8:
-        return LayerKV(pages, jnp.ones((NUM_PAGES, PAGE_SIZE, 2 * HKV), jnp.float32))
+        return LayerKV(pages, jnp.ones(int8_scales_shape(NUM_PAGES, PAGE_SIZE, 2 * HKV)))
     if dtype == FP8_DTYPE:
         return LayerKV(pages, jnp.asarray([0.05, 0.04], jnp.float32))
     return LayerKV(pages, None)

@@ -120,13 +120,14 @@ def test_v6e_quantized_weights_and_fp8_pages_compile_without_copies() -> None:
 
 
 @needs_libtpu
-@pytest.mark.xfail(
-    strict=True,
-    reason="int8 KV: the per-row scales f32[pages, page_size, rows] take TPU's page-minor "
-    "layout and are relaid out for the kernel, whole, in and out of every layer's call",
-)
 def test_v6e_int8_pages_compile_without_copies() -> None:
+    # int8's per-row scales were f32[pages, page_size, 4]: TPU laid them out page-axis-minor
+    # and relaid each layer's out and back around the kernel (11 copies a step). Rows of
+    # whole 128-lane tiles, touched only by DMA, keep their layout and stay in HBM.
     name, model_cfg = tpu_check.resolve_model("claimbench-tiny")
     engine_cfg = dataclasses.replace(EngineConfig(), kv_dtype="int8")
     report = tpu_check.check("v6e", model_cfg, engine_cfg, model_name=name, buckets=[(16, 8)])
-    assert report.buckets[0].full_cache_copies == 0
+    (bucket,) = report.buckets
+    assert report.kv_dtype == "int8"
+    assert bucket.ok, bucket.error
+    assert bucket.full_cache_copies == 0

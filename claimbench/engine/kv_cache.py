@@ -13,7 +13,13 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV, container_dtype, kv_storage_dtype
+from claimbench.kernels.kv_quant import (
+    FP8_DTYPE,
+    LayerKV,
+    container_dtype,
+    int8_scales_shape,
+    kv_storage_dtype,
+)
 from claimbench.models.config import ModelConfig
 
 SCALE_BYTES = 4  # f32
@@ -44,11 +50,22 @@ def kv_fixed_bytes(cfg: ModelConfig, storage_dtype: jnp.dtype) -> int:
     return cfg.num_layers * 2 * SCALE_BYTES if jnp.dtype(storage_dtype) == FP8_DTYPE else 0
 
 
+def kv_bytes_per_page(cfg: ModelConfig, storage_dtype: jnp.dtype, page_size: int) -> int:
+    """Bytes one page occupies across all layers: its tokens' K and V, and for int8 its row
+    of scales, which is padded to whole 128-lane tiles (kv_quant.int8_scales_shape)."""
+    page_bytes = page_size * kv_bytes_per_token(cfg, storage_dtype)
+    if jnp.dtype(storage_dtype) == jnp.int8:
+        rows = 2 * cfg.num_kv_heads
+        padding = int8_scales_shape(1, page_size, rows)[1] - page_size * rows
+        page_bytes += cfg.num_layers * padding * SCALE_BYTES
+    return page_bytes
+
+
 def num_pages_for_pool(
     cfg: ModelConfig, storage_dtype: jnp.dtype, page_size: int, pool_bytes: int
 ) -> int:
     """Pages (null page included) that fit in pool_bytes; ValueError below two."""
-    page_bytes = page_size * kv_bytes_per_token(cfg, storage_dtype)
+    page_bytes = kv_bytes_per_page(cfg, storage_dtype, page_size)
     num_pages = (pool_bytes - kv_fixed_bytes(cfg, storage_dtype)) // page_bytes
     if num_pages < 2:
         raise ValueError(
@@ -60,7 +77,7 @@ def num_pages_for_pool(
 
 def pool_bytes(cfg: ModelConfig, storage_dtype: jnp.dtype, page_size: int, num_pages: int) -> int:
     """Exact bytes of a pool of num_pages pages (what ``allocate_kv_cache`` allocates)."""
-    page_bytes = page_size * kv_bytes_per_token(cfg, storage_dtype)
+    page_bytes = kv_bytes_per_page(cfg, storage_dtype, page_size)
     return num_pages * page_bytes + kv_fixed_bytes(cfg, storage_dtype)
 
 
@@ -93,7 +110,7 @@ def allocate_kv_cache(
     caches = []
     for _ in range(cfg.num_layers):
         if storage_dtype == jnp.int8:
-            scales = jnp.ones(shape[:3], jnp.float32)
+            scales = jnp.ones(int8_scales_shape(num_pages, page_size, shape[2]), jnp.float32)
         elif storage_dtype == FP8_DTYPE:
             scales = jnp.asarray(fp8_scales, jnp.float32)
         else:

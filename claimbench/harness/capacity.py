@@ -21,6 +21,7 @@ import jax.numpy as jnp
 
 from claimbench.engine.kv_cache import (
     SCALE_BYTES,
+    kv_bytes_per_page,
     kv_bytes_per_token,
     kv_fixed_bytes,
     max_concurrent_sequences,
@@ -66,7 +67,7 @@ def pool_capacity(
         pool_bytes=pool_bytes,
         seq_len=seq_len,
         bytes_per_token=per_token,
-        page_bytes=page_size * per_token,
+        page_bytes=kv_bytes_per_page(cfg, storage, page_size),
         fixed_bytes=kv_fixed_bytes(cfg, storage),
         num_pages=num_pages,
         num_seqs=max_concurrent_sequences(num_pages - 1, page_size, seq_len),

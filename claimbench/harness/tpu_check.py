@@ -194,10 +194,11 @@ def check(
     caches = jax.eval_shape(lambda: allocate_kv_cache(kv_cfg, num_pages, page_size, kv_dtype))
     caches = jax.tree.map(placed, caches)
     kv_pool_bytes = sum(int(c.size) * c.dtype.itemsize for c in jax.tree.leaves(caches))
-    # The pages and int8's per-row scales grow with the pool; fp8's two per-layer scales
-    # are scalars the kernel reads from SMEM, and moving them costs nothing.
+    # The pages and int8's per-row scales ([2 * kv_heads, slots]) grow with the pool; fp8's
+    # two per-layer scales are scalars the kernel reads from SMEM, and moving them costs
+    # nothing.
     cache_shapes = {
-        hlo_shape(c.dtype.name, c.shape) for c in jax.tree.leaves(caches) if len(c.shape) >= 3
+        hlo_shape(c.dtype.name, c.shape) for c in jax.tree.leaves(caches) if len(c.shape) >= 2
     }
     rope = jax.tree.map(
         placed, jax.eval_shape(lambda: rope_table(model_cfg, engine_cfg.max_model_len))

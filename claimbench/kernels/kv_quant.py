@@ -6,8 +6,13 @@ the head axis (row 2h is K of head h, row 2h + 1 is V of head h), and
 ``scales``, whose shape depends on the storage dtype:
 
 - bf16 / f32: ``None``.
-- int8: f32[num_pages, page_size, 2 * num_kv_heads], one symmetric scale per
-  token and per K/V head row (absmax / 127), stored beside the pages.
+- int8: f32[num_pages, scale_lanes], one symmetric scale per token and per K/V
+  head row (absmax / 127). Row p holds page p's scales token-major (lane
+  t * 2 * num_kv_heads + r for token t, head row r), padded to a multiple of 128
+  lanes (``int8_scales_shape``). On TPU a narrow minor axis (the 4 head rows of a
+  [num_pages, page_size, 4] array) makes XLA lay the array out page-axis-minor, so each
+  layer's scales were relaid out, whole, for the kernel and back on every step; rows of
+  whole 128-lane tiles keep their row-major layout, written in place and read by DMA.
 - fp8 (float8_e4m3fn): f32[2] = (k_scale, v_scale), per tensor, 1.0 or
   calibrated from held-out text.
 """
@@ -20,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 INT8_MAX = 127.0
+LANES = 128  # TPU vector lanes: int8 scale rows are whole multiples of it
 FP8_DTYPE = jnp.float8_e4m3fn
 FP8_MAX = float(jnp.finfo(FP8_DTYPE).max)  # 448
 
@@ -71,6 +77,36 @@ def from_container(x: jax.Array) -> jax.Array:
     return x
 
 
+def int8_scales_shape(num_pages: int, page_size: int, num_rows: int) -> tuple[int, int]:
+    """An int8 cache's scales: [num_pages, page_size * num_rows rounded up to 128 lanes]."""
+    return (num_pages, -(-page_size * num_rows // LANES) * LANES)
+
+
+def _scale_index(slots: jax.Array, page_size: int, num_rows: int):
+    """(page, lanes) of token slots i32[...]: i32[..., 1] and i32[..., num_rows]."""
+    page, offset = slots // page_size, slots % page_size
+    return page[..., None], offset[..., None] * num_rows + jnp.arange(num_rows)
+
+
+def read_row_scales(scales: jax.Array, slots: jax.Array, page_size: int, num_rows: int):
+    """int8 scales at token slots i32[...] -> f32[..., num_rows] (XLA's gather clamps)."""
+    return scales[_scale_index(slots, page_size, num_rows)]
+
+
+def write_row_scales(
+    scales: jax.Array, slots: jax.Array, row_scales: jax.Array, page_size: int
+) -> jax.Array:
+    """int8 scales with row_scales f32[T, num_rows] set at token slots i32[T]."""
+    page, lanes = _scale_index(slots, page_size, row_scales.shape[-1])
+    return scales.at[page, lanes].set(row_scales.astype(scales.dtype))
+
+
+def page_row_scales(page_scales: jax.Array, page_size: int, num_rows: int) -> jax.Array:
+    """Rows of int8 scales f[..., scale_lanes] -> f[..., page_size, num_rows] (tokens)."""
+    used = page_scales[..., : page_size * num_rows]
+    return used.reshape(*page_scales.shape[:-1], page_size, num_rows)
+
+
 def interleave_kv(k: jax.Array, v: jax.Array) -> jax.Array:
     """[T, H, D], [T, H, D] -> [T, 2H, D] with K at even rows and V at odd rows."""
     t, h, d = k.shape
@@ -89,6 +125,15 @@ def quantize_int8(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     scale = jnp.where(scale == 0.0, 1.0, scale)
     q = jnp.clip(jnp.round(x / scale[..., None]), -INT8_MAX, INT8_MAX).astype(jnp.int8)
     return q, scale
+
+
+def quantize_int8_pages(values: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """f[num_pages, page_size, 2H, D] -> (i8 pages, scales in ``int8_scales_shape``)."""
+    num_pages, page_size, num_rows, _ = values.shape
+    q, scale = quantize_int8(values)
+    lanes = int8_scales_shape(num_pages, page_size, num_rows)[1]
+    scale = scale.reshape(num_pages, page_size * num_rows)
+    return q, jnp.pad(scale, ((0, 0), (0, lanes - page_size * num_rows)), constant_values=1.0)
 
 
 def fp8_row_scales(scales: jax.Array, num_rows: int) -> jax.Array:

@@ -17,8 +17,10 @@ from claimbench.kernels.kv_quant import (
     from_container,
     interleave_kv,
     logical_dtype,
+    page_row_scales,
     quantize_rows,
     to_container,
+    write_row_scales,
 )
 
 MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
@@ -38,8 +40,7 @@ def write_kv(cache: LayerKV, k: jax.Array, v: jax.Array, slot_mapping: jax.Array
     pages = flat.at[slot_mapping].set(to_container(stored, pages.dtype)).reshape(pages.shape)
     scales = cache.scales
     if row_scales is not None:
-        flat_scales = scales.reshape(num_pages * page_size, num_rows)
-        scales = flat_scales.at[slot_mapping].set(row_scales).reshape(scales.shape)
+        scales = write_row_scales(scales, slot_mapping, row_scales, page_size)
     return LayerKV(pages, scales)
 
 
@@ -50,7 +51,8 @@ def gather_sequences(cache: LayerKV, page_indices: jax.Array, dtype) -> jax.Arra
     kv = cache.pages[page_indices].reshape(num_seqs, pages_per_seq * page_size, num_rows, head_dim)
     kv = from_container(kv)
     if kv.dtype == jnp.int8:
-        row_scales = cache.scales[page_indices].reshape(num_seqs, -1, num_rows)
+        row_scales = page_row_scales(cache.scales[page_indices], page_size, num_rows)
+        row_scales = row_scales.reshape(num_seqs, pages_per_seq * page_size, num_rows)
     elif kv.dtype == FP8_DTYPE:
         row_scales = fp8_row_scales(cache.scales, num_rows)
     else:

@@ -32,7 +32,14 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV, interleave_kv, quantize_rows
+from claimbench.kernels.kv_quant import (
+    FP8_DTYPE,
+    LayerKV,
+    int8_scales_shape,
+    interleave_kv,
+    page_row_scales,
+    quantize_rows,
+)
 from claimbench.kernels.metadata import AttentionMetadata
 from claimbench.kernels.rpa_blocks import chip_generation, default_block_sizes
 from claimbench.kernels.rpa_kernel import (
@@ -41,6 +48,11 @@ from claimbench.kernels.rpa_kernel import (
     NUM_STATE,
     KernelConfig,
     rpa_kernel,
+)
+from claimbench.kernels.scale_rows import (
+    gather_scale_rows,
+    merge_new_scales,
+    write_scale_rows,
 )
 
 FLOAT_PAGE_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16), jnp.dtype(jnp.float32))
@@ -66,7 +78,8 @@ def ragged_paged_attention(
 
     q: f[T, num_q_heads, D]; k, v: f[T, num_kv_heads, D]; cache.pages:
     [num_pages, page_size, 2 * num_kv_heads, D or page_head_dim(D)] in bf16/f16/f32 (scales
-    None), int8 (scales f32[num_pages, page_size, 2 * num_kv_heads]) or fp8 e4m3 (scales f32[2]).
+    None), int8 (scales f32[num_pages, page_size * 2 * num_kv_heads padded to 128 lanes],
+    kv_quant.int8_scales_shape) or fp8 e4m3 (scales f32[2]).
     md: kv_lens i32[N] (after this step's write), cu_q_lens i32[N + 1], page_indices
     i32[N, pages_per_seq], num_seqs i32[1], distribution i32[3] (decode-only first).
     Token t of sequence i sits at position kv_lens[i] - q_len_i + (t - cu_q_lens[i]) and
@@ -176,6 +189,15 @@ def _call_kernel(
     _, page_size, num_rows, _ = pages.shape
     quant = _quant_mode(pages.dtype)
     kv_new, new_scales = quantize_rows(interleave_kv(k, v), cache.scales, pages.dtype)
+    scales = cache.scales
+    if quant == "int8":
+        # Every scale the kernel needs, the new tokens' included, arrives per KV block
+        # (scale_rows.py); the pool's rows of the pages written are replaced by DMA.
+        rows = gather_scale_rows(
+            scales, _pad_table(md, bkv_pages), md.kv_lens, page_size=page_size, interpret=interpret
+        )
+        rows = merge_new_scales(rows, new_scales, md, page_size)
+        scales = write_scale_rows(scales, rows, md, page_size=page_size, interpret=interpret)
     cfg = KernelConfig(
         sm_scale=sm_scale,
         sliding_window=sliding_window,
@@ -192,7 +214,7 @@ def _call_kernel(
     scalars = (md.kv_lens, md.page_indices.reshape(-1), md.cu_q_lens, md.distribution)
     inputs, in_specs = [q, kv_new], [hbm, hbm]
     if quant == "int8":
-        inputs.append(new_scales)
+        inputs.append(block_row_scales(rows, page_size, num_rows, bkv_pages))
         in_specs.append(hbm)
     if quant == "fp8":
         inputs.append(cache.scales.astype(jnp.float32))
@@ -205,10 +227,6 @@ def _call_kernel(
         jax.ShapeDtypeStruct(q.shape, q.dtype),
         pltpu.HBM(pages.shape, pages.dtype),
     ]
-    if quant == "int8":
-        aliases[len(scalars) + len(inputs)] = 2
-        inputs.append(cache.scales)
-        out_shapes.append(jax.ShapeDtypeStruct(cache.scales.shape, cache.scales.dtype))
     # Tokens that belong to no sequence are never visited: their rows stay zero.
     aliases[len(scalars) + len(inputs)] = 0
     inputs.append(jnp.zeros_like(q))
@@ -221,7 +239,7 @@ def _call_kernel(
         pltpu.VMEM((2, cfg.bkv, num_rows, head_dim), pages.dtype),  # KV blocks
     ]
     if quant == "int8":
-        scratch.append(pltpu.VMEM((2, cfg.bkv, num_rows), jnp.float32))  # their row scales
+        scratch.append(pltpu.VMEM((2, num_rows, cfg.bkv), jnp.float32))  # their row scales
     scratch += [
         pltpu.VMEM((num_kv_heads, rows_per_q_block, LANES), jnp.float32),  # running max m
         pltpu.VMEM((num_kv_heads, rows_per_q_block, LANES), jnp.float32),  # running sum l
@@ -249,8 +267,24 @@ def _call_kernel(
         name="claimbench_ragged_paged_attention",
     )(*scalars, *inputs)
     out, new_pages = results[0][..., :model_head_dim], results[1]
-    new_scales_out = results[2] if quant == "int8" else cache.scales
-    return out, LayerKV(new_pages, new_scales_out)
+    return out, LayerKV(new_pages, scales)
+
+
+def _pad_table(md: AttentionMetadata, bkv_pages: int) -> jax.Array:
+    """The block tables padded with the null page to whole KV blocks."""
+    return jnp.pad(md.page_indices, ((0, 0), (0, -md.pages_per_seq % bkv_pages)))
+
+
+def block_row_scales(rows: jax.Array, page_size: int, num_rows: int, bkv_pages: int) -> jax.Array:
+    """Gathered int8 scale rows f32[N, num_blocks * bkv_pages, L] ->
+    f32[N, num_blocks, 2H, bkv_pages * page_size]: each KV block's scales with tokens on
+    lanes, so the kernel fetches a block's with one DMA and scales a head's scores (and
+    probabilities) by one lane row. A small array: ``N * pages_per_seq * L`` floats a
+    layer, 4 / page_head_dim of the page bytes a step reading every table in full moves."""
+    num_seqs = rows.shape[0]
+    tokens = page_row_scales(rows, page_size, num_rows)  # [N, pages, page_size, 2H]
+    blocks = tokens.reshape(num_seqs, -1, bkv_pages * page_size, num_rows)
+    return blocks.transpose(0, 1, 3, 2)
 
 
 def check_inputs(
@@ -318,7 +352,7 @@ def _check_scales(cache: LayerKV) -> None:
     pages, scales = cache.pages, cache.scales
     dtype = jnp.dtype(pages.dtype)
     if dtype == jnp.int8:
-        expected = pages.shape[:3]
+        expected = int8_scales_shape(*pages.shape[:3])
     elif dtype == FP8_DTYPE:
         expected = (2,)
     elif dtype in FLOAT_PAGE_DTYPES:

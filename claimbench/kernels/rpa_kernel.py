@@ -39,8 +39,8 @@ O_ROWS = 5  # + slot: rows of the in-flight output send from that output buffer
 NUM_STATE = 8
 
 # Rows of the DMA semaphore array, one pair (by buffer slot) per kind of transfer.
-SEM_Q, SEM_KV, SEM_SCALE, SEM_WB, SEM_WB_SCALE, SEM_O = range(6)
-NUM_SEM_KINDS = 6
+SEM_Q, SEM_KV, SEM_SCALE, SEM_WB, SEM_O = range(5)
+NUM_SEM_KINDS = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,26 +64,24 @@ def rpa_kernel(*refs, cfg: KernelConfig):
 
     Scalar prefetch (SMEM): kv_lens i32[N], page_indices i32[N * pages_per_seq],
     cu_q_lens i32[N + 1], distribution i32[3].
-    Inputs (HBM): q [T, Hq, D], kv_new [T, 2H, D] (page dtype), then for int8
-    new_scales f32[T, 2H], for fp8 tensor_scales f32[2] (SMEM); the aliased pages
-    (and int8 scales) and the aliased zero output.
-    Outputs (HBM): out [T, Hq, D], pages, (int8 scales).
+    Inputs (HBM): q [T, Hq, D], kv_new [T, 2H, D] (page dtype), then for int8 the
+    scales of every KV block of every sequence f32[N, num_blocks, 2H, bkv] (already
+    holding the new tokens', see ``block_row_scales``), for fp8 tensor_scales f32[2]
+    (SMEM); the aliased pages and the aliased zero output.
+    Outputs (HBM): out [T, Hq, D], pages.
     Scratch: q/out buffers [2, bq, Hq, D], KV buffers [2, bkv, 2H, D], (int8 scale
-    buffers f32[2, bkv, 2H]), m/l f32[H, bq * G, 128], acc f32[H, bq * G, D],
-    DMA semaphores [6, 2], SMEM state i32[8].
+    buffers f32[2, 2H, bkv]), m/l f32[H, bq * G, 128], acc f32[H, bq * G, D],
+    DMA semaphores [5, 2], SMEM state i32[8].
     """
     refs = list(refs)
     kv_lens_ref, page_indices_ref, cu_q_lens_ref, distribution_ref = refs[:4]
     del refs[:4]
     q_hbm, kv_new_hbm = refs.pop(0), refs.pop(0)
-    new_scales_hbm = refs.pop(0) if cfg.quant == "int8" else None
+    block_scales_hbm = refs.pop(0) if cfg.quant == "int8" else None
     tensor_scales_ref = refs.pop(0) if cfg.quant == "fp8" else None
     refs.pop(0)  # the input side of the aliased pages: read and written through the output
-    if cfg.quant == "int8":
-        refs.pop(0)
     refs.pop(0)  # the zero output buffer, aliased to out_hbm
     out_hbm, pages_hbm = refs.pop(0), refs.pop(0)
-    scales_hbm = refs.pop(0) if cfg.quant == "int8" else None
     q_bufs, o_bufs, kv_bufs = refs.pop(0), refs.pop(0), refs.pop(0)
     scale_bufs = refs.pop(0) if cfg.quant == "int8" else None
     m_ref, l_ref, acc_ref, sems, state = refs
@@ -172,13 +170,10 @@ def rpa_kernel(*refs, cfg: KernelConfig):
             dma(
                 pages_hbm.at[page, pl.ds(0, n)], kv_bufs.at[slot, dst], sems.at[SEM_KV, slot]
             ).start()
-            if scale_bufs is not None:
-                dma(
-                    scales_hbm.at[page, pl.ds(0, n)],
-                    scale_bufs.at[slot, dst],
-                    sems.at[SEM_SCALE, slot],
-                ).start()
             return carry
+
+        if scale_bufs is not None:  # the whole block's scales, cached and new tokens alike
+            dma(block_scales_hbm.at[i, kb], scale_bufs.at[slot], sems.at[SEM_SCALE, slot]).start()
 
         lax.fori_loop(0, pl.cdiv(jnp.maximum(cached_hi - lo, 0), page_size), fetch_page, 0)
         new_lo = jnp.maximum(lo, new_start)
@@ -188,16 +183,12 @@ def rpa_kernel(*refs, cfg: KernelConfig):
             src = pl.ds(q_start + new_lo - new_start, hi - new_lo)
             dst = pl.ds(new_lo - lo, hi - new_lo)
             dma(kv_new_hbm.at[src], kv_bufs.at[slot, dst], sems.at[SEM_KV, slot]).start()
-            if scale_bufs is not None:
-                dma(
-                    new_scales_hbm.at[src], scale_bufs.at[slot, dst], sems.at[SEM_SCALE, slot]
-                ).start()
 
     def wait_fetch_kv(i, qb, kb, slot):
         lo, hi = kv_block_rows(i, qb, kb)
         wait_rows(kv_bufs.at[slot], sems.at[SEM_KV, slot], hi - lo)
         if scale_bufs is not None:
-            wait_rows(scale_bufs.at[slot], sems.at[SEM_SCALE, slot], hi - lo)
+            dma(scale_bufs.at[slot], scale_bufs.at[slot], sems.at[SEM_SCALE, slot]).wait()
 
     def start_write_back(i, qb, kb, slot):
         """Send the new tokens of q block qb that fall in KV block kb to their pages."""
@@ -212,10 +203,6 @@ def rpa_kernel(*refs, cfg: KernelConfig):
             src = pl.ds(seg_lo - lo, n)
             dst = pl.ds(seg_lo - p * page_size, n)
             dma(kv_bufs.at[slot, src], pages_hbm.at[page, dst], sems.at[SEM_WB, slot]).start()
-            if scale_bufs is not None:
-                dma(
-                    scale_bufs.at[slot, src], scales_hbm.at[page, dst], sems.at[SEM_WB_SCALE, slot]
-                ).start()
             return carry
 
         @pl.when(hi > w_lo)
@@ -228,8 +215,6 @@ def rpa_kernel(*refs, cfg: KernelConfig):
         @pl.when(rows > 0)
         def _wait():
             wait_rows(kv_bufs.at[slot], sems.at[SEM_WB, slot], rows)
-            if scale_bufs is not None:
-                wait_rows(scale_bufs.at[slot], sems.at[SEM_WB_SCALE, slot], rows)
             state[WB_ROWS + slot] = 0
 
     def start_send_out(i, qb, slot):
@@ -248,17 +233,28 @@ def rpa_kernel(*refs, cfg: KernelConfig):
     # ---- compute ---------------------------------------------------------------------------
 
     def load_kv(slot, head):
-        """K and V of one KV head from a buffer slot, dequantized to the query dtype."""
+        """K and V of one KV head from a buffer slot in the query dtype, dequantized except
+        for int8, whose per-token scales apply to the scores and probabilities instead."""
         dtype = q_bufs.dtype
+        if cfg.quant == "int8":
+            # The head's K and V rows converted together, then split: Mosaic (libtpu
+            # 0.0.x for v6e) aborts converting a single int8 row [bkv, D] of the tile.
+            kv = kv_bufs[slot, :, 2 * head : 2 * head + 2, :].astype(jnp.float32).astype(dtype)
+            return kv[:, 0, :], kv[:, 1, :]
         k = kv_bufs[slot, :, 2 * head, :]  # [bkv, D]
         v = kv_bufs[slot, :, 2 * head + 1, :]
-        if cfg.quant == "int8":
-            k = k.astype(jnp.float32) * scale_bufs[slot, :, 2 * head : 2 * head + 1]
-            v = v.astype(jnp.float32) * scale_bufs[slot, :, 2 * head + 1 : 2 * head + 2]
-        elif cfg.quant == "fp8":
+        if cfg.quant == "fp8":
             k = k.astype(jnp.float32) * tensor_scales_ref[0]
             v = v.astype(jnp.float32) * tensor_scales_ref[1]
         return k.astype(dtype), v.astype(dtype)
+
+    def scale_row(slot, row):
+        """int8 scales of head row ``row`` over a buffer slot's block: f32[1, bkv]. Picked
+        out of the whole [2H, bkv] tile by a sublane sum: Mosaic does not lay out a
+        one-row slice at an odd sublane offset for the broadcast that follows."""
+        tile = scale_bufs[slot]
+        rows = lax.broadcasted_iota(jnp.int32, tile.shape, 0)
+        return jnp.sum(jnp.where(rows == row, tile, 0.0), axis=0, keepdims=True)
 
     def attend_block(rows, q_slot, kv_slot, first_pos, kb):
         """Fold KV block kb into the running (m, l, acc) of every KV head's query group."""
@@ -272,6 +268,10 @@ def rpa_kernel(*refs, cfg: KernelConfig):
             q = q_bufs[q_slot, :rows, h * group : (h + 1) * group, :].reshape(num_rows, -1)
             k, v = load_kv(kv_slot, h)
             s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+            if cfg.quant == "int8":
+                # q . (k_int * scale) = (q . k_int) * scale: a lane row [1, bkv] per head
+                # scales the [rows, bkv] scores rather than every element of K.
+                s = s * scale_row(kv_slot, 2 * h)
             s = s * cfg.sm_scale
             if cfg.soft_cap is not None:
                 s = cfg.soft_cap * jnp.tanh(s / cfg.soft_cap)
@@ -283,7 +283,8 @@ def rpa_kernel(*refs, cfg: KernelConfig):
             p = jnp.exp(s - m_next)
             alpha = jnp.exp(m_prev - m_next)
             l_next = alpha * l_ref[h, :num_rows, :1] + jnp.sum(p, axis=1, keepdims=True)
-            pv = jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+            p_v = p * scale_row(kv_slot, 2 * h + 1) if cfg.quant == "int8" else p
+            pv = jnp.dot(p_v.astype(v.dtype), v, preferred_element_type=jnp.float32)
             acc_ref[h, :num_rows] = alpha * acc_ref[h, :num_rows] + pv
             m_ref[h, :num_rows] = jnp.broadcast_to(m_next, (num_rows, LANES))
             l_ref[h, :num_rows] = jnp.broadcast_to(l_next, (num_rows, LANES))

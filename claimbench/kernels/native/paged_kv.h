@@ -3,7 +3,8 @@
 // Pages are [num_pages, page_size, 2 * num_kv_heads, head_dim] with K of head h
 // at row 2h and V at row 2h + 1 (kernels/kv_quant.py). Storage may be f32, f16,
 // bf16 (or its uint16 bit container), int8 with per-row f32 scales
-// [num_pages, page_size, 2 * num_kv_heads], or fp8 e4m3fn (or its uint8 bit
+// [num_pages, scale_lanes] (page p's row: token t's head rows at t * rows + r, padded to
+// 128 lanes), or fp8 e4m3fn (or its uint8 bit
 // container) with per-tensor scales f32[2] = (k_scale, v_scale).
 
 #ifndef CLAIMBENCH_PAGED_KV_H_
@@ -88,9 +89,10 @@ enum class Storage { kF32, kF16, kBf16, kInt8, kFp8 };
 
 struct PagedKV {
   const void* pages;
-  const float* scales;  // int8: [num_pages, page_size, rows]; fp8: [2]; else unused
+  const float* scales;  // int8: [num_pages, scale_lanes]; fp8: [2]; else unused
   Storage storage;
   int64_t num_pages, page_size, rows, head_dim;
+  int64_t scale_lanes = 0;  // int8: floats per page of scales (page_size * rows, padded)
 
   int64_t token_bytes() const {
     const int64_t elem = storage == Storage::kF32                                 ? 4
@@ -128,7 +130,8 @@ struct PagedKV {
       }
       case Storage::kInt8: {
         const int8_t* src = static_cast<const int8_t*>(pages) + index;
-        const float scale = scales[slot * rows + row];
+        const int64_t page = slot / page_size, offset = slot % page_size;
+        const float scale = scales[page * scale_lanes + offset * rows + row];
         for (int64_t i = 0; i < d; ++i) scratch[i] = static_cast<float>(src[i]) * scale;
         break;
       }
@@ -167,11 +170,18 @@ inline ffi::Error DescribePages(ffi::AnyBuffer pages, ffi::Buffer<ffi::F32> scal
     case ffi::DataType::U8: kv->storage = Storage::kFp8; break;
     default: return ffi::Error::InvalidArgument("unsupported page dtype");
   }
-  const size_t want = kv->storage == Storage::kInt8
-                          ? static_cast<size_t>(kv->num_pages * kv->page_size * kv->rows)
-                          : (kv->storage == Storage::kFp8 ? 2 : 0);
-  if (scales.element_count() < want) {
-    return ffi::Error::InvalidArgument("scales are too small for the page dtype");
+  if (kv->storage == Storage::kInt8) {
+    auto scale_dims = scales.dimensions();
+    if (scale_dims.size() != 2 || scale_dims[0] != kv->num_pages ||
+        scale_dims[1] < kv->page_size * kv->rows) {
+      return ffi::Error::InvalidArgument(
+          "int8 scales must be [num_pages, >= page_size * 2 * kv_heads] = [" +
+          std::to_string(kv->num_pages) + ", >= " + std::to_string(kv->page_size * kv->rows) +
+          "]");
+    }
+    kv->scale_lanes = scale_dims[1];
+  } else if (kv->storage == Storage::kFp8 && scales.element_count() < 2) {
+    return ffi::Error::InvalidArgument("fp8 pages need scales f32[2] (k_scale, v_scale)");
   }
   kv->pages = pages.untyped_data();
   kv->scales = scales.typed_data();
