@@ -128,7 +128,9 @@ def run(
     over_budget: Annotated[
         bool,
         typer.Option(
-            "--over-budget", help="Run even when the estimated cost exceeds the remaining budget."
+            "--over-budget",
+            help="Run even when the estimated cost exceeds the remaining budget, or when this "
+            "accelerator has no price (its runs are then logged with unknown dollars).",
         ),
     ] = False,
 ) -> None:
