@@ -183,7 +183,7 @@ def decode_at_batch(args, model, tokenizer, prompts) -> dict[str, float]:
     for trial in range(args.decode_trials):
         # Alternate which mode goes first, so drift on the machine favours neither.
         for mode in ("off", "on") if trial % 2 == 0 else ("on", "off"):
-            engine.reset(dataclasses.replace(engine.config, async_scheduling=mode))
+            engine.reset(dataclasses.replace(engine.config, async_scheduling=mode == "on"))
             runs[mode].append(decode_run(engine, prompts, batch, args.output_len))
 
     def cat(mode: str, key: str) -> np.ndarray:

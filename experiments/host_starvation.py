@@ -137,14 +137,14 @@ def run(ctx: RunContext) -> None:
     # Warm both arms' host paths and the device-side token merge's shapes, untimed.
     warm = np.random.default_rng([ctx.seed, 1]).integers(3, vocab, size=(batch, prompt_len))
     for mode in MODES:
-        reset_with(engine, async_scheduling=mode)
+        reset_with(engine, async_scheduling=mode == "on")
         serve_arm(engine, warm.tolist(), 3)
     for trial in range(ctx.trials):
         rng = np.random.default_rng(ctx.seed + trial)
         prompts = rng.integers(3, vocab, size=(batch, prompt_len)).tolist()
         arms: dict[str, ArmResult] = {}
         for mode in rotated(MODES, trial):
-            reset_with(engine, async_scheduling=mode)
+            reset_with(engine, async_scheduling=mode == "on")
             arm = serve_arm(engine, prompts, output_len)
             if len(arm.periods_s) == 0:
                 raise RuntimeError(f"async {mode}: no full-batch decode step ran")

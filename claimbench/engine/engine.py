@@ -261,18 +261,14 @@ class LLMEngine:
 
     @property
     def async_scheduling(self) -> bool:
-        """Whether steps overlap (config.async_scheduling resolved). Never with speculative
-        decoding: a step's drafts need the accepted tokens on the host before it is built."""
-        mode = self.config.async_scheduling
-        if self.speculator is not None or mode == "off":
-            return False
-        return mode == "on" or jax.default_backend() != "cpu"
+        """Whether steps overlap (config.async_scheduling). Never with speculative decoding:
+        a step's drafts need the accepted tokens on the host before it is built."""
+        return self.config.async_scheduling and self.speculator is None
 
     def describe_steps(self) -> dict[str, object]:
         """How the engine steps: whether the host overlaps the device, and when it does not."""
         return {
             "async_scheduling": self.async_scheduling,
-            "async_scheduling_config": self.config.async_scheduling,
             # async_step.py: steps asking for prompt log-probs complete within their call.
             "overlap_fallbacks": "speculative decoding; steps with prompt log-probs",
         }
