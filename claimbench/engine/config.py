@@ -63,6 +63,7 @@ KNOBS: dict[str, Knob] = {
     "num_spec_tokens": Knob(False, "draft tokens per step: the verify steps' shapes"),
     "draft_model_path": Knob(False, "draft model: its weights are loaded at construction"),
     "ladder": Knob(True, "degradation ladder: service cuts taken one rung at a time under load"),
+    "tp": Knob(False, "tensor-parallel devices: weights and KV heads are placed over them"),
     "async_scheduling": Knob(True, "build step N+1 while step N runs on the device"),
 }
 # Fields only the host reads: LLMEngine.reset may switch them without recompiling.
@@ -100,6 +101,7 @@ class EngineConfig:
     num_spec_tokens: int = 4  # draft tokens proposed per sequence and step, 1..MAX_SPEC_TOKENS
     draft_model_path: Path | None = None  # speculative="draft"; None = shipped tiny draft
     ladder: tuple[Rung, ...] = ()  # degradation ladder, climbed under load (engine/ladder.py)
+    tp: int = 1  # tensor-parallel devices: weights and the KV pool split over them (sharding.py)
     # Overlap the host's work for step N+1 with the device's step N (async_step.py). Off by
     # default: it measured slower on CPU (host and device share cores) and no faster on an
     # H200 serving the shipped model, whose decode step is almost all host work.
@@ -147,6 +149,7 @@ class EngineConfig:
             "max_num_seqs",
             "max_num_batched_tokens",
             "max_model_len",
+            "tp",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")

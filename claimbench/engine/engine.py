@@ -458,6 +458,12 @@ class LLMEngine:
         """A read-only snapshot: pool occupancy, queue lengths, KV and weight bytes."""
         return engine_stats(self.runner, self.block_manager, self.scheduler)
 
+    def describe(self) -> dict[str, object]:
+        """How the engine is laid out: tensor-parallel devices, the KV-head split (KV heads
+        replicated when fewer than the devices), pages, and the weight and KV bytes one
+        device holds."""
+        return self.runner.describe()
+
     def output(self, request_id: str) -> RequestOutput:
         r = self.requests[request_id]
         text = self.tokenizer.decode(r.output_token_ids) if self.tokenizer else None

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 from jax.experimental.compilation_cache import compilation_cache
+from jax.sharding import NamedSharding, PartitionSpec
 
 from claimbench.engine.batch import StepInputs, empty_inputs
 from claimbench.engine.buckets import bucket_pairs
@@ -32,6 +33,15 @@ from claimbench.engine.kv_cache import (
     resolve_kv_dtype,
 )
 from claimbench.engine.sampler import sample
+from claimbench.engine.sharding import (
+    REPLICATED,
+    ShardedAttention,
+    TensorParallel,
+    cache_spec,
+    device_bytes,
+    replicate_kv_heads,
+    weight_specs,
+)
 from claimbench.engine.spec_decode import accept
 from claimbench.kernels.backend import AttentionBackend, get_backend, resolve_backend_name
 from claimbench.kernels.kv_quant import LayerKV
@@ -80,8 +90,7 @@ class StaticModel:
         )
 
 
-@partial(jax.jit, static_argnums=(0, 1), donate_argnums=(4,))
-def _step(
+def step_fn(
     static: StaticModel,
     with_prompt_logprobs: bool,
     weights: list[jax.Array],
@@ -135,20 +144,50 @@ def _step(
     return output, kv_caches
 
 
+# Unsharded: arrays stay where they were placed (the default device).
+_step = jax.jit(step_fn, static_argnums=(0, 1), donate_argnums=(4,))
+
+
+@cache
+def _sharded_step(
+    weights: tuple[NamedSharding, ...], caches: tuple[LayerKV, ...], replicated: NamedSharding
+):
+    """``step_fn`` jitted with explicit shardings (sharding.py's table for the weights, KV
+    heads for the cache, the rest replicated), the cache still donated. Cached per layout,
+    so engines of one shape and mesh share executables."""
+    return jax.jit(
+        step_fn,
+        static_argnums=(0, 1),
+        donate_argnums=(4,),
+        in_shardings=(list(weights), replicated, list(caches), replicated),
+        out_shardings=(replicated, list(caches)),
+    )
+
+
 class ModelRunner:
-    """Owns the model weights and the KV cache; runs steps at compiled bucket shapes."""
+    """Owns the model weights and the KV cache; runs steps at compiled bucket shapes.
+
+    The weights and the cache are placed once, here, over a mesh of ``cfg.tp`` devices
+    (sharding.py); tp=1 takes the same path over one device. ``unsharded`` keeps today's
+    single-device placement with no mesh at all (the baseline benchmarks compare against).
+    """
 
     def __init__(
         self,
         cfg: EngineConfig,
         model: LlamaForCausalLM,
         fp8_kv_scales: tuple[float, float] = (1.0, 1.0),
+        *,
+        unsharded: bool = False,
     ) -> None:
         if cfg.compilation_cache_dir is not None:
             compilation_cache.set_cache_dir(str(cfg.compilation_cache_dir))
             jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
             compilation_cache.reset_cache()
         self.cfg = cfg
+        self.tp = None if unsharded else TensorParallel.build(cfg.tp, model.cfg)
+        if self.tp is not None:
+            model = replicate_kv_heads(model, self.tp.kv_replicas)
         graphdef, state = nnx.split(model)
         self.weights, treedef = jax.tree.flatten(state)
         # What the weights really occupy: quantized values and their scales included.
@@ -157,21 +196,49 @@ class ModelRunner:
         backend = resolve_backend_name(cfg.attention_backend)
         # The pages' layout (head_dim lane-padded for the Pallas kernel) sizes the pool.
         kv_cfg = page_layout(model.cfg, backend)
-        self.num_pages = num_pages_for_pool(kv_cfg, self.kv_dtype, cfg.page_size, cfg.kv_pool_bytes)
-        self.kv_caches = allocate_kv_cache(
-            kv_cfg,
-            self.num_pages,
-            cfg.page_size,
-            self.kv_dtype,
-            fp8_kv_scales,
+        # One pool, sized per device: kv_pool_bytes is what each device gives its KV heads.
+        local_cfg = kv_cfg if self.tp is None else self.tp.local_layout(kv_cfg)
+        self.num_pages = num_pages_for_pool(
+            local_cfg, self.kv_dtype, cfg.page_size, cfg.kv_pool_bytes
+        )
+        allocate = partial(
+            allocate_kv_cache,
+            num_pages=self.num_pages,
+            page_size=cfg.page_size,
+            storage_dtype=self.kv_dtype,
+            fp8_scales=fp8_kv_scales,
             # The Pallas kernel reads pages in their value dtype; the XLA path writes
             # in place only into integer containers (see kv_quant.BIT_CONTAINERS).
             bit_containers=backend != "pallas",
         )
+        if self.tp is None:
+            self.kv_caches = allocate(kv_cfg)
+        else:
+            # Each device allocates a whole cache of its own KV heads, in place: the kernels
+            # under shard_map see exactly the layout an unsharded cache of those heads has
+            # (int8 scale rows included), and the whole pool never sits on one device.
+            local = partial(allocate, local_cfg)
+            specs = [cache_spec(c) for c in jax.eval_shape(local)]
+            self.kv_caches = jax.jit(
+                jax.shard_map(local, mesh=self.tp.mesh, in_specs=(), out_specs=specs)
+            )()
+            cache_shardings = [jax.tree.map(self.tp.named, s, is_leaf=_is_spec) for s in specs]
+            weight_shardings = [self.tp.named(s) for s in weight_specs(state, self.tp.tp)]
+            self.weights = [
+                jax.device_put(w, s) for w, s in zip(self.weights, weight_shardings, strict=True)
+            ]
         self.kv_cache_bytes = pool_bytes(kv_cfg, self.kv_dtype, cfg.page_size, self.num_pages)
         self.kv_bytes_per_token = kv_bytes_per_token(kv_cfg, self.kv_dtype)
-        self.rope = jax.device_put(rope_table(model.cfg, cfg.max_model_len))
-        self._static = StaticModel(graphdef, treedef, get_backend(cfg.attention_backend))
+        attention = get_backend(cfg.attention_backend)
+        if self.tp is None:
+            self.rope = jax.device_put(rope_table(model.cfg, cfg.max_model_len))
+            self._step = _step
+        else:
+            replicated = self.tp.named(REPLICATED)
+            self.rope = jax.device_put(rope_table(model.cfg, cfg.max_model_len), replicated)
+            attention = ShardedAttention(attention, self.tp.mesh)
+            self._step = _sharded_step(tuple(weight_shardings), tuple(cache_shardings), replicated)
+        self._static = StaticModel(graphdef, treedef, attention)
         self._warm: set[tuple[int, int, bool]] = set()
         self.num_compilations = 0  # bucket variants first run by this runner
         self.compile_time_s = 0.0
@@ -192,7 +259,7 @@ class ModelRunner:
         key = (len(inputs.token_ids), len(inputs.logits_indices), prompt_logprobs)
         first = key not in self._warm
         start = time.perf_counter()
-        out, self.kv_caches = _step(
+        out, self.kv_caches = self._step(
             self._static, prompt_logprobs, self.weights, self.rope, self.kv_caches, inputs
         )
         if first:
@@ -201,3 +268,20 @@ class ModelRunner:
             self.num_compilations += 1
             self._warm.add(key)
         return out
+
+    def describe(self) -> dict[str, object]:
+        """The placement: tp, devices, the KV-head split and the bytes one device holds."""
+        device = jax.tree.leaves(self.weights)[0].sharding.device_set
+        first = min(device, key=lambda d: d.id)
+        info: dict[str, object] = {"tp": 1, "devices": [str(first)], "kv_replicas": 1}
+        if self.tp is not None:
+            info = self.tp.describe()
+        return info | {
+            "num_pages": self.num_pages,
+            "weight_bytes_per_device": device_bytes(self.weights, first),
+            "kv_cache_bytes_per_device": device_bytes(self.kv_caches, first),
+        }
+
+
+def _is_spec(x: object) -> bool:
+    return isinstance(x, PartitionSpec)

@@ -1,0 +1,136 @@
+"""tp-refutation: what tensor parallelism buys in decode, per token and per chip.
+
+Measured, per trial: one engine per tp in ``tps`` (engine/sharding.py: weights split
+Megatron-style, the KV pool over KV heads, attention under shard_map) serves the same batch
+of ``batch`` requests, all admitted at once, ``prompt_len`` tokens each, ``output_len``
+greedy tokens (EOS ignored). Per-token decode latency is the median TPOT over the batch
+(every decode step emits one token for each sequence), so decode throughput is
+batch / TPOT and per-chip throughput batch / (TPOT * tp). Against tp = 1 at the largest tp:
+
+* latency_ratio = TPOT(tp=1) / TPOT(tp=max);
+* per_chip_throughput_ratio = per-chip throughput(tp=max) / per-chip throughput(tp=1).
+
+On a CPU host the tp devices are virtual (cli/cpu_devices.py): they share the host's cores
+and memory and have no interconnect, so these numbers exercise the sharded path and are
+indicative only; the claim is about TPU chips.
+
+Analytic context, once per chip of ``roofline_chips``: the roofline with its ICI all-reduce
+term (harness/roofline.py) for ``model`` at ``roofline_tp`` chips, ``batch`` sequences at
+``roofline_context`` cached tokens: roofline_latency_ratio and
+roofline_per_chip_throughput_ratio. No condition reads them; they say what the hardware
+physics predicts beside whatever was measured.
+
+Params: tps, batch, prompt_len, output_len, model, roofline_chips, roofline_tp,
+roofline_context, ``engine``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from claimbench.engine.sampler import SamplingParams
+from claimbench.harness.hardware import get_chip
+from claimbench.harness.model_presets import get_preset
+from claimbench.harness.roofline import ServingSetup, decode_step
+
+if TYPE_CHECKING:
+    from claimbench.engine.engine import LLMEngine
+    from claimbench.harness.context import RunContext
+
+DEFAULT_PARAMS: dict[str, Any] = {
+    "tps": [1, 2, 4],
+    "batch": 8,
+    "prompt_len": 32,
+    "output_len": 32,
+    "model": "llama-3.1-8b",
+    "roofline_chips": ["v5e", "v6e"],
+    "roofline_tp": 4,
+    "roofline_context": 4096,
+    "engine": {},
+}
+
+
+def record_roofline(ctx: RunContext, params: dict[str, Any]) -> None:
+    """The roofline-and-ICI prediction of both ratios, once per chip (analytic context)."""
+    shape, tp = get_preset(params["model"]), params["roofline_tp"]
+    for chip_name in params["roofline_chips"]:
+        chip = get_chip(chip_name)
+        steps = {
+            n: decode_step(
+                ServingSetup(
+                    shape,
+                    chip,
+                    num_chips=n,
+                    batch=params["batch"],
+                    context=params["roofline_context"],
+                    include_ici=True,
+                )
+            )
+            for n in (1, tp)
+        }
+        one, many = steps[1].step_s, steps[tp].step_s
+        inputs = {
+            "layout": asdict(shape),
+            "chip": chip_name,
+            "tp": tp,
+            "batch": params["batch"],
+            "context": params["roofline_context"],
+            "step_s_1": one,
+            f"step_s_{tp}": many,
+            f"ici_s_{tp}": steps[tp].ici_s,
+        }
+        labels = {"chip": chip_name, "model": params["model"], "tp": tp}
+        ctx.record_analytic("roofline_latency_ratio", one / many, unit="x", inputs=inputs, **labels)
+        ctx.record_analytic(
+            "roofline_per_chip_throughput_ratio",
+            one / (tp * many),
+            unit="x",
+            inputs=inputs,
+            **labels,
+        )
+
+
+def decode_tpot_s(engine: LLMEngine, prompts: list[list[int]], output_len: int) -> float:
+    """Serve the batch (all at once, from a reset engine); the median TPOT in seconds."""
+    engine.reset()
+    sampling = SamplingParams(max_tokens=output_len, ignore_eos=True)
+    engine.generate(prompts, sampling)
+    return float(np.median(engine.requests_frame()["tpot_s"]))
+
+
+def run(ctx: RunContext) -> None:
+    """Both ratios per trial (measured), per-tp TPOT and throughput beside; the roofline's
+    ratios once per chip (analytic)."""
+    params = ctx.merged(DEFAULT_PARAMS)
+    tps = sorted(set(params["tps"]))
+    if tps[0] != 1 or len(tps) < 2:
+        raise ValueError(f"param tps must include 1 and a larger tp, got {params['tps']}")
+    if params["output_len"] < 2:
+        raise ValueError(f"param output_len must be >= 2 (TPOT), got {params['output_len']}")
+    record_roofline(ctx, params)
+    batch, top = params["batch"], tps[-1]
+    engines = {tp: ctx.engine(tp=tp, precompile=True) for tp in tps}
+    rng = np.random.default_rng(ctx.seed)
+    vocab = engines[1].model_cfg.vocab_size
+    for trial in range(ctx.trials):
+        prompts = rng.integers(2, vocab, (batch, params["prompt_len"])).tolist()
+        tpot = {}
+        for tp, engine in engines.items():
+            tpot[tp] = decode_tpot_s(engine, prompts, params["output_len"])
+            ctx.save_frames(engine.requests_frame(), engine.steps_frame(), tp=tp, trial=trial)
+        for tp, seconds in tpot.items():
+            ctx.record("decode_tpot_ms", 1000 * seconds, trial=trial, unit="ms", tp=tp)
+            ctx.record(
+                "per_chip_tokens_per_s", batch / (seconds * tp), trial=trial, unit="tok/s", tp=tp
+            )
+        ctx.record("latency_ratio", tpot[1] / tpot[top], trial=trial, unit="x", tp=top)
+        ctx.record(
+            "per_chip_throughput_ratio",
+            tpot[1] / (top * tpot[top]),
+            trial=trial,
+            unit="x",
+            tp=top,
+        )
