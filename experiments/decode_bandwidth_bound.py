@@ -1,0 +1,157 @@
+"""decode-bandwidth-bound: decode step time against the memory-bandwidth roofline, and MFU.
+
+Workload: for each batch size in ``batches``, a closed batch of that many requests with
+``prompt_len`` random prompt tokens and ``output_len`` output tokens (EOS ignored), served
+alone on a fresh engine state, async scheduling off so each step's ``device_s`` (dispatch to
+outputs ready) is the step's own time. Only full-batch decode steps count; decode step k
+attends ``prompt_len + k + 1`` cached tokens per sequence.
+
+The roofline of each step (harness/decode_roofline.py) is the bytes it must move (every
+weight once, the batch's cached K/V, the new K/V) over the memory bandwidth, in the dtypes the
+engine stores them in. The bandwidth and peak FLOP/s are the chip spec's on a TPU or GPU (the
+claim is about a chip's HBM roofline); on a CPU, which has no such spec, they are measured on
+this host by a streaming probe and a matmul probe (harness/memory_probe.py) and the
+comparison is shown as the CPU's own, indicative. Both probes are recorded every trial.
+
+Per trial and batch: the median full-batch decode step, its roofline, their ratio and the
+MFU (useful FLOPs / step time / peak), labelled ``batch``. The claim's metrics per trial are
+the worst over the batches: ``step_over_roofline`` (the largest ratio) and ``mfu_pct`` (the
+largest MFU), since it says every batch up to 32 stays within 1.3x and under 10%.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from claimbench.engine.kv_cache import resolve_kv_dtype
+from claimbench.engine.sampler import SamplingParams
+from claimbench.harness.decode_roofline import decode_bytes, weight_storage_bytes
+from claimbench.harness.hardware import get_chip
+from claimbench.harness.memory_probe import matmul_flops_per_s, stream_bytes_per_s
+from claimbench.harness.model_presets import shape_from_config
+from claimbench.harness.tenant_runs import kv_pool_bytes, reset_with
+
+if TYPE_CHECKING:
+    from claimbench.engine.engine import LLMEngine
+    from claimbench.harness.context import RunContext
+
+DEFAULT_PARAMS: dict[str, Any] = {
+    "batches": [1, 2, 4, 8, 16, 32],
+    "prompt_len": 128,
+    "output_len": 32,
+    "engine": {},
+}
+
+
+def _check(params: dict[str, Any]) -> None:
+    batches = params["batches"]
+    if (
+        not isinstance(batches, list)
+        or not batches
+        or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in batches)
+    ):
+        raise ValueError(f"param batches must be a list of positive integers, got {batches!r}")
+    for key in ("prompt_len", "output_len"):
+        value = params[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"param {key} must be a positive integer, got {value!r}")
+    if params["output_len"] < 3:
+        raise ValueError(f"param output_len must be >= 3, got {params['output_len']}")
+
+
+def decode_steps_s(engine: LLMEngine, prompts: list[list[int]], output_len: int) -> np.ndarray:
+    """Serve the prompts together; the device time of each full-batch decode step, in order."""
+    sampling = SamplingParams(max_tokens=output_len, ignore_eos=True)
+    for prompt in prompts:
+        engine.add_request(prompt, sampling)
+    while engine.has_unfinished:
+        engine.step()
+    steps = engine.steps_frame()
+    batch = len(prompts)
+    full = steps[(steps["num_seqs"] == batch) & (steps["num_decode_seqs"] == batch)]
+    return full["device_s"].to_numpy()
+
+
+def _roofline(ctx: RunContext, dtype: str) -> tuple[float, float, str]:
+    """(bytes/s, FLOP/s, source): the chip's spec on an accelerator, else this host's probes."""
+    chip = ctx.hardware.get("chip")
+    if ctx.hardware["platform"] != "cpu" and chip is not None:
+        spec = get_chip(chip)
+        return spec.hbm_bytes_per_s, spec.peak_flops_per_s("bf16"), f"{spec.label} spec"
+    return stream_bytes_per_s(), matmul_flops_per_s(dtype=dtype), "measured on this host"
+
+
+def run(ctx: RunContext) -> None:
+    """Record step_over_roofline and mfu_pct per trial, with each batch's step, roofline,
+    ratio and MFU beside them and the probes' bandwidth and FLOP/s."""
+    params = ctx.merged(DEFAULT_PARAMS)
+    _check(params)
+    batches, prompt_len, output_len = params["batches"], params["prompt_len"], params["output_len"]
+    engine_params = params["engine"]
+    max_batch = max(batches)
+    overrides: dict[str, Any] = {
+        "max_num_seqs": max_batch,
+        "prefix_caching": "off",
+        "async_scheduling": False,
+    }
+    if "kv_pool_bytes" not in engine_params:
+        page_size = engine_params.get("page_size", 16)
+        pages = max_batch * -(-(prompt_len + output_len) // page_size)
+        overrides["kv_pool_bytes"] = kv_pool_bytes(ctx, engine_params, pages)
+    engine = ctx.engine(precompile=True, **overrides)
+    config = engine.config
+    if prompt_len + output_len > config.max_model_len:
+        raise ValueError(
+            f"prompt_len + output_len = {prompt_len + output_len} exceeds "
+            f"max_model_len={config.max_model_len}"
+        )
+    model = shape_from_config("served", engine.model_cfg)
+    weight_bpp = weight_storage_bytes(config.weights, config.dtype)
+    kv_bpe = np.dtype(resolve_kv_dtype(config.kv_dtype, config.dtype)).itemsize
+    vocab = engine.model_cfg.vocab_size
+    # Warm every batch size's host path untimed (the steps are precompiled).
+    warm = np.random.default_rng([ctx.seed, 1]).integers(3, vocab, size=(max_batch, prompt_len))
+    for batch in batches:
+        reset_with(engine)
+        decode_steps_s(engine, warm[:batch].tolist(), 3)
+    for trial in range(ctx.trials):
+        bandwidth, peak_flops, source = _roofline(ctx, config.dtype)
+        ctx.record("roofline_bytes_per_s", bandwidth, trial=trial, unit="B/s", source=source)
+        ctx.record("roofline_flops_per_s", peak_flops, trial=trial, unit="FLOP/s", source=source)
+        rng = np.random.default_rng(ctx.seed + trial)
+        ratios, mfus = [], []
+        for batch in batches:
+            reset_with(engine)
+            prompts = rng.integers(3, vocab, size=(batch, prompt_len)).tolist()
+            steps_s = decode_steps_s(engine, prompts, output_len)
+            if len(steps_s) == 0:
+                raise RuntimeError(f"batch {batch}: no full-batch decode step ran")
+            ctx.save_frames(steps=engine.steps_frame(), trial=trial, batch=batch)
+            contexts = prompt_len + 1 + np.arange(len(steps_s))
+            ideal = [
+                decode_bytes(
+                    model,
+                    batch=batch,
+                    context=int(c),
+                    weight_bytes_per_param=weight_bpp,
+                    kv_bytes_per_element=kv_bpe,
+                )
+                for c in contexts
+            ]
+            roofline_s = np.array([d.total_bytes for d in ideal]) / bandwidth
+            flops = np.array([d.flops for d in ideal])
+            step_s = float(np.median(steps_s))
+            ratio = float(np.median(steps_s / roofline_s))
+            mfu = float(100.0 * np.median(flops / steps_s) / peak_flops)
+            ratios.append(ratio)
+            mfus.append(mfu)
+            ctx.record("decode_step_s", step_s, trial=trial, unit="s", batch=batch)
+            ctx.record(
+                "roofline_step_s", float(np.median(roofline_s)), trial=trial, unit="s", batch=batch
+            )
+            ctx.record("step_over_roofline_at", ratio, trial=trial, unit="x", batch=batch)
+            ctx.record("mfu_pct_at", mfu, trial=trial, unit="%", batch=batch)
+        ctx.record("step_over_roofline", max(ratios), trial=trial, unit="x")
+        ctx.record("mfu_pct", max(mfus), trial=trial, unit="%")
