@@ -244,3 +244,60 @@ def test_dense_model_steps_record_no_experts() -> None:
     engine = tiny_engine()
     engine.generate([[5, 6, 7]], SamplingParams(max_tokens=2, ignore_eos=True))
     assert all(len(t) == 0 for t in engine.steps_frame().experts_touched)
+
+
+# -- training -------------------------------------------------------------------------------
+
+
+def test_upcycled_moe_routed_to_both_halves_is_the_dense_model(monkeypatch) -> None:
+    from engine_helpers import TINY_MODEL
+
+    from claimbench.models import moe_train
+    from claimbench.models.llama import LlamaForCausalLM
+
+    dense = LlamaForCausalLM(TINY_MODEL, dtype=jnp.float32, rngs=nnx.Rngs(0))
+    cfg = replace(
+        TINY_MODEL,
+        architecture="MixtralForCausalLM",
+        intermediate_size=TINY_MODEL.intermediate_size // 2,
+        num_experts=4,
+        num_experts_per_tok=2,
+    )
+    monkeypatch.setattr(moe_train, "UPCYCLE_NOISE", 0.0)
+    moe = moe_train.upcycle(dense, cfg, seed=0)
+    for layer in moe.layers:  # all experts tie: each token picks 0 and 1 (the two halves), 1/2 each
+        gate = layer.block_sparse_moe.gate.kernel
+        gate.set_value(jnp.zeros_like(gate[...]))
+    ids = jax.random.randint(jax.random.PRNGKey(0), (2, 9), 0, TINY_MODEL.vocab_size)
+    np.testing.assert_allclose(moe.forward_dense(ids), dense.forward_dense(ids), atol=1e-4)
+
+
+def test_moe_train_step_learns_the_router() -> None:
+    import optax
+
+    from claimbench.models.moe_train import make_moe_train_step
+
+    model = MixtralForCausalLM(CFG, dtype=jnp.float32, rngs=nnx.Rngs(0), dispatch="dense")
+    graphdef, params = nnx.split(model)
+    tx = optax.adam(1e-2)
+    opt_state = tx.init(params)
+    step = make_moe_train_step(graphdef, tx, coef=0.01)
+    batch = jnp.tile(jnp.arange(17) % 7 + 3, (2, 1))  # a repeating pattern: learnable
+    router_before = np.asarray(model.layers[0].block_sparse_moe.gate.kernel[...])
+    losses = []
+    for _ in range(15):
+        params, opt_state, ce, balance = step(params, opt_state, batch)
+        losses.append(float(ce))
+        assert 1.0 <= float(balance) <= CFG.num_experts
+    assert losses[-1] < losses[0] / 2
+    trained = nnx.merge(graphdef, params)
+    router_after = np.asarray(trained.layers[0].block_sparse_moe.gate.kernel[...])
+    assert np.abs(router_after - router_before).max() > 1e-3
+
+
+def test_cli_train_moe_bad_input_exits_2(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["model", "train-moe", "--steps", "0"])
+    assert result.exit_code == 2 and "--steps must be > 0" in result.output
+    result = CliRunner().invoke(app, ["model", "train-moe", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "needs claimbench-tiny" in result.output
+    assert "Traceback" not in result.output

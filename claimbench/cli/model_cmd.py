@@ -51,6 +51,26 @@ def train(
     )
 
 
+@app.command("train-moe")
+def train_moe(
+    out: Annotated[
+        Path | None, typer.Option(help="Assets directory (default: the package's models/assets).")
+    ] = None,
+    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 80,
+    seed: Annotated[int, typer.Option(help="Seed for the router, upcycling noise, batches.")] = 0,
+) -> None:
+    """Train claimbench-tiny-moe (8 experts, top-2) from claimbench-tiny by sparse upcycling."""
+    from claimbench.models.checkpoint import ASSETS_DIR
+    from claimbench.models.moe_train import train_shipped_moe
+
+    if steps <= 0:
+        fail(f"--steps must be > 0, got {steps}")
+    out_dir = ASSETS_DIR if out is None else out
+    if not (out_dir / "claimbench-tiny" / "model.safetensors").is_file():
+        fail(f"train-moe needs claimbench-tiny (model and tokenizer) in {out_dir}")
+    train_shipped_moe(out_dir, steps=steps, seed=seed, console=console)
+
+
 @app.command()
 def info(
     ctx: typer.Context,
