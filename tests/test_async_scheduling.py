@@ -3,6 +3,8 @@ read, and what a client sees (tokens, finishes, events) is exactly the synchrono
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from engine_helpers import tiny_engine, tiny_model
@@ -218,3 +220,51 @@ def test_prefix_cache_hits_match(engines):
     _both(engines, prompts, [SamplingParams(max_tokens=10, ignore_eos=True)] * 6)
     for mode in ("off", "on"):
         assert (engines[mode].requests_frame()["prefix_hit_tokens"] > 0).any()
+
+
+def test_stop_strings_cut_the_same_text_and_nothing_follows():
+    """The server's stop strings (OutputAssembler, abort on a match) over the shipped model
+    and tokenizer: the same text is sent with async scheduling on and off, and no token of
+    a request arrives after its stop."""
+    from claimbench.engine.build import build_engine
+    from claimbench.serving.generation import OutputAssembler
+
+    config = EngineConfig(
+        dtype="float32",
+        max_model_len=128,
+        max_num_seqs=8,
+        max_num_batched_tokens=64,
+        kv_pool_bytes=4 * 2**20,
+    )
+    engine = build_engine(config)
+    prompts = ["def add(a, b):", "import numpy as np\n", "The capital of France", "1, 2, 3,"]
+    sampling = SamplingParams(max_tokens=40, ignore_eos=True)
+
+    def serve_text(on: bool, stops: list[list[str]]) -> tuple[list[str], list]:
+        engine.reset(replace(config, async_scheduling=on))
+        ids = [engine.add_request(p, sampling) for p in prompts]
+        pairs = zip(ids, stops, strict=True)
+        assemblers = {r: OutputAssembler(engine.tokenizer, s) for r, s in pairs}
+        texts = dict.fromkeys(ids, "")
+        late = []
+        while engine.has_unfinished:
+            for event in engine.step():
+                asm = assemblers[event.request_id]
+                if not isinstance(event, TokenEvent):
+                    continue
+                if asm.stopped:
+                    late.append(event)
+                    continue
+                texts[event.request_id] += asm.push(event.token_id)
+                if asm.stopped:
+                    engine.abort(event.request_id)
+        return [texts[r] + assemblers[r].finish() for r in ids], late
+
+    full, _ = serve_text(False, [[] for _ in prompts])
+    # Each request's stop string: 4 characters from the middle of its own output.
+    stops = [[text[len(text) // 2 : len(text) // 2 + 4]] for text in full]
+    off, late_off = serve_text(False, stops)
+    on, late_on = serve_text(True, stops)
+    assert on == off and late_on == [] and late_off == []
+    for text, stop, whole in zip(on, stops, full, strict=True):
+        assert text == whole[: whole.index(stop[0])]
