@@ -226,3 +226,74 @@ def test_each_device_holds_an_unsharded_cache_of_its_own_kv_heads(variant, dtype
     # The pool is sized per device: what one device holds fits the tp=1 budget.
     assert expected <= 64 * 8 * 2 * 2 * 2 * 16 * F32
     assert info["num_pages"] > worker("formats")[variant]["1"]["describe"]["num_pages"]
+
+
+# -- the CLI: --tp, its virtual devices and bad input -------------------------------------------
+
+
+def test_requested_devices_reads_tp_and_the_tp_claims_run() -> None:
+    from claimbench.cli.cpu_devices import RUN_DEVICES, requested_devices
+
+    assert requested_devices(["generate", "hi", "--tp", "4"]) == 4
+    assert requested_devices(["bench", "--tp=2"]) == 2
+    assert requested_devices(["generate", "hi", "--tp", "1"]) is None
+    assert requested_devices(["generate", "hi", "--tp", "x"]) is None  # the command rejects it
+    assert requested_devices(["run", "tp-refutation"]) == RUN_DEVICES
+    assert requested_devices(["run", "kv-int8"]) is None
+    assert requested_devices(["generate", "hi"]) is None
+
+
+def test_device_count_set_only_on_cpu_and_never_over_the_users(monkeypatch) -> None:
+    from claimbench.cli.cpu_devices import set_cpu_device_count
+
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
+    set_cpu_device_count(["generate", "hi", "--tp", "4"])
+    assert os.environ["XLA_FLAGS"] == (
+        "--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=4"
+    )
+    set_cpu_device_count(["generate", "hi", "--tp", "8"])  # the count is already set
+    assert os.environ["XLA_FLAGS"].endswith("device_count=4")
+    monkeypatch.delenv("XLA_FLAGS")
+    monkeypatch.delenv("JAX_PLATFORMS")  # a TPU host: JAX chooses, real chips
+    set_cpu_device_count(["generate", "hi", "--tp", "4"])
+    assert "XLA_FLAGS" not in os.environ
+
+
+def claimbench(*args: str, xla_flags: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    if xla_flags is not None:
+        env["XLA_FLAGS"] = xla_flags
+    exe = Path(sys.executable).parent / "claimbench"
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, env=env, check=False)
+
+
+@pytest.mark.slow
+def test_generate_at_tp2_streams_the_tp1_tokens() -> None:
+    outs = {}
+    for tp in ("1", "2"):
+        args = ("--dtype", "float32", "generate", "def add(a, b):", "--max-tokens", "8")
+        proc = claimbench(*args, "--tp", tp, "--json")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        outs[tp] = json.loads(proc.stdout)["token_ids"]
+    assert len(outs["1"]) == 8 and outs["2"] == outs["1"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("command", "tp", "xla_flags", "message"),
+    [
+        # The shipped model has 4 query heads: 3 virtual devices exist, 3 does not divide 4.
+        ("generate", "3", None, "--tp=3 does not divide the model's 4 query heads"),
+        ("bench", "3", None, "--tp=3 does not divide the model's 4 query heads"),
+        # The user's own device count stands.
+        ("generate", "4", "--xla_force_host_platform_device_count=2", "--tp=4 exceeds the 2"),
+        ("generate", "0", None, "--tp must be > 0, got 0"),
+    ],
+)
+def test_bad_tp_is_one_line_and_exit_2(command, tp, xla_flags, message) -> None:
+    args = ("generate", "hi") if command == "generate" else ("bench", "--requests", "1")
+    proc = claimbench(*args, "--tp", tp, xla_flags=xla_flags)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr

@@ -22,6 +22,7 @@ from typing import Annotated
 import typer
 
 from claimbench.cli.common import err_console, fail, flag_message, global_options, option_flags
+from claimbench.cli.cpu_devices import TPOption
 from claimbench.cli.spec_options import (
     DraftModelOption,
     NumSpecTokensOption,
@@ -34,7 +35,7 @@ BENCH_DIR = "bench"
 # checked here first, so its own message never reaches the user).
 ENGINE_FLAGS = option_flags(
     ("kv_dtype", "kv_scale", "weights", "max_num_seqs", "max_num_batched_tokens")
-    + ("num_spec_tokens", "speculative")
+    + ("num_spec_tokens", "speculative", "tp")
 )
 
 
@@ -109,6 +110,7 @@ def bench(
     slo_ttft_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TTFT (ms).")] = None,
     slo_tpot_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TPOT (ms).")] = None,
     slo_e2el_ms: Annotated[float | None, typer.Option(help="Goodput SLO on E2EL (ms).")] = None,
+    tp: TPOption = 1,
 ) -> None:
     """Serve a Poisson/gamma workload of held-out prompts and summarize it.
 
@@ -119,6 +121,7 @@ def bench(
     from claimbench.engine.build import build_engine
     from claimbench.engine.config import EngineConfig
     from claimbench.engine.outputs import FinishEvent, RejectEvent
+    from claimbench.engine.sharding import check_model_tp
     from claimbench.harness.serving_summary import summarize
     from claimbench.models.checkpoint import default_model_path, read_config
     from claimbench.models.tokenizer import Tokenizer
@@ -172,7 +175,10 @@ def bench(
             speculative=speculative.value,
             num_spec_tokens=num_spec_tokens,
             draft_model_path=draft_model,
+            tp=tp,
         )
+        if url is None:  # a server is already placed: its own devices apply
+            check_model_tp(tp, model_cfg)
     except ValueError as e:
         fail(flag_message(e, ENGINE_FLAGS))
     try:

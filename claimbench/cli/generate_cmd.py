@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from claimbench.cli.common import err_console, fail, flag_message, global_options, option_flags
+from claimbench.cli.cpu_devices import TPOption
 from claimbench.cli.spec_options import (
     DraftModelOption,
     NumSpecTokensOption,
@@ -23,7 +24,7 @@ from claimbench.cli.spec_options import (
 MAX_CHUNK_TOKENS = 64  # prefill chunk: three compiled step shapes (16, 32, 64) at most
 # SamplingParams fields set by the option of the same name.
 SAMPLING_FLAGS = option_flags(("max_tokens", "temperature", "top_k", "top_p", "seed", "ignore_eos"))
-SPEC_FLAGS = option_flags(("num_spec_tokens", "speculative"))
+SPEC_FLAGS = option_flags(("num_spec_tokens", "speculative", "tp"))
 
 
 def generate(
@@ -39,12 +40,14 @@ def generate(
     speculative: SpeculativeOption = Speculative.none,
     num_spec_tokens: NumSpecTokensOption = 4,
     draft_model: DraftModelOption = None,
+    tp: TPOption = 1,
 ) -> None:
     """Generate a completion, printing tokens as they are produced."""
     from claimbench.engine.build import build_engine
     from claimbench.engine.config import EngineConfig
     from claimbench.engine.outputs import FinishEvent, TokenEvent
     from claimbench.engine.sampler import SamplingParams
+    from claimbench.engine.sharding import check_model_tp
     from claimbench.harness.serving_summary import spec_decode_summary
     from claimbench.models.checkpoint import default_model_path, read_config
     from claimbench.models.tokenizer import Tokenizer
@@ -84,7 +87,9 @@ def generate(
             speculative=speculative.value,
             num_spec_tokens=num_spec_tokens,
             draft_model_path=draft_model,
+            tp=tp,
         )
+        check_model_tp(tp, model_cfg)
         engine = build_engine(config)
     except ValueError as e:
         fail(flag_message(e, SPEC_FLAGS))

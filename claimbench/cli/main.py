@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
@@ -12,10 +13,13 @@ import typer
 from typer.core import TyperGroup
 
 from claimbench.cli.common import GlobalOptions, fail
+from claimbench.cli.cpu_devices import set_cpu_device_count
 from claimbench.cli.jax_platforms import set_default_jax_platforms
 
-# Before any command imports JAX: off a TPU host, libtpu must not try to start a TPU runtime.
+# Before any command imports JAX: off a TPU host, libtpu must not try to start a TPU runtime;
+# on a CPU-only host, --tp N needs N virtual devices.
 set_default_jax_platforms()
+set_cpu_device_count(sys.argv[1:])
 
 # click's UsageError (typer may vendor its own click, so it is found from a public subclass).
 _UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
