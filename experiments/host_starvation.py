@@ -88,9 +88,9 @@ def serve_arm(engine: LLMEngine, prompts: list[list[int]], output_len: int) -> A
     wall_s = time.perf_counter() - start
     steps = engine.steps_frame()
     batch = len(prompts)
-    full = steps[(steps["num_seqs"] == batch) & (steps["num_decode_seqs"] == batch)]
+    full = (steps["num_seqs"] == batch) & (steps["num_decode_seqs"] == batch)
     starts = steps["start_s"].to_numpy()
-    index = full["step"].to_numpy()
+    index = np.flatnonzero(full.to_numpy())  # row positions: each row's successor is the next
     # Every full-batch decode step but the run's last has a successor to end its period.
     index = index[index + 1 < len(steps)]
     return ArmResult(
