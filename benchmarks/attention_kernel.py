@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from claimbench.kernels import native_attention, reference
+from claimbench.kernels import native_attention, xla_rpa
 from claimbench.kernels.kv_quant import (
     FP8_DTYPE,
     LayerKV,
@@ -41,7 +41,7 @@ from claimbench.kernels.kv_quant import (
     to_container,
 )
 from claimbench.kernels.metadata import AttentionMetadata
-from claimbench.kernels.ragged_paged_attention import ragged_paged_attention
+from claimbench.kernels.pallas_rpa import ragged_paged_attention
 
 KV_DTYPES = {"bf16": jnp.bfloat16, "f32": jnp.float32, "int8": jnp.int8, "fp8": FP8_DTYPE}
 
@@ -123,7 +123,7 @@ def implementations(args, on_tpu: bool):
     impls = [
         (
             "xla",
-            jax.jit(functools.partial(reference.ragged_paged_attention, **options),
+            jax.jit(functools.partial(xla_rpa.ragged_paged_attention, **options),
                     donate_argnums=3),
             True,
         ),

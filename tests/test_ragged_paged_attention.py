@@ -1,7 +1,7 @@
 """The Pallas ragged paged attention kernel, run in TPU interpret mode on CPU.
 
-Checked against the XLA path (kernels/reference.py) and a naive dense attention per
-sequence, and the cache after the kernel's fused write against the reference's scatter,
+Checked against the naive paged reference (kernels/reference.py) and the XLA backend
+(kernels/xla_rpa.py), and the cache after the kernel's fused write against the reference's,
 bit for bit on every real page (page 0 is the null page that padded tokens write to).
 Shapes stay tiny: interpret mode simulates every DMA and semaphore in Python.
 """
@@ -21,10 +21,10 @@ from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from claimbench.kernels import reference
-from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV, quantize_int8_pages, split_kv
+from claimbench.kernels import reference, xla_rpa
+from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV, quantize_int8_pages
 from claimbench.kernels.metadata import NULL_PAGE, AttentionMetadata
-from claimbench.kernels.ragged_paged_attention import ragged_paged_attention
+from claimbench.kernels.pallas_rpa import ragged_paged_attention
 
 KV_DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "int8": jnp.int8, "fp8": FP8_DTYPE}
 INTERPRET = pltpu.InterpretParams()
@@ -113,36 +113,13 @@ def reference_step(q, k, v, cache, md, **options):
 
 
 @functools.partial(jax.jit, static_argnames=("sm_scale", "sliding_window", "soft_cap"))
-def dense_attention(q, keys, values, kv_valid, **options):
-    return reference.dense_causal_attention(q, keys, values, kv_valid=kv_valid, **options)
-
-
-def dense_per_sequence(q, cache, md, **options) -> list[np.ndarray]:
-    """Naive dense attention of each real sequence over its dequantized, gathered KV.
-
-    The sequences are batched left-padded: dense_causal_attention puts the last query at
-    the last key, so a sequence's positions shift together and only padding keys (masked
-    by kv_valid) and padding queries (dropped) are added.
-    """
-    num_seqs = int(md.num_seqs[0])
-    kv = np.asarray(reference.gather_sequences(cache, md.page_indices, q.dtype)[:num_seqs])
-    q_lens = np.diff(np.asarray(md.cu_q_lens))[:num_seqs]
-    kv_lens = np.asarray(md.kv_lens)[:num_seqs]
-    max_q, max_kv = int(q_lens.max()), int(kv_lens.max())
-    q_pad = np.zeros((num_seqs, max_q, *q.shape[1:]), kv.dtype)
-    kv_pad = np.zeros((num_seqs, max_kv, *kv.shape[2:]), kv.dtype)
-    for i in range(num_seqs):
-        start = int(md.cu_q_lens[i])
-        q_pad[i, max_q - q_lens[i] :] = np.asarray(q[start : start + q_lens[i]])
-        kv_pad[i, max_kv - kv_lens[i] :] = kv[i, : kv_lens[i]]
-    keys, values = split_kv(jnp.asarray(kv_pad))
-    kv_valid = jnp.arange(max_kv)[None, :] >= (max_kv - kv_lens)[:, None]
-    out = np.asarray(dense_attention(jnp.asarray(q_pad), keys, values, kv_valid, **options))
-    return [out[i, max_q - q_lens[i] :] for i in range(num_seqs)]
+def xla_step(q, k, v, cache, md, **options):
+    return xla_rpa.ragged_paged_attention(q, k, v, cache, md, **options)
 
 
 def check_against_references(q, k, v, cache, md, out, new_cache, *, tol, **options):
-    """Kernel results vs the XLA path, vs naive dense attention, and the cache bit for bit."""
+    """Kernel results vs the naive paged reference and the XLA backend, and the cache bit
+    for bit against the reference's."""
     ref_out, ref_cache = reference_step(q, k, v, cache, md, **options)
     num_tokens = num_real_tokens(md)
     np.testing.assert_allclose(
@@ -157,9 +134,9 @@ def check_against_references(q, k, v, cache, md, out, new_cache, *, tol, **optio
         )
     elif cache.scales is not None:
         np.testing.assert_array_equal(np.asarray(new_cache.scales), np.asarray(cache.scales))
-    dense = np.concatenate(dense_per_sequence(q, ref_cache, md, **options))
+    xla_out, _ = xla_step(q, k, v, cache, md, **options)
     np.testing.assert_allclose(
-        as_f32(out[:num_tokens]), dense.astype(np.float32), atol=tol, rtol=tol
+        as_f32(out[:num_tokens]), as_f32(xla_out[:num_tokens]), atol=tol, rtol=tol
     )
 
 

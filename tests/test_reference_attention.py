@@ -1,11 +1,12 @@
-"""The XLA ragged paged attention against naive dense attention on random ragged batches."""
+"""The blocked XLA ragged paged attention (xla_rpa.py) and the naive paged reference
+(reference.py) against dense attention on unpaged K/V, on random ragged batches."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from claimbench.kernels import xla_decode, xla_prefill
+from claimbench.kernels import reference, xla_decode, xla_prefill
 from claimbench.kernels.kv_quant import (
     FP8_DTYPE,
     LayerKV,
@@ -14,11 +15,8 @@ from claimbench.kernels.kv_quant import (
     int8_scales_shape,
 )
 from claimbench.kernels.metadata import NULL_PAGE, AttentionMetadata
-from claimbench.kernels.reference import (
-    dense_causal_attention,
-    ragged_paged_attention,
-    write_kv,
-)
+from claimbench.kernels.reference import dense_causal_attention, write_kv
+from claimbench.kernels.xla_rpa import ragged_paged_attention
 
 PAGE_SIZE = 4
 NUM_PAGES = 64
@@ -125,6 +123,22 @@ CASES = {
     "page_boundaries": [(PAGE_SIZE - 1, 1), (PAGE_SIZE, 1), (0, 2 * PAGE_SIZE), (PAGE_SIZE - 1, 2)],
     "full_length": [(MAX_LEN - 1, 1), (MAX_LEN - 9, 9)],
 }
+
+
+naive = jax.jit(
+    reference.ragged_paged_attention, static_argnames=("sm_scale", "sliding_window", "soft_cap")
+)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_naive_paged_reference_matches_dense_attention(name):
+    # The reference the backends are held to, itself held to attention on unpaged K/V.
+    specs = CASES[name]
+    q, k, v, cache, md, k_all, v_all = build_case(specs, pad_tokens=3, pad_seqs=2)
+    out, _ = naive(q, k, v, cache, md, sm_scale=SM_SCALE, sliding_window=5, soft_cap=2.0)
+    expected = dense_reference(q, specs, k_all, v_all, sliding_window=5, soft_cap=2.0)
+    np.testing.assert_allclose(out[: len(expected)], expected, rtol=2e-5, atol=2e-5)
+    assert np.all(np.asarray(out[len(expected) :]) == 0.0)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

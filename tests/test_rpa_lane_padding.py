@@ -11,7 +11,7 @@ from test_ragged_paged_attention import INTERPRET, as_f32, make_step, num_real_t
 
 from claimbench.engine.kv_cache import page_layout
 from claimbench.kernels.kv_quant import LayerKV
-from claimbench.kernels.ragged_paged_attention import page_head_dim, ragged_paged_attention
+from claimbench.kernels.pallas_rpa import page_head_dim, ragged_paged_attention
 from claimbench.models.config import ModelConfig
 
 

@@ -28,10 +28,10 @@ SCALE_BYTES = 4  # f32
 def page_layout(cfg: ModelConfig, attention_backend: str) -> ModelConfig:
     """``cfg`` with head_dim as the pages store it for a resolved backend name: padded to
     whole 128-lane tiles for "pallas" (on TPU a 64-wide row-major page would be relaid out,
-    whole cache, every step: ragged_paged_attention.page_head_dim), the model's elsewhere."""
+    whole cache, every step: pallas_rpa.page_head_dim), the model's elsewhere."""
     if attention_backend != "pallas":
         return cfg
-    from claimbench.kernels.ragged_paged_attention import page_head_dim
+    from claimbench.kernels.pallas_rpa import page_head_dim
 
     return dataclasses.replace(cfg, head_dim=page_head_dim(cfg.head_dim))
 

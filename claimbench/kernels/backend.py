@@ -1,9 +1,13 @@
 """Attention backend selection: Pallas on TPU, native kernels on CPU, XLA elsewhere.
 
-- "xla": kernels/reference.py, pure jnp, runs on any XLA backend.
-- "cpu": the same, with attention by the native CPU kernels
+- "xla": kernels/xla_rpa.py, blocked attention in XLA, runs on any XLA backend.
+- "cpu": the same, with the decode and prefill parts by the native CPU kernels
   (kernels/native_attention.py), compiled on first use.
-- "pallas": the Pallas ragged paged attention kernel (TPU; interpret mode elsewhere).
+- "pallas": the Pallas ragged paged attention kernel, kernels/pallas_rpa.py (TPU;
+  interpret mode elsewhere).
+
+All share one contract (``AttentionBackend``), check their inputs the same way
+(metadata.check_inputs) and are tested against the naive kernels/reference.py.
 - "auto": "pallas" on TPU; "cpu" on CPU when the native kernels build, else "xla".
 
 The target platform defaults to the running one. Naming it ("tpu") chooses for a chip that
@@ -25,6 +29,9 @@ BACKENDS = ("auto", "xla", "cpu", "pallas")
 
 
 class AttentionBackend(Protocol):
+    """q f[T, Hq, D], k and v f[T, Hkv, D], the layer's cache and the step's metadata ->
+    (f[T, Hq, D], the cache with the step's K/V written); see reference.py."""
+
     def __call__(
         self,
         q: jax.Array,
@@ -81,7 +88,7 @@ class CompiledPallas:
         sliding_window: int | None = None,
         soft_cap: float | None = None,
     ) -> tuple[jax.Array, LayerKV]:
-        from claimbench.kernels.ragged_paged_attention import ragged_paged_attention
+        from claimbench.kernels.pallas_rpa import ragged_paged_attention
 
         return ragged_paged_attention(
             q,
@@ -107,13 +114,13 @@ def get_backend(
     if name == "pallas" and target_platform == "tpu" and tpu_generation is not None:
         return CompiledPallas(tpu_generation)
     if name == "pallas":
-        from claimbench.kernels.ragged_paged_attention import ragged_paged_attention
+        from claimbench.kernels.pallas_rpa import ragged_paged_attention
 
         return ragged_paged_attention
     if name == "cpu":
         from claimbench.kernels.native_attention import ragged_paged_attention
 
         return ragged_paged_attention
-    from claimbench.kernels.reference import ragged_paged_attention
+    from claimbench.kernels.xla_rpa import ragged_paged_attention
 
     return ragged_paged_attention

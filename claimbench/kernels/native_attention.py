@@ -9,8 +9,11 @@ keys like a small GEMM (it is bound by arithmetic). Both are registered through
 ``jax.ffi`` and called inside the jitted step; their results match ``xla_decode`` and
 ``xla_prefill`` (tests/test_native_attention.py).
 
-The "cpu" attention backend is ``reference.ragged_paged_attention`` (the KV write in XLA)
-with both kernels.
+The "cpu" attention backend is ``xla_rpa.ragged_paged_attention`` (input checks and the KV
+write in XLA) with both kernels plugged in; they fit its ``DecodeAttention`` and
+``PrefillAttention`` contracts. The kernels check the block tables they are given (a page
+id outside the pool, a kv_len past the table's pages) and fail with an error naming the
+values, since a C++ read, unlike XLA's gathers, is not clamped.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from claimbench.kernels import reference
+from claimbench.kernels import xla_rpa
 from claimbench.kernels.kv_quant import LayerKV
 from claimbench.kernels.metadata import AttentionMetadata
 from claimbench.kernels.native.build import NativeUnavailable, library_path
@@ -138,8 +141,8 @@ def ragged_paged_attention(
     sliding_window: int | None = None,
     soft_cap: float | None = None,
 ) -> tuple[jax.Array, LayerKV]:
-    """``reference.ragged_paged_attention`` with the native kernels (the "cpu" backend)."""
-    return reference.ragged_paged_attention(
+    """``xla_rpa.ragged_paged_attention`` with the native kernels (the "cpu" backend)."""
+    return xla_rpa.ragged_paged_attention(
         q,
         k,
         v,

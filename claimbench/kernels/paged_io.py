@@ -23,8 +23,6 @@ from claimbench.kernels.kv_quant import (
     write_row_scales,
 )
 
-MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
-
 
 def write_kv(cache: LayerKV, k: jax.Array, v: jax.Array, slot_mapping: jax.Array) -> LayerKV:
     """Scatter the step's new K/V into the pages, quantizing to the page dtype.

@@ -1,6 +1,6 @@
 """Ragged paged attention as one Pallas TPU kernel per layer, with the KV write fused in.
 
-The TPU counterpart of ``reference.ragged_paged_attention`` (same arguments, same
+The TPU counterpart of ``xla_rpa.ragged_paged_attention`` (same arguments, same
 results), in the manner of Ragged Paged Attention v3: the flattened mixed batch of
 decode tokens and prefill chunks goes through one ``pallas_call`` whose grid has one step
 per real sequence. The metadata sits in SMEM (scalar prefetch); each sequence's KV pages
@@ -28,19 +28,22 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from claimbench.kernels.kv_quant import (
     FP8_DTYPE,
     LayerKV,
-    int8_scales_shape,
     interleave_kv,
     page_row_scales,
     quantize_rows,
 )
-from claimbench.kernels.metadata import AttentionMetadata
+from claimbench.kernels.metadata import (
+    AttentionMetadata,
+    check_inputs,
+    check_metadata_values,
+    is_concrete,
+)
 from claimbench.kernels.rpa_blocks import chip_generation, default_block_sizes
 from claimbench.kernels.rpa_kernel import (
     LANES,
@@ -54,8 +57,6 @@ from claimbench.kernels.scale_rows import (
     merge_new_scales,
     write_scale_rows,
 )
-
-FLOAT_PAGE_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16), jnp.dtype(jnp.float32))
 
 
 def ragged_paged_attention(
@@ -101,8 +102,18 @@ def ragged_paged_attention(
     Shapes and knobs are checked up front (ValueError); metadata values too when they are
     concrete (called outside jit).
     """
+    head_dim = q.shape[-1]
     check_inputs(
-        q, k, v, cache, md, sm_scale=sm_scale, sliding_window=sliding_window, soft_cap=soft_cap
+        q,
+        k,
+        v,
+        cache,
+        md,
+        sm_scale=sm_scale,
+        sliding_window=sliding_window,
+        soft_cap=soft_cap,
+        page_head_dims=(head_dim, page_head_dim(head_dim)),
+        bit_containers=False,  # Mosaic reads bf16 and fp8 pages as what they are
     )
     num_tokens = q.shape[0]
     page_size = cache.pages.shape[1]
@@ -113,7 +124,7 @@ def ragged_paged_attention(
     if num_queries_per_block is None:
         num_queries_per_block = max(1, min(defaults.q_tokens, num_tokens))
     check_knobs(num_kv_pages_per_block, num_queries_per_block, vmem_limit_bytes, pages_per_seq)
-    if not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(md)):
+    if is_concrete(md):
         check_metadata_values(
             md, num_tokens=num_tokens, num_pages=cache.pages.shape[0], page_size=page_size
         )
@@ -287,85 +298,6 @@ def block_row_scales(rows: jax.Array, page_size: int, num_rows: int, bkv_pages: 
     return blocks.transpose(0, 1, 3, 2)
 
 
-def check_inputs(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    cache: LayerKV,
-    md: AttentionMetadata,
-    *,
-    sm_scale: float,
-    sliding_window: int | None,
-    soft_cap: float | None,
-) -> None:
-    """Raise ValueError, naming the values, unless the shapes and options fit together."""
-    if q.ndim != 3 or k.ndim != 3 or k.shape != v.shape:
-        raise ValueError(
-            f"expected q [T, Hq, D] and k, v [T, Hkv, D]; got q {q.shape}, k {k.shape}, v {v.shape}"
-        )
-    num_tokens, num_q_heads, head_dim = q.shape
-    if k.shape[0] != num_tokens or k.shape[2] != head_dim:
-        raise ValueError(f"k/v shape {k.shape} does not match q shape {q.shape} on T or D")
-    num_kv_heads = k.shape[1]
-    if num_q_heads % num_kv_heads:
-        raise ValueError(f"num_q_heads={num_q_heads} not a multiple of num_kv_heads={num_kv_heads}")
-    pages = cache.pages
-    if (
-        pages.ndim != 4
-        or pages.shape[2] != 2 * num_kv_heads
-        or pages.shape[3]
-        not in (
-            head_dim,
-            page_head_dim(head_dim),
-        )
-    ):
-        raise ValueError(
-            f"cache pages {pages.shape} should be [num_pages, page_size, "
-            f"{2 * num_kv_heads}, {head_dim} or {page_head_dim(head_dim)}] for "
-            f"num_kv_heads={num_kv_heads}, head_dim={head_dim}"
-        )
-    _check_scales(cache)
-    num_seqs_max, pages_per_seq = md.page_indices.shape
-    expected = {
-        "slot_mapping": (num_tokens,),
-        "cu_q_lens": (num_seqs_max + 1,),
-        "kv_lens": (num_seqs_max,),
-        "page_indices": (num_seqs_max, pages_per_seq),
-        "num_seqs": (1,),
-        "distribution": (3,),
-    }
-    for name, shape in expected.items():
-        array = getattr(md, name)
-        if array.shape != shape or array.dtype != jnp.int32:
-            raise ValueError(
-                f"metadata {name} is {array.dtype}{list(array.shape)}, expected int32{list(shape)}"
-            )
-    if not isinstance(sm_scale, (int, float)) or not np.isfinite(sm_scale):
-        raise ValueError(f"sm_scale must be a finite Python number, got {sm_scale!r}")
-    if sliding_window is not None and (not isinstance(sliding_window, int) or sliding_window < 1):
-        raise ValueError(f"sliding_window must be None or an int >= 1, got {sliding_window!r}")
-    if soft_cap is not None and (not isinstance(soft_cap, (int, float)) or not soft_cap > 0):
-        raise ValueError(f"soft_cap must be None or a number > 0, got {soft_cap!r}")
-
-
-def _check_scales(cache: LayerKV) -> None:
-    pages, scales = cache.pages, cache.scales
-    dtype = jnp.dtype(pages.dtype)
-    if dtype == jnp.int8:
-        expected = int8_scales_shape(*pages.shape[:3])
-    elif dtype == FP8_DTYPE:
-        expected = (2,)
-    elif dtype in FLOAT_PAGE_DTYPES:
-        if scales is not None:
-            raise ValueError(f"{dtype} pages take no scales, got scales {scales.shape}")
-        return
-    else:
-        raise ValueError(f"unsupported page dtype {dtype}; expected bf16, f16, f32, int8 or fp8")
-    if scales is None or scales.shape != expected or scales.dtype != jnp.float32:
-        got = None if scales is None else f"{scales.dtype}{list(scales.shape)}"
-        raise ValueError(f"{dtype} pages need scales float32{list(expected)}, got {got}")
-
-
 def check_knobs(
     num_kv_pages_per_block: int,
     num_queries_per_block: int,
@@ -386,44 +318,3 @@ def check_knobs(
         not isinstance(vmem_limit_bytes, int) or vmem_limit_bytes < 1
     ):
         raise ValueError(f"vmem_limit_bytes={vmem_limit_bytes!r} must be None or an int >= 1")
-
-
-def check_metadata_values(
-    md: AttentionMetadata, *, num_tokens: int, num_pages: int, page_size: int
-) -> None:
-    """Raise ValueError, naming the values, unless concrete metadata is self-consistent."""
-    kv_lens = np.asarray(md.kv_lens)
-    cu_q_lens = np.asarray(md.cu_q_lens)
-    page_indices = np.asarray(md.page_indices)
-    num_seqs = int(np.asarray(md.num_seqs)[0])
-    decode_end, prefill_end, mixed_end = (int(x) for x in np.asarray(md.distribution))
-    if not 0 <= num_seqs <= md.max_num_seqs:
-        raise ValueError(f"num_seqs={num_seqs} outside [0, max_num_seqs={md.max_num_seqs}]")
-    if not 0 <= decode_end <= prefill_end <= mixed_end == num_seqs:
-        raise ValueError(
-            f"distribution {[decode_end, prefill_end, mixed_end]} must be non-decreasing "
-            f"group ends with the last equal to num_seqs={num_seqs}"
-        )
-    if cu_q_lens[0] != 0 or cu_q_lens[num_seqs] > num_tokens:
-        raise ValueError(
-            f"cu_q_lens must start at 0 and end at most at num_tokens={num_tokens}; "
-            f"got cu_q_lens[0]={cu_q_lens[0]}, cu_q_lens[{num_seqs}]={cu_q_lens[num_seqs]}"
-        )
-    pages_per_seq = md.pages_per_seq
-    for i in range(num_seqs):
-        q_len, kv_len = int(cu_q_lens[i + 1] - cu_q_lens[i]), int(kv_lens[i])
-        if not 1 <= q_len <= kv_len:
-            raise ValueError(f"sequence {i}: need 1 <= q_len={q_len} <= kv_len={kv_len}")
-        if i < decode_end and q_len != 1:
-            raise ValueError(f"sequence {i} is in the decode group but has q_len={q_len}")
-        num_used = -(-kv_len // page_size)
-        if num_used > pages_per_seq:
-            raise ValueError(
-                f"sequence {i}: kv_len={kv_len} needs {num_used} pages of {page_size}, "
-                f"block table has pages_per_seq={pages_per_seq}"
-            )
-        used = page_indices[i, :num_used]
-        if used.min() < 0 or used.max() >= num_pages:
-            raise ValueError(
-                f"sequence {i}: page ids {used.tolist()} outside [0, num_pages={num_pages})"
-            )

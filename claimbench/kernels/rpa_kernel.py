@@ -1,4 +1,4 @@
-"""The Pallas TPU kernel body of ragged paged attention (see ``ragged_paged_attention.py``).
+"""The Pallas TPU kernel body of ragged paged attention (see ``pallas_rpa.py``).
 
 One grid step per real sequence, in the metadata's order (decode-only, prefill-only,
 mixed). A step walks its sequence's query blocks of ``bq`` tokens, and for each one the KV
@@ -29,7 +29,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
+from claimbench.kernels.online_softmax import MASK_VALUE
+
 LANES = 128  # m and l are kept lane-replicated: a [rows, 1] VMEM slice would be unaligned
 
 # Slots of the SMEM bookkeeping vector that survives across grid steps.
@@ -60,7 +61,7 @@ class KernelConfig:
 
 
 def rpa_kernel(*refs, cfg: KernelConfig):
-    """Kernel body; the ref order is built by ``ragged_paged_attention._call_kernel``.
+    """Kernel body; the ref order is built by ``pallas_rpa._call_kernel``.
 
     Scalar prefetch (SMEM): kv_lens i32[N], page_indices i32[N * pages_per_seq],
     cu_q_lens i32[N + 1], distribution i32[3].

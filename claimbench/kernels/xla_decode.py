@@ -14,7 +14,8 @@ import jax.numpy as jnp
 
 from claimbench.kernels.kv_quant import LayerKV, split_kv
 from claimbench.kernels.metadata import AttentionMetadata
-from claimbench.kernels.paged_io import MASK_VALUE, decode_lens, gather_sequences
+from claimbench.kernels.online_softmax import MASK_VALUE, finish, online_step
+from claimbench.kernels.paged_io import decode_lens, gather_sequences
 
 # The cache is read this many tokens at a time (small blocks stay in cache; measured
 # on CPU, 32 beat 16, 64 and 128).
@@ -53,14 +54,15 @@ def decode_attention(
         mask = kv_pos[None, :] < lens[:, None]
         if sliding_window is not None:
             mask &= kv_pos[None, :] >= lens[:, None] - sliding_window
-        mask = mask[:, None, None, :]
-        s = jnp.where(mask, s, MASK_VALUE)
-        m_new = jnp.maximum(m, jnp.max(s, axis=-1))
-        p = jnp.where(mask, jnp.exp(s - m_new[..., None]), 0.0)
-        rescale = jnp.exp(m - m_new)
-        denom = denom * rescale + jnp.sum(p, axis=-1)
-        pv = jnp.einsum("nhgl,nlhd->nhgd", p, values.astype(jnp.float32))
-        return i + 1, m_new, denom, acc * rescale[..., None] + pv
+        m, denom, acc = online_step(
+            m,
+            denom,
+            acc,
+            s,
+            mask[:, None, None, :],
+            lambda p: jnp.einsum("nhgl,nlhd->nhgd", p, values.astype(jnp.float32)),
+        )
+        return i + 1, m, denom, acc
 
     stats = qg.shape[:3]
     init = (
@@ -70,4 +72,4 @@ def decode_attention(
         jnp.zeros(qg.shape, jnp.float32),
     )
     _, _, denom, acc = jax.lax.while_loop(lambda c: c[0] < num_blocks, body, init)
-    return acc / jnp.maximum(denom, 1e-30)[..., None]
+    return finish(denom, acc)

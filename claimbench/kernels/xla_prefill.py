@@ -15,7 +15,8 @@ import jax.numpy as jnp
 
 from claimbench.kernels.kv_quant import LayerKV
 from claimbench.kernels.metadata import AttentionMetadata
-from claimbench.kernels.paged_io import MASK_VALUE, gather_sequences
+from claimbench.kernels.online_softmax import MASK_VALUE, finish, online_step
+from claimbench.kernels.paged_io import gather_sequences
 
 # Query rows and KV tokens per block. On CPU, 256 x 256 beat 128 x 128, 256 x 128, 128 x 256
 # and 512 x 128 for one 512-token prompt and for 2048-token steps; 128 x 128 won only for
@@ -80,14 +81,13 @@ def prefill_attention(
                     s = s * sm_scale
                     if soft_cap is not None:
                         s = soft_cap * jnp.tanh(s / soft_cap)
-                    s = jnp.where(mask, s, MASK_VALUE)
-                    m_h = jnp.maximum(m[h], jnp.max(s, axis=-1))
-                    p = jnp.where(mask, jnp.exp(s - m_h[:, None]), 0.0)
-                    rescale = jnp.exp(m[h] - m_h)
-                    pv = jnp.dot(p, kv[:, 2 * h + 1].astype(jnp.float32))
+                    values = kv[:, 2 * h + 1].astype(jnp.float32)
+                    m_h, denom_h, acc_h = online_step(
+                        m[h], denom[h], acc[h], s, mask, lambda p, v=values: jnp.dot(p, v)
+                    )
                     new_m.append(m_h)
-                    new_denom.append(denom[h] * rescale + jnp.sum(p, axis=-1))
-                    new_acc.append(acc[h] * rescale[:, None] + pv)
+                    new_denom.append(denom_h)
+                    new_acc.append(acc_h)
                 return b + 1, jnp.stack(new_m), jnp.stack(new_denom), jnp.stack(new_acc)
 
             init = (
@@ -98,7 +98,7 @@ def prefill_attention(
             )
             last_block = last // kv_block + 1
             _, _, denom, acc = jax.lax.while_loop(lambda c: c[0] < last_block, kv_step, init)
-            acc = acc / jnp.maximum(denom, 1e-30)[..., None]  # [Hkv, QB * G, D]
+            acc = finish(denom, acc)  # [Hkv, QB * G, D]
             block_out = acc.reshape(num_kv_heads, q_block, group, head_dim).transpose(1, 0, 2, 3)
             current = jax.lax.dynamic_slice_in_dim(out, first, q_block)
             block_out = jnp.where(in_seq[:, None, None, None], block_out, current)
