@@ -56,7 +56,7 @@ def train_moe(
     out: Annotated[
         Path | None, typer.Option(help="Assets directory (default: the package's models/assets).")
     ] = None,
-    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 80,
+    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 200,
     seed: Annotated[int, typer.Option(help="Seed for the router, upcycling noise, batches.")] = 0,
 ) -> None:
     """Train claimbench-tiny-moe (8 experts, top-2) from claimbench-tiny by sparse upcycling."""

@@ -146,7 +146,7 @@ def train_moe_model(
 def train_shipped_moe(
     out_dir: Path = ASSETS_DIR,
     *,
-    steps: int = 80,
+    steps: int = 200,
     seed: int = 0,
     batch_size: int = 4,
     seq_len: int = 256,
