@@ -155,3 +155,36 @@ def test_a_failing_step_wakes_every_waiter(engine):
     asyncio.run(main())
     loop_engine.stop()
     assert isinstance(loop_engine.error, RuntimeError) and not loop_engine.is_alive
+
+
+def test_stream_interval_hands_tokens_over_in_groups(engine):
+    expected = engine.generate([PROMPTS[0]], SamplingParams(max_tokens=7, ignore_eos=True))
+    loop_engine = AsyncEngine(engine, stream_interval=3)
+    loop_engine.start()
+
+    async def main():
+        stream = await loop_engine.add(
+            PROMPTS[0], SamplingParams(max_tokens=7, ignore_eos=True), tenant="t"
+        )
+        batches = []
+        while not batches or not isinstance(batches[-1][-1], FinishEvent):
+            batches.append(await stream.next_batch())
+        return batches
+
+    try:
+        batches = asyncio.run(main())
+    finally:
+        loop_engine.stop()
+    tokens = [e.token_id for batch in batches for e in batch if isinstance(e, TokenEvent)]
+    assert tokens == expected[0].token_ids
+    # The first token at once, then groups of three: hand-overs after tokens 0 and 3 and
+    # with the finish (a slow consumer may merge them, never split them).
+    assert len(batches) <= 3
+    for batch in batches[:-1]:
+        assert isinstance(batch[-1], TokenEvent) and batch[-1].index % 3 == 0
+    assert batches[0][0].index == 0
+
+
+def test_a_stream_interval_below_one_is_refused(engine):
+    with pytest.raises(ValueError, match="stream_interval must be >= 1"):
+        AsyncEngine(engine, stream_interval=0)

@@ -47,6 +47,13 @@ def serve(
     shutdown_timeout_s: Annotated[
         float, typer.Option(help="On SIGTERM, wait this long for in-flight requests.")
     ] = 30.0,
+    stream_interval: Annotated[
+        int,
+        typer.Option(
+            help="Stream a request's tokens every N tokens (its first at once): fewer "
+            "chunks per token, a coarser stream."
+        ),
+    ] = 1,
 ) -> None:
     """Serve the model over HTTP (OpenAI's /v1/completions and /v1/chat/completions)."""
     from claimbench.engine.config import EngineConfig
@@ -57,6 +64,8 @@ def serve(
     opts = global_options(ctx)
     if not 0 < port < 65536:
         fail(f"--port {port} is not a TCP port")
+    if stream_interval < 1:
+        fail(f"--stream-interval must be >= 1, got {stream_interval}")
     try:
         options = ServeOptions(
             model_dir=opts.model or default_model_path(),
@@ -79,6 +88,7 @@ def serve(
             port=port,
             shutdown_timeout_s=shutdown_timeout_s,
             precompile=precompile,
+            stream_interval=stream_interval,
         )
         state, lines = build_server_state(options)
     except (ValueError, FileNotFoundError, ModelLoadError) as e:

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
 from claimbench.engine.sampler import SamplingParams
+from claimbench.serving import sse
 from claimbench.serving.async_engine import EngineStopped, RequestRejected, RequestStream
 from claimbench.serving.errors import ApiError
 from claimbench.serving.generation import OutputAssembler, Piece, pieces
@@ -39,9 +40,12 @@ from claimbench.serving.protocol import (
     Usage,
     error_body,
 )
+from claimbench.serving.sse import TextChunkTemplate
 from claimbench.serving.state import ServerState
 
 RETRY_AFTER_S = 1  # over a tenant's limit: its queue or token bucket frees up within seconds
+# A text-only piece carrying the template mark: the chunk the SSE templates are made from.
+_MARKED = Piece(TextChunkTemplate.mark(), [], [], None)
 
 
 class Job:
@@ -110,7 +114,8 @@ async def completions(
         usage_chunk = CompletionResponse(
             id=request_id, created=state.created, model=state.model_name, choices=[]
         )
-        return _sse(job, chunk, usage_chunk if _include_usage(body) else None, first=None)
+        template = None if want_logprobs else TextChunkTemplate(chunk(_MARKED))
+        return _sse(job, chunk, usage_chunk if _include_usage(body) else None, None, template)
 
     async def respond() -> JSONResponse:
         text, reason = await _collect(job)
@@ -167,7 +172,9 @@ async def chat_completions(
         usage_chunk = ChatCompletionChunk(
             id=request_id, created=state.created, model=state.model_name, choices=[]
         )
-        return _sse(job, chunk, usage_chunk if _include_usage(body) else None, first=first)
+        template = None if body.logprobs else TextChunkTemplate(chunk(_MARKED))
+        usage = usage_chunk if _include_usage(body) else None
+        return _sse(job, chunk, usage, first, template)
 
     async def respond() -> JSONResponse:
         text, reason = await _collect(job)
@@ -293,20 +300,26 @@ def _sse(
     chunk: Callable[[Piece], BaseModel],
     usage_chunk: BaseModel | None,
     first: BaseModel | None,
+    template: TextChunkTemplate | None,
 ) -> StreamingResponse:
+    """The response's events; ``template`` (when given) writes the chunks that only carry
+    text, the model of ``chunk`` every other one."""
+
     async def events() -> AsyncIterator[str]:
         if first is not None:
-            yield f"data: {first.model_dump_json()}\n\n"
+            yield sse.event(first)
         try:
             async for piece in job.pieces():
-                if piece.text or piece.token_ids or piece.finish_reason:
-                    yield f"data: {chunk(piece).model_dump_json()}\n\n"
+                if template is not None and piece.text and piece.finish_reason is None:
+                    yield template.event(piece.text)
+                elif piece.text or piece.token_ids or piece.finish_reason:
+                    yield sse.event(chunk(piece))
         except EngineStopped:
             error = error_body("the server stopped before the request finished", 503)
             yield f"data: {json.dumps(error)}\n\n"
         if usage_chunk is not None:
             usage_chunk.usage = job.usage()
-            yield f"data: {usage_chunk.model_dump_json()}\n\n"
+            yield sse.event(usage_chunk)
         yield "data: [DONE]\n\n"
 
     return StreamingResponse(events(), media_type="text/event-stream")

@@ -38,6 +38,7 @@ class ServeOptions:
     port: int = 8000
     shutdown_timeout_s: float = 30.0
     precompile: bool = True
+    stream_interval: int = 1  # tokens per streamed chunk at most (first token at once)
     log_level: str = "info"
 
 
@@ -69,6 +70,7 @@ def build_server_state(options: ServeOptions) -> tuple[ServerState, list[str]]:
         model_name=options.model_name or options.model_dir.name,
         tenants=tenants,
         prefix_sharing=options.prefix_sharing,
+        stream_interval=options.stream_interval,
     )
     lines.append(f"golden completion recorded: {state.golden_tokens}")
     return state, lines

@@ -68,9 +68,11 @@ def build_state(
     tenants: TenantKeys | None,
     prefix_sharing: PrefixSharing = PrefixSharing.per_tenant,
     keep_finished_requests: int = KEEP_FINISHED_REQUESTS,
+    stream_interval: int = 1,
 ) -> ServerState:
     """Record the golden completion on ``engine`` (idle, not yet looping) and wrap it;
-    the loop keeps the newest ``keep_finished_requests`` finished requests in the engine.
+    the loop keeps the newest ``keep_finished_requests`` finished requests in the engine
+    and streams every ``stream_interval`` tokens (AsyncEngine).
 
     ValueError if the engine's prefix-caching mode does not match ``prefix_sharing``."""
     if engine.config.prefix_caching != prefix_sharing.engine_mode:
@@ -85,7 +87,10 @@ def build_state(
     metrics = ServerMetrics()
     return ServerState(
         engine=AsyncEngine(
-            engine, observer=metrics.observe, keep_finished_requests=keep_finished_requests
+            engine,
+            observer=metrics.observe,
+            keep_finished_requests=keep_finished_requests,
+            stream_interval=stream_interval,
         ),
         tokenizer=engine.tokenizer,
         model_name=model_name,
