@@ -40,7 +40,8 @@ def build_engine(
         from claimbench.models.checkpoint import default_model_path, load_model
 
         path = config.model_path or default_model_path()
-        model, _ = load_model(path, config.dtype)
+        # Split over tp devices, the weights go from host memory to their shards.
+        model, _ = load_model(path, config.dtype, host=config.tp > 1)
         tokenizer = tokenizer or Tokenizer.from_dir(path)
     model = with_weight_format(model, config.weights)
     if config.max_model_len > model.cfg.max_position_embeddings:

@@ -7,10 +7,12 @@ raises ``ModelLoadError`` whose message is one line naming the problem.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
@@ -153,12 +155,29 @@ def _read_param(files: dict[str, Path], path: Path, param_path: tuple, shape, cf
     return jnp.asarray(np.stack(parts))
 
 
-def load_model(path: str | Path, dtype: Any = jnp.bfloat16) -> tuple[LlamaForCausalLM, ModelConfig]:
+def load_model(
+    path: str | Path, dtype: Any = jnp.bfloat16, *, host: bool = False
+) -> tuple[LlamaForCausalLM, ModelConfig]:
     """Load a local HF Llama / Qwen2 / Mixtral directory with params in ``dtype``.
 
     Mixtral checkpoints load as models.moe.MixtralForCausalLM (a LlamaForCausalLM subclass).
+    ``host`` keeps the params in host memory (the CPU device) for a caller that places them
+    itself: tensor parallelism splits them over several chips, none of which need hold the
+    whole model on the way.
     """
-    path = Path(path)
+    with jax.default_device(_host_device()) if host else contextlib.nullcontext():
+        return _load_model(Path(path), dtype)
+
+
+def _host_device() -> jax.Device | None:
+    """The CPU device, or None (JAX's default) where JAX_PLATFORMS leaves the CPU out."""
+    try:
+        return jax.devices("cpu")[0]
+    except RuntimeError:
+        return None
+
+
+def _load_model(path: Path, dtype: Any) -> tuple[LlamaForCausalLM, ModelConfig]:
     dtype = resolve_dtype(dtype)
     cfg = read_config(path)
     files = _weight_files(path)
