@@ -238,8 +238,10 @@ def test_requested_devices_reads_tp_and_the_tp_claims_run() -> None:
     assert requested_devices(["bench", "--tp=2"]) == 2
     assert requested_devices(["generate", "hi", "--tp", "1"]) is None
     assert requested_devices(["generate", "hi", "--tp", "x"]) is None  # the command rejects it
-    assert requested_devices(["run", "tp-refutation"]) == RUN_DEVICES
-    assert requested_devices(["run", "kv-int8"]) is None
+    assert requested_devices(["run", "--claim", "tp-refutation"]) == RUN_DEVICES
+    assert requested_devices(["run", "--claim=tp-refutation"]) == RUN_DEVICES
+    assert requested_devices(["run", "--all"]) == RUN_DEVICES
+    assert requested_devices(["run", "--claim", "kv-int8"]) is None
     assert requested_devices(["generate", "hi"]) is None
 
 

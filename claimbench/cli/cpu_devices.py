@@ -2,8 +2,9 @@
 
 XLA's CPU backend shows one device unless told otherwise before JAX starts, so the CLI reads
 its own command line first: ``--tp N`` (generate, bench) asks for N devices, and running the
-tp-refutation claim (``run tp-refutation`` or ``run --all``) for ``RUN_DEVICES``. The flag is
-added to XLA_FLAGS only when the CPU is the platform and the user has not set a device count.
+tp-refutation claim (``run --claim tp-refutation`` or ``run --all``) for ``RUN_DEVICES``.
+The flag is added to XLA_FLAGS only when the CPU is the platform and the user has not set a
+device count.
 Virtual devices share the host's cores and memory: a tp run on them checks the sharded code
 path, not the speed of separate chips.
 """
@@ -40,7 +41,8 @@ def requested_devices(argv: Sequence[str]) -> int | None:
             value = arg.removeprefix("--tp=")
         if value is not None:
             return int(value) if value.isdigit() and int(value) > 1 else None
-    if "run" in argv and any(claim in argv for claim in RUN_CLAIMS):
+    names = {arg.removeprefix("--claim=") for arg in argv}
+    if "run" in argv and names & set(RUN_CLAIMS):
         return RUN_DEVICES
     return None
 
