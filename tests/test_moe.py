@@ -301,3 +301,12 @@ def test_cli_train_moe_bad_input_exits_2(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["model", "train-moe", "--out", str(tmp_path)])
     assert result.exit_code == 2 and "needs claimbench-tiny" in result.output
     assert "Traceback" not in result.output
+
+
+def test_weight_quantization_of_an_moe_is_refused() -> None:
+    from claimbench.models.quantize import quantize_weights
+
+    model = MixtralForCausalLM(CFG, dtype=jnp.float32, rngs=nnx.Rngs(0))
+    assert quantize_weights(model, "bf16") is model
+    with pytest.raises(ValueError, match="not implemented for mixture-of-experts"):
+        quantize_weights(model, "int8")

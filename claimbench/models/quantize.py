@@ -155,6 +155,10 @@ def quantize_weights(model: LlamaForCausalLM, weights: str) -> LlamaForCausalLM:
     current = weight_format(model)
     if current != "bf16":
         raise ValueError(f"model is already quantized to {current}")
+    if model.cfg.is_moe:
+        # The experts are stacked matrices, not nnx.Linear: only the router and attention would
+        # be quantized, and the byte counts would mislead.
+        raise ValueError(f"{weights} weights are not implemented for mixture-of-experts models")
     qtype = jnp.dtype(QTYPES[weights])
     model = nnx.clone(model)
     for path, module in list(nnx.iter_modules(model)):
