@@ -26,10 +26,13 @@ roofline_context, ``engine``.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 
 from claimbench.engine.sampler import SamplingParams
 from claimbench.harness.hardware import get_chip
@@ -134,3 +137,43 @@ def run(ctx: RunContext) -> None:
             unit="x",
             tp=top,
         )
+
+
+def figures(run_dirs: list[Path]) -> list[tuple[str, str]]:
+    """Per-token decode latency and per-chip throughput against tp (newest run with them; a
+    dot per trial, the line through the trials' means)."""
+    from matplotlib import rc_context
+    from matplotlib.figure import Figure
+
+    from claimbench.site.charts import figure_to_svg
+
+    for run_dir in reversed(run_dirs):
+        path = Path(run_dir) / "measurements.parquet"
+        if path.is_file():
+            rows = pd.read_parquet(path)
+            rows = rows[rows["metric"].isin(["decode_tpot_ms", "per_chip_tokens_per_s"])]
+            if len(rows):
+                break
+    else:
+        return []
+    rows = rows.assign(tp=[json.loads(x)["tp"] for x in rows["labels"]])
+    panels = (
+        ("decode_tpot_ms", "per-token decode latency (ms)"),
+        ("per_chip_tokens_per_s", "decode tokens/s per chip"),
+    )
+    with rc_context({"svg.fonttype": "none", "font.size": 9}):
+        fig = Figure(figsize=(7.0, 3.2))
+        for i, (metric, label) in enumerate(panels):
+            ax = fig.add_subplot(1, 2, i + 1)
+            mine = rows[rows["metric"] == metric]
+            ax.scatter(mine["tp"], mine["value"], s=10, color="#2166ac", alpha=0.4)
+            mean = mine.groupby("tp")["value"].mean()
+            ax.plot(mean.index, mean.values, color="#2166ac", marker="o")
+            ax.set_xticks(sorted(mine["tp"].unique()))
+            ax.set_xlabel("tensor-parallel devices")
+            ax.set_ylabel(label)
+            ax.set_ylim(bottom=0)
+            ax.grid(alpha=0.3)
+        fig.tight_layout()
+        svg = figure_to_svg(fig)
+    return [("Decode latency and per-chip throughput against tp (measured)", svg)]

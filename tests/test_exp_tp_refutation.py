@@ -84,6 +84,22 @@ def test_roofline_context_is_analytic_once_per_chip(result, chip) -> None:
     assert 1 < latency[0]["value"] < 4
 
 
+@pytest.mark.slow
+def test_figure_plots_the_measured_rows(result, tmp_path) -> None:
+    import pandas as pd
+
+    from tests.tenant_exp_helpers import experiment
+
+    figures = experiment("tp-refutation").figures
+    assert figures([tmp_path / "no-run"]) == []
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    rows = [{**r, "labels": json.dumps(r["labels"])} for r in result["rows"]]
+    pd.DataFrame(rows).to_parquet(run_dir / "measurements.parquet")
+    [(title, svg)] = figures([run_dir])
+    assert "per-chip" in title and svg.startswith("<svg")
+
+
 def test_tps_without_one_is_rejected(tmp_path) -> None:
     from claimbench.harness.context import RunContext
     from tests.tenant_exp_helpers import experiment
