@@ -197,6 +197,7 @@ def test_per_device_bytes_follow_the_specs(tp: int) -> None:
         assert info["kv_replicas"] == max(1, tp // cfg.num_kv_heads)
         assert info["weight_bytes_per_device"] == expected_weight_bytes(cfg, tp), name
         assert info["kv_cache_bytes_per_device"] == expected_kv_bytes(cfg, tp, pool, page_size)
+        assert info["kv_cache_bytes"] == tp * info["kv_cache_bytes_per_device"]
         if info["kv_replicas"] > 1:
             assert "replicated" in info["kv_heads"]
 
@@ -223,6 +224,7 @@ def test_each_device_holds_an_unsharded_cache_of_its_own_kv_heads(variant, dtype
     )
     expected = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(caches))
     assert info["kv_cache_bytes_per_device"] == expected
+    assert info["kv_cache_bytes"] == 2 * expected
     # The pool is sized per device: what one device holds fits the tp=1 budget.
     assert expected <= 64 * 8 * 2 * 2 * 2 * 16 * F32
     assert info["num_pages"] > worker("formats")[variant]["1"]["describe"]["num_pages"]

@@ -227,8 +227,12 @@ class ModelRunner:
             self.weights = [
                 jax.device_put(w, s) for w, s in zip(self.weights, weight_shardings, strict=True)
             ]
-        self.kv_cache_bytes = pool_bytes(kv_cfg, self.kv_dtype, cfg.page_size, self.num_pages)
-        self.kv_bytes_per_token = kv_bytes_per_token(kv_cfg, self.kv_dtype)
+        # Over all devices: each holds a whole pool of its own heads (int8 scale rows padded
+        # per device), so the total is tp local pools, not one pool of every head.
+        num_devices = 1 if self.tp is None else self.tp.tp
+        local_bytes = pool_bytes(local_cfg, self.kv_dtype, cfg.page_size, self.num_pages)
+        self.kv_cache_bytes = num_devices * local_bytes
+        self.kv_bytes_per_token = num_devices * kv_bytes_per_token(local_cfg, self.kv_dtype)
         attention = get_backend(cfg.attention_backend)
         if self.tp is None:
             self.rope = jax.device_put(rope_table(model.cfg, cfg.max_model_len))
@@ -280,6 +284,7 @@ class ModelRunner:
             "num_pages": self.num_pages,
             "weight_bytes_per_device": device_bytes(self.weights, first),
             "kv_cache_bytes_per_device": device_bytes(self.kv_caches, first),
+            "kv_cache_bytes": self.kv_cache_bytes,  # all devices together
         }
 
 

@@ -230,7 +230,7 @@ class TensorParallel:
         """The mesh and the KV-head split, for ``LLMEngine.describe()``."""
         held = self.num_kv_heads * self.kv_replicas
         note = (
-            f"{self.num_kv_heads} KV heads < tp={self.tp}: each KV head replicated "
+            f"{self.num_kv_heads} KV head(s) < tp={self.tp}: each KV head replicated "
             f"{self.kv_replicas}x, one per device"
             if self.kv_replicas > 1
             else f"{held // self.tp} of {held} KV heads per device"
