@@ -129,16 +129,33 @@ def merge_new_scales(
 ) -> jax.Array:
     """Gathered rows f32[N, pages, L] with the step's new tokens' scales f32[T, 2H] set
     where the metadata places each token (kv_lens, cu_q_lens); tokens of no sequence are
-    dropped."""
+    dropped.
+
+    A sequence's new tokens are consecutive both in the batch and in its pages, and rows
+    are token-major, so its new scales are one slice of the flattened batch's, shifted by
+    (first token - first new position) rows: one window per sequence and a select, where
+    a scatter of T * 2H single floats would cost XLA on TPU far more than the rows hold.
+    """
+    num_seqs, num_pages, num_lanes = rows.shape
     num_tokens, num_rows = new_scales.shape
-    token = jnp.arange(num_tokens)
-    seq = jnp.clip(jnp.searchsorted(md.cu_q_lens, token, side="right") - 1, 0, md.max_num_seqs - 1)
-    start, end = md.cu_q_lens[seq], md.cu_q_lens[seq + 1]
-    position = md.kv_lens[seq] - (end - start) + (token - start)
-    real = (token < md.cu_q_lens[md.num_seqs[0]]) & (position >= 0)
-    page = jnp.where(real, position // page_size, rows.shape[1])  # out of range: dropped
-    lanes = (position % page_size)[:, None] * num_rows + jnp.arange(num_rows)
-    return rows.at[seq[:, None], page[:, None], lanes].set(new_scales, mode="drop")
+    width = page_size * num_rows  # a page's used lanes
+    span = num_pages * width
+    used = rows[..., :width].reshape(num_seqs, span)
+    # Padded so that every window, from (start - context) * 2H, lies inside.
+    flat = jnp.pad(new_scales.reshape(-1), (span, span))
+    start, end = md.cu_q_lens[:-1], md.cu_q_lens[1:]
+    context = md.kv_lens - (end - start)  # cached tokens before the new ones
+    offsets = span + (start - context) * num_rows
+    windows = jax.vmap(lambda o: lax.dynamic_slice(flat, (o,), (span,)))(offsets)
+    lane = jnp.arange(span)
+    live = jnp.arange(num_seqs) < md.num_seqs[0]
+    is_new = (
+        live[:, None]
+        & (lane[None, :] >= context[:, None] * num_rows)
+        & (lane[None, :] < md.kv_lens[:, None] * num_rows)
+    )
+    merged = jnp.where(is_new, windows, used).reshape(num_seqs, num_pages, width)
+    return rows.at[..., :width].set(merged)
 
 
 def write_scale_rows_reference(
