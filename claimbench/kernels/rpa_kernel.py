@@ -239,7 +239,7 @@ def rpa_kernel(*refs, cfg: KernelConfig):
         dtype = q_bufs.dtype
         if cfg.quant == "int8":
             # The head's K and V rows converted together, then split: Mosaic (libtpu
-            # 0.0.x for v6e) aborts converting a single int8 row [bkv, D] of the tile.
+            # 0.0.42, v6e) aborts converting a single int8 row [bkv, D] of the tile.
             kv = kv_bufs[slot, :, 2 * head : 2 * head + 2, :].astype(jnp.float32).astype(dtype)
             return kv[:, 0, :], kv[:, 1, :]
         k = kv_bufs[slot, :, 2 * head, :]  # [bkv, D]
@@ -250,12 +250,8 @@ def rpa_kernel(*refs, cfg: KernelConfig):
         return k.astype(dtype), v.astype(dtype)
 
     def scale_row(slot, row):
-        """int8 scales of head row ``row`` over a buffer slot's block: f32[1, bkv]. Picked
-        out of the whole [2H, bkv] tile by a sublane sum: Mosaic does not lay out a
-        one-row slice at an odd sublane offset for the broadcast that follows."""
-        tile = scale_bufs[slot]
-        rows = lax.broadcasted_iota(jnp.int32, tile.shape, 0)
-        return jnp.sum(jnp.where(rows == row, tile, 0.0), axis=0, keepdims=True)
+        """int8 scales of head row ``row`` over a buffer slot's block: f32[1, bkv]."""
+        return scale_bufs[slot, row : row + 1, :]
 
     def attend_block(rows, q_slot, kv_slot, first_pos, kb):
         """Fold KV block kb into the running (m, l, acc) of every KV head's query group."""
