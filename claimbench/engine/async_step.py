@@ -224,6 +224,9 @@ class OverlapStepper:
             overlapped=True,
             num_discarded=num_discarded,
             experts_touched=tuple(np.asarray(step.out.experts_touched).tolist()),
+            exit_layers=tuple(
+                np.asarray(step.out.exit_layers)[: step.plan.num_scheduled_tokens].tolist()
+            ),
         )
 
     def _complete_sync(self, step: InFlight, events: list[Event]) -> None:
@@ -241,4 +244,7 @@ class OverlapStepper:
             0.0,
             host_blocked_s=blocked,
             experts_touched=tuple(np.asarray(step.out.experts_touched).tolist()),
+            exit_layers=tuple(
+                np.asarray(step.out.exit_layers)[: step.plan.num_scheduled_tokens].tolist()
+            ),
         )

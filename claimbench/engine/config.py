@@ -65,6 +65,7 @@ KNOBS: dict[str, Knob] = {
     "ladder": Knob(True, "degradation ladder: service cuts taken one rung at a time under load"),
     "tp": Knob(False, "tensor-parallel devices: weights and KV heads are placed over them"),
     "async_scheduling": Knob(True, "build step N+1 while step N runs on the device"),
+    "early_exit_threshold": Knob(False, "early exit: exit heads and their threshold compiled in"),
 }
 # Fields only the host reads: LLMEngine.reset may switch them without recompiling.
 HOST_FIELDS = tuple(name for name, knob in KNOBS.items() if knob.runtime)
@@ -106,6 +107,9 @@ class EngineConfig:
     # default: it measured slower on CPU (host and device share cores) and no faster on an
     # H200 serving the shipped model, whose decode step is almost all host work.
     async_scheduling: bool = False
+    # Early exit (models/early_exit.py): a decode token leaves at the first exit head whose
+    # confidence reaches this; None = off. Needs exit heads beside the model (train-exits).
+    early_exit_threshold: float | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -138,6 +142,8 @@ class EngineConfig:
             raise ValueError(
                 f"async_scheduling must be true or false, got {self.async_scheduling!r}"
             )
+        if self.early_exit_threshold is not None:
+            self._check_early_exit()
         if self.victim_policy not in VICTIMS:
             raise ValueError(f"victim_policy {self.victim_policy!r} is not one of {tuple(VICTIMS)}")
         object.__setattr__(self, "tenants", tuple(self.tenants))
@@ -160,6 +166,20 @@ class EngineConfig:
                 f"max_num_seqs={self.max_num_seqs}"
             )
         check_ladder(self.ladder, self.max_num_batched_tokens)
+
+    def _check_early_exit(self) -> None:
+        threshold = self.early_exit_threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, int | float):
+            raise ValueError(f"early_exit_threshold must be a number or None, got {threshold!r}")
+        if not threshold >= 0:
+            raise ValueError(f"early_exit_threshold must be >= 0, got {threshold}")
+        # The exit heads ride in the unsharded step and the verify step samples many
+        # positions per sequence: neither is wired for early exit.
+        if self.tp != 1 or self.speculative != "none":
+            raise ValueError(
+                f"early_exit_threshold needs tp=1 and speculative='none', "
+                f"got tp={self.tp}, speculative={self.speculative!r}"
+            )
 
     def policy_params(self) -> PolicyParams:
         """What the orderings and victim policies read from this config."""

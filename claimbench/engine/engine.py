@@ -314,6 +314,7 @@ class LLMEngine:
             t4 - t3,
             host_blocked_s=t2 - t_blocked,
             experts_touched=tuple(np.asarray(out.experts_touched).tolist()),
+            exit_layers=tuple(np.asarray(out.exit_layers)[: plan.num_scheduled_tokens].tolist()),
         )
         return events
 
@@ -380,6 +381,7 @@ class LLMEngine:
         overlapped: bool = False,
         num_discarded: int = 0,
         experts_touched: tuple[int, ...] = (),
+        exit_layers: tuple[int, ...] = (),
     ) -> None:
         drafted = [(d, a) for d, a in zip(plan.num_draft, accepted, strict=True) if d]
         # A verify chunk is decode work (one sequence's next tokens), though it runs with the
@@ -411,6 +413,7 @@ class LLMEngine:
                 accepted_per_pos=tuple(sum(a > j for _, a in drafted) for j in range(k)),
                 draft_s=draft_s,
                 experts_touched=experts_touched,
+                exit_layers=exit_layers,
                 ladder_rung=self.scheduler.ladder.rung,
                 host_blocked_s=host_blocked_s,
                 overlapped=overlapped,

@@ -47,6 +47,8 @@ class StepRecord:
     # Mixture of experts: per layer, the distinct experts this step's real tokens were routed
     # to (from the router, on device); empty for a dense model.
     experts_touched: tuple[int, ...] = ()
+    # Early exit: layers each scheduled token ran (num_layers = no exit); empty when off.
+    exit_layers: tuple[int, ...] = ()
     ladder_rung: int = 0  # degradation-ladder rung in force (0 = full service; ladder.py)
     host_blocked_s: float = 0.0  # the host waiting for the outputs (block_until_ready)
     overlapped: bool = False  # built while the step before ran (async scheduling)

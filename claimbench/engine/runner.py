@@ -45,6 +45,8 @@ from claimbench.engine.sharding import (
 from claimbench.engine.spec_decode import accept
 from claimbench.kernels.backend import AttentionBackend, get_backend, resolve_backend_name
 from claimbench.kernels.kv_quant import LayerKV
+from claimbench.models.checkpoint import default_model_path
+from claimbench.models.early_exit import early_exit_forward, with_exit_heads
 from claimbench.models.llama import LlamaForCausalLM, Rope, rope_table
 from claimbench.models.moe import with_router_stats
 
@@ -60,6 +62,8 @@ class StepOutput:
     # i32[num_layers] distinct experts each MoE layer's real tokens were routed to (from the
     # router, on device); empty for a dense model.
     experts_touched: jax.Array
+    # i32[T] layers each token ran with early exit (0 for padding); empty without it.
+    exit_layers: jax.Array
 
 
 class StaticModel:
@@ -71,9 +75,16 @@ class StaticModel:
     Equal models still share executables across engines.
     """
 
-    def __init__(self, graphdef: nnx.GraphDef, treedef, attention: AttentionBackend) -> None:
+    def __init__(
+        self,
+        graphdef: nnx.GraphDef,
+        treedef,
+        attention: AttentionBackend,
+        exit_threshold: float | None = None,
+    ) -> None:
         self.graphdef, self.treedef, self.attention = graphdef, treedef, attention
-        self._hash = hash((graphdef, treedef, attention))
+        self.exit_threshold = exit_threshold  # early exit (models/early_exit.py); None = off
+        self._hash = hash((graphdef, treedef, attention, exit_threshold))
 
     def __hash__(self) -> int:
         return self._hash
@@ -83,10 +94,11 @@ class StaticModel:
             return True
         if not isinstance(other, StaticModel) or self._hash != other._hash:
             return False
-        return (self.graphdef, self.treedef, self.attention) == (
+        return (self.graphdef, self.treedef, self.attention, self.exit_threshold) == (
             other.graphdef,
             other.treedef,
             other.attention,
+            other.exit_threshold,
         )
 
 
@@ -101,8 +113,14 @@ def step_fn(
     graphdef, treedef, attention = static.graphdef, static.treedef, static.attention
     # Weights travel as a flat list: flattening a list per call is cheaper than nnx.State.
     model = nnx.merge(graphdef, jax.tree.unflatten(treedef, weights))
-    (hidden, kv_caches), router = with_router_stats(
-        model,
+    # nnx.capture takes a bound method, or a function whose first argument is the model.
+    forward, exit_args = model, ()
+    if static.exit_threshold is not None:
+        forward = early_exit_forward
+        exit_args = (model, model.exit_heads, static.exit_threshold)
+    result, router = with_router_stats(
+        forward,
+        *exit_args,
         inputs.token_ids,
         inputs.positions,
         kv_caches,
@@ -110,6 +128,8 @@ def step_fn(
         attention=attention,
         rope=rope,
     )
+    hidden, kv_caches = result[0], result[1]
+    exit_layers = result[2] if len(result) == 3 else jnp.zeros((0,), jnp.int32)
     # Only the sampled positions (each sequence's last token, and its draft tokens when
     # verifying) need the vocabulary projection.
     if inputs.draft_tokens.shape[1] == 0:
@@ -139,7 +159,13 @@ def step_fn(
         prompt_logprobs = jnp.take_along_axis(all_logprobs, inputs.target_ids[:, None], -1)[:, 0]
         prompt_top1 = jnp.argmax(all_logprobs, axis=-1).astype(jnp.int32)
     output = StepOutput(
-        tokens, logprobs, prompt_logprobs, prompt_top1, num_accepted, router.experts_touched
+        tokens,
+        logprobs,
+        prompt_logprobs,
+        prompt_top1,
+        num_accepted,
+        router.experts_touched,
+        exit_layers,
     )
     return output, kv_caches
 
@@ -188,6 +214,8 @@ class ModelRunner:
         self.tp = None if unsharded else TensorParallel.build(cfg.tp, model.cfg)
         if self.tp is not None:
             model = replicate_kv_heads(model, self.tp.kv_replicas)
+        if cfg.early_exit_threshold is not None:
+            model = with_exit_heads(model, cfg.model_path or default_model_path())
         graphdef, state = nnx.split(model)
         self.weights, treedef = jax.tree.flatten(state)
         # What the weights really occupy: quantized values and their scales included.
@@ -242,7 +270,7 @@ class ModelRunner:
             self.rope = jax.device_put(rope_table(model.cfg, cfg.max_model_len), replicated)
             attention = ShardedAttention(attention, self.tp.mesh)
             self._step = _sharded_step(tuple(weight_shardings), tuple(cache_shardings), replicated)
-        self._static = StaticModel(graphdef, treedef, attention)
+        self._static = StaticModel(graphdef, treedef, attention, cfg.early_exit_threshold)
         self._warm: set[tuple[int, int, bool]] = set()
         self.num_compilations = 0  # bucket variants first run by this runner
         self.compile_time_s = 0.0

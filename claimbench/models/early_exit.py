@@ -19,17 +19,27 @@ prefill always runs the full model.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 
 from claimbench.kernels.backend import AttentionBackend
 from claimbench.kernels.kv_quant import LayerKV
 from claimbench.kernels.metadata import AttentionMetadata
 from claimbench.kernels.paged_io import write_kv
-from claimbench.models.exit_heads import ExitHeads
+from claimbench.models.exit_heads import ExitHeads, load_exit_heads
 from claimbench.models.llama import DecoderLayer, LlamaForCausalLM, Rope, rope_angles, rope_inv_freq
+
+
+def with_exit_heads(model: LlamaForCausalLM, model_dir: Path) -> LlamaForCausalLM:
+    """A copy of ``model``'s module tree (sharing its arrays) with the exit heads saved in
+    ``model_dir`` attached as ``exit_heads``, so they travel in its weight tree."""
+    served = nnx.merge(*nnx.split(model))
+    served.exit_heads = load_exit_heads(model_dir, model)
+    return served
 
 
 class EarlyExitOutput(NamedTuple):
