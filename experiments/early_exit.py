@@ -1,0 +1,145 @@
+"""early-exit: layers skipped per token at batch 1, and the step time saved at batch 32.
+
+Workload: closed batches of ``prompt_len`` random prompt tokens and ``output_len`` output
+tokens each (EOS ignored), all submitted at once, served by the engine with early exit
+(``early_exit_threshold``: the param, or else the threshold saved with the model's exit
+heads) and, at batch 32, also without it.
+
+* ``layers_skipped_pct_b1``: one request served with early exit; over its decode tokens,
+  100 x mean(num_layers - layers run) / num_layers, from the per-token exit layers the
+  device reports (StepRecord.exit_layers).
+* ``step_saving_pct_b32``: ``batch_large`` requests served with early exit on and off (two
+  engines, the order alternating across trials so drift favours neither); over the
+  full-batch decode steps, each step's period (its start to the next step's start), the
+  median of each arm; saving = 100 x (1 - on / off).
+
+Context: at batch 32 the per-token layers skipped and the share of steps that ran every
+layer (a step runs until its slowest token exits); the held-out quality the exit heads were
+saved with (top-1 agreement with the full model, perplexity with and without exit) at the
+threshold used, and whether the batch-32 arms emitted the same tokens.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from claimbench.engine.sampler import SamplingParams
+from claimbench.harness.tenant_runs import kv_pool_bytes, rotated
+from claimbench.models.exit_heads import read_exit_config
+
+if TYPE_CHECKING:
+    from claimbench.engine.engine import LLMEngine
+    from claimbench.harness.context import RunContext
+
+DEFAULT_PARAMS: dict[str, Any] = {
+    "batch_small": 1,
+    "batch_large": 32,
+    "prompt_len": 64,
+    "output_len": 64,
+    "threshold": None,  # None: the threshold saved beside the exit heads
+    "engine": {},
+}
+MODES = ("off", "on")
+
+
+def serve(engine: LLMEngine, prompts: list[list[int]], output_len: int) -> pd.DataFrame:
+    """Serve the prompts together on a fresh record; returns the steps frame."""
+    engine.reset()
+    sampling = SamplingParams(max_tokens=output_len, ignore_eos=True)
+    for prompt in prompts:
+        engine.add_request(prompt, sampling)
+    while engine.has_unfinished:
+        engine.step()
+    return engine.steps_frame()
+
+
+def decode_steps(steps: pd.DataFrame, batch: int) -> pd.DataFrame:
+    """The full-batch decode steps that have a successor, with their ``period_s``."""
+    starts = steps["start_s"].to_numpy()
+    full = ((steps["num_seqs"] == batch) & (steps["num_decode_seqs"] == batch)).to_numpy()
+    index = np.flatnonzero(full)
+    index = index[index + 1 < len(steps)]
+    return steps.iloc[index].assign(period_s=starts[index + 1] - starts[index])
+
+
+def layers_skipped_pct(steps: pd.DataFrame, num_layers: int) -> float:
+    """100 x mean(num_layers - layers run) / num_layers over every token of ``steps``."""
+    layers = np.concatenate([np.asarray(x, np.int64) for x in steps["exit_layers"]])
+    if layers.size == 0:
+        raise RuntimeError("the early-exit steps reported no exit layers")
+    return float(100.0 * (num_layers - layers).mean() / num_layers)
+
+
+def _check(params: dict[str, Any]) -> None:
+    for key in ("batch_small", "batch_large", "prompt_len", "output_len"):
+        value = params[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"param {key} must be a positive integer, got {value!r}")
+    if params["output_len"] < 3:
+        raise ValueError(f"param output_len must be >= 3, got {params['output_len']}")
+    threshold = params["threshold"]
+    if threshold is not None and (isinstance(threshold, bool) or not threshold >= 0):
+        raise ValueError(f"param threshold must be a number >= 0 or null, got {threshold!r}")
+
+
+def run(ctx: RunContext) -> None:
+    """Record layers_skipped_pct_b1 and step_saving_pct_b32 per trial, with context."""
+    params = ctx.merged(DEFAULT_PARAMS)
+    _check(params)
+    small, large = params["batch_small"], params["batch_large"]
+    prompt_len, output_len = params["prompt_len"], params["output_len"]
+    engine_params = params["engine"]
+    overrides: dict[str, Any] = {"max_num_seqs": large, "prefix_caching": "off"}
+    if "kv_pool_bytes" not in engine_params:
+        page_size = engine_params.get("page_size", 16)
+        pages = large * -(-(prompt_len + output_len) // page_size)
+        overrides["kv_pool_bytes"] = kv_pool_bytes(ctx, engine_params, pages)
+    engines = {"off": ctx.engine(precompile=True, **overrides)}
+    saved = read_exit_config(ctx.model_path)
+    threshold = saved["threshold"] if params["threshold"] is None else params["threshold"]
+    engines["on"] = ctx.engine(precompile=True, early_exit_threshold=threshold, **overrides)
+    num_layers = engines["on"].model_cfg.num_layers
+    vocab = engines["on"].model_cfg.vocab_size
+    warm = np.random.default_rng([ctx.seed, 1]).integers(3, vocab, size=(large, prompt_len))
+    for engine in engines.values():
+        serve(engine, warm.tolist(), 3)
+    for trial in range(ctx.trials):
+        rng = np.random.default_rng(ctx.seed + trial)
+        prompts = rng.integers(3, vocab, size=(large, prompt_len)).tolist()
+        steps = serve(engines["on"], prompts[:small], output_len)
+        b1 = decode_steps(steps, small)
+        ctx.save_frames(steps=steps, mode="on", batch=small, trial=trial)
+        skipped = layers_skipped_pct(b1, num_layers)
+        ctx.record("layers_skipped_pct_b1", skipped, trial=trial, unit="%")
+        medians, tokens = {}, {}
+        for mode in rotated(MODES, trial):
+            start = time.perf_counter()
+            steps = serve(engines[mode], prompts, output_len)
+            ctx.save_frames(steps=steps, mode=mode, batch=large, trial=trial)
+            full = decode_steps(steps, large)
+            if full.empty:
+                raise RuntimeError(f"early exit {mode}: no full-batch decode step ran")
+            medians[mode] = float(full["period_s"].median())
+            tokens[mode] = [engines[mode].output(r).token_ids for r in engines[mode].requests]
+            ctx.record(
+                "decode_step_s", medians[mode], trial=trial, unit="s", mode=mode, batch=large
+            )
+            ctx.record("serve_s", time.perf_counter() - start, trial=trial, unit="s", mode=mode)
+            if mode == "on":
+                pct = layers_skipped_pct(full, num_layers)
+                ctx.record("layers_skipped_pct_b32", pct, trial=trial, unit="%")
+                ran_all = float(np.mean([max(x) == num_layers for x in full["exit_layers"]]))
+                ctx.record("steps_running_all_layers_b32", ran_all, trial=trial, unit="share")
+        saving = 100.0 * (1.0 - medians["on"] / medians["off"])
+        ctx.record("step_saving_pct_b32", saving, trial=trial, unit="%")
+        same = float(tokens["on"] == tokens["off"])
+        ctx.record("arms_outputs_match_b32", same, trial=trial, unit="bool")
+    quality = saved.get("quality", {}).get(str(float(threshold)))
+    if quality is not None:
+        # Measured once when the heads were trained (exit_train.py), on held-out text.
+        for name in ("top1_agreement", "ppl_exit", "ppl_full", "layers_skipped_pct"):
+            ctx.record(f"heldout_{name}", quality[name], trial=0, source="early_exit.json")
