@@ -71,6 +71,33 @@ def train_moe(
     train_shipped_moe(out_dir, steps=steps, seed=seed, console=console)
 
 
+@app.command("train-exits")
+def train_exits(
+    model: Annotated[
+        Path | None, typer.Option(help="Model directory (default: the shipped claimbench-tiny).")
+    ] = None,
+    steps: Annotated[int, typer.Option(help="Distillation steps.")] = 150,
+    threshold: Annotated[
+        float | None,
+        typer.Option(
+            help="Confidence threshold saved with the heads (default: the lowest of a sweep "
+            "keeping 99% held-out top-1 agreement)."
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed for the batch order.")] = 0,
+) -> None:
+    """Distill exit heads on every intermediate layer; save them beside the model."""
+    from claimbench.models.checkpoint import default_model_path
+    from claimbench.models.exit_train import train_exits as distill_exits
+
+    model_dir = default_model_path() if model is None else model
+    if steps <= 0 or (threshold is not None and not 0 <= threshold <= 1):
+        fail(f"--steps must be > 0 and --threshold in [0, 1], got {steps}, {threshold}")
+    if not (model_dir / "tokenizer.json").is_file():
+        fail(f"train-exits needs a model and its tokenizer in {model_dir}")
+    distill_exits(model_dir, steps=steps, threshold=threshold, seed=seed, console=console)
+
+
 @app.command()
 def info(
     ctx: typer.Context,
