@@ -1,7 +1,9 @@
 """early-exit: layers skipped per token at batch 1, and the step time saved at batch 32.
 
-Workload: closed batches of ``prompt_len`` random prompt tokens and ``output_len`` output
-tokens each (EOS ignored), all submitted at once, served by the engine with early exit
+Workload: closed batches of ``prompt_len``-token prompts cut from held-out text (BOS, then
+the start of a line of a held-out document: a model is only confident on text like its
+training data, never on random tokens) and ``output_len`` greedy output tokens each (EOS
+ignored), all submitted at once, served by the engine with early exit
 (``early_exit_threshold``: the param, or else the threshold saved with the model's exit
 heads) and, at batch 32, also without it.
 
@@ -30,6 +32,7 @@ import pandas as pd
 from claimbench.engine.sampler import SamplingParams
 from claimbench.harness.tenant_runs import kv_pool_bytes, rotated
 from claimbench.models.exit_heads import read_exit_config
+from claimbench.workload.corpus import heldout_prompts
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
@@ -104,12 +107,14 @@ def run(ctx: RunContext) -> None:
     engines["on"] = ctx.engine(precompile=True, early_exit_threshold=threshold, **overrides)
     num_layers = engines["on"].model_cfg.num_layers
     vocab = engines["on"].model_cfg.vocab_size
+    tokenizer = engines["on"].tokenizer
+    if tokenizer is None:
+        raise ValueError("early-exit prompts are held-out text: the model needs a tokenizer")
     warm = np.random.default_rng([ctx.seed, 1]).integers(3, vocab, size=(large, prompt_len))
     for engine in engines.values():
         serve(engine, warm.tolist(), 3)
     for trial in range(ctx.trials):
-        rng = np.random.default_rng(ctx.seed + trial)
-        prompts = rng.integers(3, vocab, size=(large, prompt_len)).tolist()
+        prompts = heldout_prompts(tokenizer, large, prompt_len, prompt_len, ctx.seed + trial)
         steps = serve(engines["on"], prompts[:small], output_len)
         b1 = decode_steps(steps, small)
         ctx.save_frames(steps=steps, mode="on", batch=small, trial=trial)
