@@ -1,0 +1,401 @@
+"""Our engine side by side with vLLM's offline ``LLM.generate`` on the same checkpoint.
+
+    python benchmarks/engine_vs_vllm.py [--rounds 3] [--requests 64] [--output-len 128] [--json]
+
+The same requests (held-out prompts of --min-input..--max-input tokens, as token ids;
+--output-len greedy tokens each, EOS ignored) go through our engine, in this process, and
+through vLLM, in a worker process run by the vLLM environment's python (vLLM lives in its
+own virtual environment: scripts/setup_vllm.sh; --vllm-python or CLAIMBENCH_VLLM_PYTHON
+names its interpreter). Both load the model once, serve the whole workload once untimed
+(compilation, warm-up), then take turns, A B A B, for --rounds timed rounds each, so that
+other load on the machine falls on both alike. Reported: output tokens/s of each round and
+the mean, TTFT and TPOT percentiles over the timed rounds where the side reports them, and
+the ratio ours / vLLM (target >= 2).
+
+Settings that correspond are the same on both sides: dtype (float32 on CPU, which both run
+natively), max_num_seqs, max_num_batched_tokens (one step's token budget), max_model_len,
+no prefix caching. vLLM runs without detokenization (our engine decodes each output's text
+once at the end), so it does no less than it would by default.
+
+The vLLM side runs this same file with --vllm-worker JOB_FILE: it imports only the standard
+library and vLLM, serves one timed round per "run" line on stdin and answers each with one
+result line on its own stdout (vLLM's logs go to stderr, kept in --vllm-log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+VLLM_PYTHON_ENV = "CLAIMBENCH_VLLM_PYTHON"
+# scripts/setup_vllm.sh puts the environment beside the checkout, out of the repository.
+DEFAULT_VLLM_PYTHON = Path(__file__).resolve().parents[2] / "vllm-venv" / "bin" / "python"
+RESULT_PREFIX = "@@result "
+READY = "@@ready"
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One workload, written as JSON for the vLLM worker: everything both sides share."""
+
+    model: str  # HF model directory
+    dtype: str  # float32 | bfloat16
+    prompts: list[list[int]]  # token ids, BOS included
+    output_len: int  # greedy tokens per request, EOS ignored
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.prompts or not all(self.prompts):
+            raise ValueError(f"need non-empty prompts, got {len(self.prompts)} prompts")
+        if self.output_len < 1:
+            raise ValueError(f"output_len must be >= 1, got {self.output_len}")
+        longest = max(len(p) for p in self.prompts) + self.output_len
+        if longest > self.max_model_len:
+            raise ValueError(f"max_model_len {self.max_model_len} < longest request {longest}")
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(dataclasses.asdict(self)))
+
+    @classmethod
+    def read(cls, path: Path) -> Job:
+        return cls(**json.loads(path.read_text()))
+
+
+def percentiles_ms(values: list[float] | None) -> dict[str, float] | None:
+    """p50/p90/p99 in milliseconds of seconds ``values``; None when the side has none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        return 1000 * ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+    return {"p50": at(0.5), "p90": at(0.9), "p99": at(0.99)}
+
+
+# -- the vLLM side (runs under the vLLM environment's python) ------------------------------
+
+
+def vllm_round(llm, job: Job, sampling) -> dict:
+    start = time.perf_counter()
+    outs = llm.generate([{"prompt_token_ids": p} for p in job.prompts], sampling, use_tqdm=False)
+    elapsed = time.perf_counter() - start
+    ttft, tpot = [], []
+    for out in outs:
+        m = out.metrics  # None on some versions and platforms: then no latencies
+        n = len(out.outputs[0].token_ids)
+        if m is not None and getattr(m, "first_token_latency", 0) > 0:
+            ttft.append(m.first_token_latency)
+            if n > 1 and m.last_token_ts > m.first_token_ts:
+                tpot.append((m.last_token_ts - m.first_token_ts) / (n - 1))
+    return {
+        "output_tokens": sum(len(o.outputs[0].token_ids) for o in outs),
+        "elapsed_s": elapsed,
+        "ttft_s": ttft or None,
+        "tpot_s": tpot or None,
+    }
+
+
+def vllm_worker(job_path: Path) -> None:
+    # The protocol keeps the real stdout; everything else printed (vLLM's logs, its engine
+    # process's output) goes to stderr.
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    from vllm import LLM, SamplingParams
+
+    job = Job.read(job_path)
+    llm = LLM(
+        model=job.model,
+        dtype=job.dtype,
+        max_model_len=job.max_model_len,
+        max_num_seqs=job.max_num_seqs,
+        max_num_batched_tokens=job.max_num_batched_tokens,
+        enable_prefix_caching=False,
+        seed=job.seed,
+        disable_log_stats=False,  # so outputs carry their timing metrics
+    )
+    sampling = SamplingParams(
+        temperature=0.0, max_tokens=job.output_len, ignore_eos=True, detokenize=False
+    )
+    vllm_round(llm, job, sampling)  # warm-up: compilation and first-use paths
+    print(READY, file=protocol)
+    for line in sys.stdin:
+        if line.strip() != "run":
+            break
+        print(RESULT_PREFIX + json.dumps(vllm_round(llm, job, sampling)), file=protocol)
+
+
+class VllmWorker:
+    """The vLLM worker process: started once, asked for one timed round at a time."""
+
+    def __init__(self, python: Path, job_path: Path, log_path: Path) -> None:
+        env = dict(os.environ)
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; the workload needs ~0.2
+        self.log_path = log_path
+        self._log = log_path.open("w")
+        cmd = [str(python), str(Path(__file__).resolve()), "--vllm-worker", str(job_path)]
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, env=env
+        )
+        self._expect(READY)
+
+    def _expect(self, prefix: str) -> str:
+        line = self.proc.stdout.readline()
+        if not line.startswith(prefix):
+            self.close()
+            lines = self.log_path.read_text().strip().splitlines() or ["no output"]
+            raise RuntimeError(f"vLLM worker failed: {lines[-1][:300]} (log: {self.log_path})")
+        return line[len(prefix) :]
+
+    def run_round(self) -> dict:
+        self.proc.stdin.write("run\n")
+        self.proc.stdin.flush()
+        return json.loads(self._expect(RESULT_PREFIX))
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self._log.close()
+
+
+# -- our side ------------------------------------------------------------------------------
+
+
+def build_ours(args, job: Job):
+    from claimbench.engine.build import build_engine
+    from claimbench.engine.config import EngineConfig
+    from claimbench.engine.kv_cache import kv_bytes_per_token, resolve_kv_dtype
+    from claimbench.models.checkpoint import load_model
+    from claimbench.models.tokenizer import Tokenizer
+
+    model, _ = load_model(Path(job.model), job.dtype)
+    per_token = kv_bytes_per_token(model.cfg, resolve_kv_dtype("auto", model.dtype))
+    page = args.page_size
+    # Room for every sequence at full length: throughput without preemption (as vLLM's pool).
+    pool = (job.max_num_seqs * (job.max_model_len // page + 1) + 1) * page * per_token
+    config = EngineConfig(
+        dtype=job.dtype,
+        kv_pool_bytes=pool,
+        page_size=page,
+        max_num_seqs=job.max_num_seqs,
+        max_num_batched_tokens=job.max_num_batched_tokens,
+        max_model_len=job.max_model_len,
+        prefix_caching="off",
+        attention_backend=args.attention_backend,
+        async_scheduling=args.async_scheduling == "on",
+        seed=job.seed,
+    )
+    engine = build_engine(config, model=model, tokenizer=Tokenizer.from_dir(Path(job.model)))
+    engine.precompile()
+    return engine
+
+
+def ours_round(engine, job: Job) -> dict:
+    from claimbench.engine.sampler import SamplingParams
+
+    params = SamplingParams(max_tokens=job.output_len, ignore_eos=True)
+    start = time.perf_counter()
+    outs = engine.generate(job.prompts, params)
+    elapsed = time.perf_counter() - start
+    ids = {o.request_id for o in outs}
+    frame = engine.requests_frame()
+    frame = frame[frame["request_id"].isin(ids)]
+    for request_id in ids:  # keep the engine's records to this round's
+        engine.forget(request_id)
+    engine.trim_step_records(0)
+    return {
+        "output_tokens": sum(len(o.token_ids) for o in outs),
+        "elapsed_s": elapsed,
+        "ttft_s": frame["ttft_s"].dropna().tolist() or None,
+        "tpot_s": frame["tpot_s"].dropna().tolist() or None,
+    }
+
+
+# -- the comparison ------------------------------------------------------------------------
+
+
+def summarize(rounds: list[dict]) -> dict:
+    tok_s = [r["output_tokens"] / r["elapsed_s"] for r in rounds]
+    pooled = {k: [v for r in rounds for v in (r[k] or [])] for k in ("ttft_s", "tpot_s")}
+    return {
+        "tok_s": tok_s,
+        "mean_tok_s": statistics.fmean(tok_s),
+        "ttft_ms": percentiles_ms(pooled["ttft_s"]),
+        "tpot_ms": percentiles_ms(pooled["tpot_s"]),
+    }
+
+
+def report(result: dict) -> str:
+    ours, vllm = result["ours"], result["vllm"]
+    lines = [
+        f"{result['requests']} requests, {result['min_input']}-{result['max_input']} prompt "
+        f"tokens, {result['output_len']} output tokens, {result['dtype']}, "
+        f"max_num_seqs {result['max_num_seqs']}, "
+        f"max_num_batched_tokens {result['max_num_batched_tokens']}, "
+        f"our attention {result['attention_backend']}, async scheduling "
+        f"{result['async_scheduling']}, vllm {result['vllm_version']}",
+        f"{'round':<8}{'ours tok/s':>12}{'vLLM tok/s':>12}{'ratio':>8}",
+    ]
+    for i, (a, b) in enumerate(zip(ours["tok_s"], vllm["tok_s"], strict=True)):
+        lines.append(f"{i + 1:<8}{a:12.1f}{b:12.1f}{a / b:8.2f}")
+    lines.append(
+        f"{'mean':<8}{ours['mean_tok_s']:12.1f}{vllm['mean_tok_s']:12.1f}"
+        f"{result['ratio']:8.2f}   (target >= 2)"
+    )
+    for key, name in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
+        for side, label in ((ours, "ours"), (vllm, "vLLM")):
+            p = side[key]
+            shown = "n/a" if p is None else "  ".join(f"{q} {v:8.1f}" for q, v in p.items())
+            lines.append(f"{name} ms {label:<5} {shown}")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--model", type=Path, default=None, help="HF model dir (default: shipped)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--requests", type=int, default=64)
+    p.add_argument("--min-input", type=int, default=128)
+    p.add_argument("--max-input", type=int, default=512)
+    p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--rounds", type=int, default=3, help="timed rounds per side, alternating")
+    p.add_argument("--max-num-seqs", type=int, default=64)
+    p.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    p.add_argument("--page-size", type=int, default=16, help="our KV page, tokens")
+    p.add_argument("--attention-backend", default="auto", help="ours: auto | cpu | xla | pallas")
+    p.add_argument("--async-scheduling", default="on", choices=["on", "off"], help="ours")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--vllm-python",
+        type=Path,
+        default=Path(os.environ.get(VLLM_PYTHON_ENV) or DEFAULT_VLLM_PYTHON),
+        help=f"python of the vLLM environment (env {VLLM_PYTHON_ENV}; "
+        "default: vllm-venv beside the checkout, as scripts/setup_vllm.sh makes it)",
+    )
+    p.add_argument("--vllm-log", type=Path, default=None, help="vLLM's log (default: a temp file)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--vllm-worker", type=Path, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    for name in ("requests", "output_len", "rounds", "max_num_seqs", "max_num_batched_tokens"):
+        if getattr(args, name) < 1:
+            p.exit(2, f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}\n")
+    if not 2 <= args.min_input <= args.max_input:
+        p.exit(2, f"need 2 <= --min-input <= --max-input, got {args.min_input}, {args.max_input}\n")
+    if args.vllm_worker is None and not args.vllm_python.is_file():
+        p.exit(
+            2,
+            f"no vLLM python at {args.vllm_python}: run scripts/setup_vllm.sh, or pass "
+            f"--vllm-python or set {VLLM_PYTHON_ENV}\n",
+        )
+    if args.model is not None and not (args.model / "config.json").is_file():
+        p.exit(2, f"--model {args.model} is not an HF model directory (no config.json)\n")
+    return args
+
+
+def llama_only_copy(model: Path, dest: Path) -> Path:
+    """The checkpoint with only the standard HF Llama tensors (model.*, lm_head.*): extras
+    our engine reads beside them (early-exit heads) are unknown to vLLM's Llama, which
+    refuses the checkpoint. The weights vLLM runs are the same."""
+    from safetensors.numpy import load_file, save_file
+
+    dest.mkdir()
+    for f in model.iterdir():
+        if f.suffix == ".safetensors":
+            tensors = load_file(f)
+            keep = {k: v for k, v in tensors.items() if k.startswith(("model.", "lm_head."))}
+            save_file(keep, dest / f.name, metadata={"format": "pt"})
+        elif f.is_file():
+            (dest / f.name).write_bytes(f.read_bytes())
+    return dest
+
+
+def vllm_version(python: Path) -> str:
+    cmd = [str(python), "-c", "from importlib.metadata import version; print(version('vllm-cpu'))"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    return proc.stdout.strip() or "unknown"
+
+
+def compare(args) -> dict:
+    from claimbench.kernels.backend import resolve_backend_name
+    from claimbench.models.checkpoint import default_model_path
+    from claimbench.models.tokenizer import Tokenizer
+    from claimbench.workload.corpus import heldout_prompts
+
+    model = args.model or default_model_path()
+    prompts = heldout_prompts(
+        Tokenizer.from_dir(model), args.requests, args.min_input, args.max_input, args.seed
+    )
+    job = Job(
+        model=str(Path(model).resolve()),
+        dtype=args.dtype,
+        prompts=prompts,
+        output_len=args.output_len,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_model_len=args.max_input + args.output_len,
+        seed=args.seed,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        job_path = Path(tmp) / "job.json"
+        vllm_model = llama_only_copy(Path(job.model), Path(tmp) / "model")
+        dataclasses.replace(job, model=str(vllm_model)).write(job_path)
+        log = args.vllm_log or Path(tmp) / "vllm.log"
+        worker = VllmWorker(args.vllm_python, job_path, log)
+        try:
+            engine = build_ours(args, job)
+            ours_round(engine, job)  # warm-up, as the worker's
+            rounds: dict[str, list[dict]] = {"ours": [], "vllm": []}
+            for _ in range(args.rounds):
+                rounds["ours"].append(ours_round(engine, job))
+                rounds["vllm"].append(worker.run_round())
+        finally:
+            worker.close()
+    ours, vllm = summarize(rounds["ours"]), summarize(rounds["vllm"])
+    return {
+        "requests": args.requests,
+        "min_input": args.min_input,
+        "max_input": args.max_input,
+        "output_len": args.output_len,
+        "dtype": args.dtype,
+        "max_num_seqs": args.max_num_seqs,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "attention_backend": resolve_backend_name(args.attention_backend),
+        "async_scheduling": args.async_scheduling,
+        "vllm_version": vllm_version(args.vllm_python),
+        "ours": ours,
+        "vllm": vllm,
+        "ratio": ours["mean_tok_s"] / vllm["mean_tok_s"],
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.vllm_worker is not None:
+        vllm_worker(args.vllm_worker)
+        return
+    try:
+        result = compare(args)
+    except (RuntimeError, ValueError) as e:
+        print(str(e).splitlines()[0], file=sys.stderr)
+        sys.exit(1)
+    print(json.dumps(result) if args.json else report(result))
+
+
+if __name__ == "__main__":
+    main()
