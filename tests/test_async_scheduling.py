@@ -268,3 +268,17 @@ def test_stop_strings_cut_the_same_text_and_nothing_follows():
     assert on == off and late_on == [] and late_off == []
     for text, stop, whole in zip(on, stops, full, strict=True):
         assert text == whole[: whole.index(stop[0])]
+
+
+def test_precompile_covers_the_token_merge():
+    """With overlap, precompile also compiles the device-side token merge at every shape, so
+    serving never compiles (here: a batch that shrinks from 8 sequences to 1)."""
+    from claimbench.engine.async_step import merge_token_ids
+
+    engine = tiny_engine(async_scheduling=True)
+    engine.precompile()
+    before = merge_token_ids._cache_size()
+    sampling = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (2, 3, 4, 5, 6, 7, 8, 20)]
+    engine.generate(_prompts(8, seed=7), sampling)
+    assert engine.steps_frame()["num_seqs"].nunique() > 4
+    assert merge_token_ids._cache_size() == before

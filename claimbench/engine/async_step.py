@@ -35,7 +35,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from claimbench.engine.batch import StepPlan, build_step
+from claimbench.engine.batch import StepPlan, build_step, empty_inputs
+from claimbench.engine.buckets import pick_pair, seq_buckets, token_buckets
 from claimbench.engine.outputs import Event, TokenEvent
 from claimbench.engine.request import Request
 from claimbench.engine.runner import StepOutput
@@ -148,6 +149,21 @@ class OverlapStepper:
         self.engine = engine
         self.inflight: InFlight | None = None
         self.last_ready = 0.0  # when the last step's outputs were seen ready
+
+    def precompile(self) -> tuple[int, float]:
+        """Compile the token merge at every (token bucket, previous step's sequence bucket),
+        so serving with overlap never compiles: (variants compiled now, seconds). The previous
+        tokens come from real all-padding steps, so they are placed as a step's outputs are."""
+        cfg, runner = self.engine.config, self.engine.runner
+        start, before = time.perf_counter(), merge_token_ids._cache_size()
+        for num_seqs in seq_buckets(cfg):
+            num_tokens = pick_pair(cfg, num_seqs, num_seqs)[0]
+            prev = runner.execute(empty_inputs(cfg, num_tokens, num_seqs), False).tokens
+            # Any token bucket may follow: most of a large batch can finish in one step.
+            for bucket in token_buckets(cfg):
+                src = np.full(bucket, -1, np.int32)
+                jax.block_until_ready(merge_token_ids(np.zeros(bucket, np.int32), src, prev))
+        return merge_token_ids._cache_size() - before, time.perf_counter() - start
 
     def step(self, events: list[Event]) -> list[Event]:
         engine = self.engine

@@ -430,6 +430,9 @@ class LLMEngine:
         if self.speculator is not None:
             num_draft, draft_s = self.speculator.precompile()
             num, seconds = num + num_draft, seconds + draft_s
+        if self._overlap is not None:
+            num_merge, merge_s = self._overlap.precompile()  # async scheduling's token merge
+            num, seconds = num + num_merge, seconds + merge_s
         return num, seconds
 
     def generate(
