@@ -117,13 +117,14 @@ def test_save_frames_labels_and_stacking():
 def test_engine_builds_from_profile_params(monkeypatch):
     built = {}
 
-    class FakeEngine:
-        def __init__(self, config):
-            built["config"] = config
+    def fake_build(config):
+        built["config"] = config
 
     # A stand-in module: the test is about how the config is assembled, not the engine.
     monkeypatch.setitem(
-        sys.modules, "claimbench.engine.engine", types.SimpleNamespace(LLMEngine=FakeEngine)
+        sys.modules,
+        "claimbench.engine.build",
+        types.SimpleNamespace(build_engine=fake_build),
     )
     ctx = make_context(params={"engine": {"max_num_seqs": 4, "page_size": 8}})
     assert ctx.models_used == []

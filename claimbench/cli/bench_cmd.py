@@ -100,8 +100,9 @@ def bench(
     api_key: Annotated[
         list[str] | None,
         typer.Option(
+            metavar="<key>",
             help="With --url: an API key, or TENANT=KEY; repeat it to spread the requests "
-            "round-robin over several tenants."
+            "round-robin over several tenants.",
         ),
     ] = None,
     served_model_name: Annotated[
