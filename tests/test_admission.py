@@ -59,6 +59,22 @@ def test_token_bucket_refills_on_the_arrival_timeline():
     assert ac.num_rejected == {("a", "token_rate"): 1}
 
 
+def test_retry_after_is_the_wait_until_the_bucket_holds_the_request():
+    ac = control(Tenant("a", token_rate=4.0, token_burst=20.0), Tenant("q", max_queued_requests=1))
+    first = make_request(4, max_tokens=6, tenant="a", arrival=0.0)  # costs 10
+    assert ac.admit(first, []) is None and ac.retry_after_s(first) == 0.0
+    late = make_request(10, max_tokens=6, tenant="a", arrival=0.5)  # 16 > 10 + 0.5 * 4
+    assert ac.admit(late, []) is not None
+    assert ac.retry_after_s(late) == pytest.approx((16 - 12) / 4.0)
+    again = make_request(10, max_tokens=6, tenant="a", arrival=0.5 + ac.retry_after_s(late))
+    assert ac.admit(again, []) is None  # after the advised wait it fits
+    too_big = make_request(20, max_tokens=6, tenant="a", arrival=2.0)  # 26 > the bucket's 20
+    assert ac.retry_after_s(too_big) is None  # no wait makes it fit
+    queued = make_request(2, tenant="q")
+    assert ac.admit(queued, [make_request(2, tenant="q")]) is not None
+    assert ac.retry_after_s(queued) is None  # a queue limit, not a bucket
+
+
 def test_rejection_spends_no_tokens():
     ac = control(Tenant("a", token_rate=10.0, max_queued_requests=1))
     queued = [make_request(2, max_tokens=2, tenant="a", arrival=0.0)]

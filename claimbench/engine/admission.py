@@ -110,6 +110,17 @@ class AdmissionControl:
                 )
         return None
 
+    def retry_after_s(self, request: Request) -> float | None:
+        """Seconds until ``request``'s tenant bucket holds its tokens again; None when no
+        token bucket refused it or no wait would make it fit (it exceeds the bucket)."""
+        tenant = self.tenants.get(request.tenant)
+        bucket = self.buckets.get(tenant.id)
+        cost = request.max_total_tokens
+        if tenant.token_rate is None or bucket is None or cost > bucket.size:
+            return None
+        level = bucket.refill(request.arrival_time)
+        return max(0.0, (cost - level) / bucket.rate)
+
     @property
     def total_rejected(self) -> int:
         return sum(self.num_rejected.values())

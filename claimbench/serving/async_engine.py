@@ -41,11 +41,12 @@ class RequestRejected(Exception):
     """The engine refused a request at admission. ``over_limit``: a tenant's ingress limit
     (retry later) rather than a request that can never be served."""
 
-    def __init__(self, reason: str, kind: RejectKind) -> None:
+    def __init__(self, reason: str, kind: RejectKind, retry_after_s: float | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.kind = kind
         self.over_limit = kind == RejectKind.OVER_LIMIT
+        self.retry_after_s = retry_after_s  # when a tenant's token bucket will hold it
 
 
 class EngineStopped(Exception):
@@ -187,7 +188,8 @@ class AsyncEngine:
             )
             request = engine.requests[request_id]
             if request.rejected_reason is not None:
-                raise RequestRejected(request.rejected_reason, request.rejected_kind)
+                wait = engine.scheduler.admission.retry_after_s(request)
+                raise RequestRejected(request.rejected_reason, request.rejected_kind, wait)
             self._sinks[request_id] = (loop, events)
             return request_id
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -43,7 +44,7 @@ from claimbench.serving.protocol import (
 from claimbench.serving.sse import TextChunkTemplate
 from claimbench.serving.state import ServerState
 
-RETRY_AFTER_S = 1  # over a tenant's limit: its queue or token bucket frees up within seconds
+RETRY_AFTER_S = 1  # over a tenant's queue limit: it frees up within seconds
 # A text-only piece carrying the template mark: the chunk the SSE templates are made from.
 _MARKED = Piece(TextChunkTemplate.mark(), [], [], None)
 
@@ -244,7 +245,9 @@ async def _admit(
         )
     except RequestRejected as e:
         if e.over_limit:
-            raise ApiError(429, e.reason, headers={"Retry-After": str(RETRY_AFTER_S)}) from e
+            wait = RETRY_AFTER_S if e.retry_after_s is None else math.ceil(e.retry_after_s)
+            headers = {"Retry-After": str(max(RETRY_AFTER_S, wait))}
+            raise ApiError(429, e.reason, headers=headers) from e
         raise ApiError(400, e.reason) from e
     except EngineStopped as e:
         raise ApiError(503, "the server is shutting down") from e
