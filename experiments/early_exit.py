@@ -17,8 +17,16 @@ heads) and, at batch 32, also without it.
 
 Context: at batch 32 the per-token layers skipped and the share of steps that ran every
 layer (a step runs until its slowest token exits); the held-out quality the exit heads were
-saved with (top-1 agreement with the full model, perplexity with and without exit) at the
-threshold used, and whether the batch-32 arms emitted the same tokens.
+saved with (top-1 agreement with the full model, perplexity with and without exit, on the
+dense forward) at the threshold used, and whether the batch-32 arms emitted the same tokens.
+
+Quality as served (harness/exit_quality.py), where exited tokens' later-layer K/V are their
+propagated hidden state: per trial, the share of the batch-32 arms' greedy output positions
+that agree (``greedy_token_agreement_b32``) and the mean leading tokens before the first
+difference; once, ``quality_windows`` held-out windows of ``quality_len`` tokens fed one
+decode step per token through the propagated-K/V path, at the threshold and never exiting:
+``served_top1_agreement``, ``served_ppl_exit``, ``served_ppl_full``,
+``served_layers_skipped_pct``.
 """
 
 from __future__ import annotations
@@ -30,13 +38,16 @@ import numpy as np
 import pandas as pd
 
 from claimbench.engine.sampler import SamplingParams
+from claimbench.harness.exit_quality import greedy_agreement, teacher_forced
 from claimbench.harness.tenant_runs import kv_pool_bytes, rotated
-from claimbench.models.exit_heads import read_exit_config
-from claimbench.workload.corpus import heldout_prompts
+from claimbench.models.checkpoint import load_model
+from claimbench.models.exit_heads import load_exit_heads, read_exit_config
+from claimbench.workload.corpus import heldout_prompts, heldout_token_windows
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
     from claimbench.harness.context import RunContext
+    from claimbench.models.tokenizer import Tokenizer
 
 DEFAULT_PARAMS: dict[str, Any] = {
     "batch_small": 1,
@@ -44,6 +55,8 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "prompt_len": 64,
     "output_len": 64,
     "threshold": None,  # None: the threshold saved beside the exit heads
+    "quality_windows": 16,  # held-out windows teacher-forced through propagated K/V
+    "quality_len": 256,  # predicted tokens per window
     "engine": {},
 }
 MODES = ("off", "on")
@@ -78,7 +91,14 @@ def layers_skipped_pct(steps: pd.DataFrame, num_layers: int) -> float:
 
 
 def _check(params: dict[str, Any]) -> None:
-    for key in ("batch_small", "batch_large", "prompt_len", "output_len"):
+    for key in (
+        "batch_small",
+        "batch_large",
+        "prompt_len",
+        "output_len",
+        "quality_windows",
+        "quality_len",
+    ):
         value = params[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"param {key} must be a positive integer, got {value!r}")
@@ -87,6 +107,22 @@ def _check(params: dict[str, Any]) -> None:
     threshold = params["threshold"]
     if threshold is not None and (isinstance(threshold, bool) or not threshold >= 0):
         raise ValueError(f"param threshold must be a number >= 0 or null, got {threshold!r}")
+
+
+def record_served_quality(
+    ctx: RunContext, params: dict[str, Any], threshold: float, tokenizer: Tokenizer
+) -> None:
+    """Teacher-forced held-out quality through the propagated-K/V path (deterministic: once)."""
+    dtype = params["engine"].get("dtype", ctx.dtype)
+    model, _ = load_model(ctx.model_path, dtype)
+    heads = load_exit_heads(ctx.model_path, model)
+    windows = heldout_token_windows(
+        tokenizer, params["quality_windows"], params["quality_len"] + 1, ctx.seed
+    )
+    backend = params["engine"].get("attention_backend", "auto")
+    quality = teacher_forced(model, heads, threshold, windows, attention_backend=backend)
+    for name in ("top1_agreement", "ppl_exit", "ppl_full", "layers_skipped_pct"):
+        ctx.record(f"served_{name}", getattr(quality, name), trial=0, num_tokens=quality.num_tokens)
 
 
 def run(ctx: RunContext) -> None:
@@ -143,6 +179,10 @@ def run(ctx: RunContext) -> None:
         ctx.record("step_saving_pct_b32", saving, trial=trial, unit="%")
         same = float(tokens["on"] == tokens["off"])
         ctx.record("arms_outputs_match_b32", same, trial=trial, unit="bool")
+        share, leading = greedy_agreement(tokens["on"], tokens["off"])
+        ctx.record("greedy_token_agreement_b32", share, trial=trial, unit="share")
+        ctx.record("greedy_leading_agree_b32", leading, trial=trial, unit="tokens")
+    record_served_quality(ctx, params, threshold, tokenizer)
     quality = saved.get("quality", {}).get(str(float(threshold)))
     if quality is not None:
         # Measured once when the heads were trained (exit_train.py), on held-out text.

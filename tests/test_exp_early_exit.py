@@ -20,6 +20,8 @@ TINY = {
     "batch_large": 4,
     "prompt_len": 6,
     "output_len": 6,
+    "quality_windows": 2,
+    "quality_len": 8,
 }
 
 
@@ -44,6 +46,9 @@ def test_threshold_zero_skips_half_of_two_layers(checkpoint):
     assert _values(frame, "layers_skipped_pct_b32") == [50.0, 50.0]
     assert _values(frame, "steps_running_all_layers_b32") == [0.0, 0.0]
     assert _values(frame, "heldout_top1_agreement") == [0.5]
+    # Served quality: every teacher-forced token exits after layer 1 of 2.
+    assert _values(frame, "served_layers_skipped_pct") == [50.0]
+    assert len(_values(frame, "greedy_token_agreement_b32")) == 2
     saved = ctx.frames()["steps"]
     large = saved[saved["batch"] == 4]
     order = [list(dict.fromkeys(large.loc[large["trial"] == t, "mode"])) for t in (0, 1)]
@@ -57,6 +62,11 @@ def test_never_confident_runs_every_layer(checkpoint):
     assert _values(frame, "layers_skipped_pct_b1") == [0.0]
     assert _values(frame, "steps_running_all_layers_b32") == [1.0]
     assert _values(frame, "arms_outputs_match_b32") == [1.0]
+    # Never exiting: served outputs and teacher-forced predictions are the ordinary model's.
+    assert _values(frame, "greedy_token_agreement_b32") == [1.0]
+    assert _values(frame, "greedy_leading_agree_b32") == [6.0]
+    assert _values(frame, "served_top1_agreement") == [1.0]
+    assert _values(frame, "served_ppl_exit") == _values(frame, "served_ppl_full")
     assert _values(frame, "heldout_top1_agreement") == []  # no quality saved at 2.0
 
 
