@@ -13,7 +13,9 @@ from typer.testing import CliRunner
 from claimbench.cli.main import app
 from claimbench.engine.config import EngineConfig
 from claimbench.harness import tpu_check
+from claimbench.harness.hlo_collectives import count_collectives
 from claimbench.harness.hlo_copies import count_full_copies, hlo_shape
+from claimbench.harness.tpu_target import build_target
 
 CACHE = ("bf16", (8192, 16, 4, 64))
 
@@ -131,3 +133,76 @@ def test_v6e_int8_pages_compile_without_copies() -> None:
     assert report.kv_dtype == "int8"
     assert bucket.ok, bucket.error
     assert bucket.full_cache_copies == 0
+
+
+# Trimmed from the shipped model's step compiled for 4 v6e chips: the two all-reduces a
+# layer runs (one a combined pair), an async all-gather and a collective-permute whose
+# results are (operand, result, context).
+HLO_WITH_COLLECTIVES = """\
+ENTRY %main {
+  %all-reduce.1 = bf16[16,256]{1,0} all-reduce(%dot.1), replica_groups={{0,1,2,3}}
+  %all-reduce.2 = (bf16[16,256]{1,0}, f32[16]{0}) all-reduce(%dot.2, %r), to_apply=%add
+  %all-reduce-start.3 = f32[8,1024]{1,0} all-reduce-start(%x), to_apply=%add
+  %all-reduce-done.3 = f32[8,1024]{1,0} all-reduce-done(%all-reduce-start.3)
+  %all-gather-start.1 = (bf16[4,64]{1,0}, bf16[16,64]{1,0}) all-gather-start(%y), dimensions={0}
+  %all-gather-done.1 = bf16[16,64]{1,0} all-gather-done(%all-gather-start.1)
+  %collective-permute-start.1 = (s32[8]{0}, s32[8]{0}, u32[], u32[]) collective-permute-start(%z)
+  %collective-permute-done.1 = s32[8]{0} collective-permute-done(%collective-permute-start.1)
+  %fusion.4 = bf16[16,256]{1,0} fusion(%all-reduce.1), kind=kLoop, calls=%fused
+}
+"""
+
+
+def test_collective_counter_counts_each_op_once_with_its_result_bytes() -> None:
+    found = count_collectives(HLO_WITH_COLLECTIVES)
+    # 16 * 256 * 2 bytes; the pair 16 * 256 * 2 + 16 * 4; the async 8 * 1024 * 4.
+    assert found["all-reduce"] == {"count": 3, "bytes": 8192 + 8192 + 64 + 32768}
+    # The gathered result, 16 * 64 * 2, not the operand.
+    assert found["all-gather"] == {"count": 1, "bytes": 2048}
+    assert found["collective-permute"] == {"count": 1, "bytes": 32}
+    assert "reduce-scatter" not in found and "all-to-all" not in found
+    assert count_collectives(HLO_WITH_COPIES) == {}
+
+
+def test_cli_tp_that_cannot_split_the_model_is_one_line_and_exit_2() -> None:
+    for tp, problem in (("3", "does not divide the model's 4 query heads"), ("8", "exceeds")):
+        result = CliRunner().invoke(app, ["tpu-check", "--chip", "v6e", "--tp", tp])
+        assert result.exit_code == 2
+        assert problem in result.output and len(result.output.strip().splitlines()) == 1
+
+
+@needs_libtpu
+def test_cli_compiles_the_sharded_step_over_four_v6e_chips() -> None:
+    # The shipped model (4 query heads, 2 KV heads) over the 4 chips of a v6e:2x2: each KV
+    # head replicated twice, one per chip; q/k/v/gate/up column-split, o/down row-split.
+    result = CliRunner().invoke(
+        app, ["tpu-check", "--chip", "v6e", "--tp", "4", "--buckets", "16x8", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    (bucket,) = report["buckets"]
+    assert report["tp"] == 4 and report["ok"], bucket["error"]
+    assert bucket["full_cache_copies"] == 0
+    # Megatron's two all-reduces per layer and nothing else: the tied vocabulary projection
+    # is replicated, so no gather of logits, weights or pages.
+    num_layers = tpu_check.resolve_model("claimbench-tiny")[1].num_layers
+    assert bucket["collectives"] == {
+        "all-reduce": {"count": 2 * num_layers, "bytes": 2 * num_layers * 16 * 256 * 2}
+    }
+    # One chip holds a quarter of each split matrix: under half the unsharded weights.
+    name, model_cfg = tpu_check.resolve_model("claimbench-tiny")
+    whole = build_target("v6e", model_cfg, EngineConfig(), tpu_check.tpu_devices("v6e", 1))
+    assert bucket["weight_bytes"] < whole.weight_bytes / 2
+    assert bucket["kv_pool_bytes"] <= bucket["total_bytes"] < bucket["hbm_bytes"]
+
+
+@needs_libtpu
+def test_the_shipped_moe_compiles_for_v6e_through_ragged_dot() -> None:
+    # models/moe.py's grouped matmul (ragged_dot over tokens sorted by expert) lowers to a
+    # Mosaic fusion on TPU; the engine step around it copies no cache.
+    name, model_cfg = tpu_check.resolve_model("claimbench-tiny-moe")
+    assert model_cfg.is_moe
+    report = tpu_check.check("v6e", model_cfg, EngineConfig(), model_name=name, buckets=[(16, 8)])
+    (bucket,) = report.buckets
+    assert bucket.ok, bucket.error
+    assert bucket.full_cache_copies == 0 and bucket.collectives == {}

@@ -13,6 +13,7 @@ from rich.table import Table
 from claimbench.cli.budget_cmd import open_project_config
 from claimbench.cli.common import console, fail, global_options
 from claimbench.engine.config import KV_DTYPES, WEIGHT_FORMATS
+from claimbench.engine.sharding import check_tp
 from claimbench.harness import tpu_check
 
 TpuChip = StrEnum("TpuChip", {name: name for name in tpu_check.TPU_CHIPS})
@@ -31,6 +32,19 @@ def tpu_check_command(
             "(claims.yaml full_profile.model.preset, as shapes only)."
         ),
     ] = Profile.quick,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="Check this model instead of the profile's: claimbench-tiny, "
+            "claimbench-tiny-moe, a preset name or a local HF directory (config.json only)."
+        ),
+    ] = None,
+    tp: Annotated[
+        int,
+        typer.Option(
+            help="Tensor-parallel chips of the chip's 2x2 slice: the sharded step, sizes per chip."
+        ),
+    ] = 1,
     buckets: Annotated[
         str | None,
         typer.Option(help="Only these (tokens x sequences) buckets, e.g. 16x8,512x32."),
@@ -39,18 +53,22 @@ def tpu_check_command(
     kv_dtype: Annotated[KvDtype, typer.Option(help="KV page dtype.")] = KvDtype.auto,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
-    """Compile the engine's whole step (Pallas attention) for a TPU chip without one: per
-    bucket, compile time, HBM needed against the chip's, full-KV-cache copies and bytes
-    accessed over ideal. Exits 1 if any bucket fails to compile, to fit, or copies the cache."""
+    """Compile the engine's whole step (Pallas attention) for a TPU chip without one, on one
+    chip or split over --tp chips: per bucket, compile time, one chip's HBM needed against
+    its capacity, full-KV-cache copies, collectives and bytes accessed over ideal. Exits 1
+    if any bucket fails to compile, to fit, or copies the cache."""
     try:
         model_name, engine_cfg = tpu_check.profile_setup(profile.value)
         if profile.value == "full":
             pinned = open_project_config(global_options(ctx).root).full_profile
             if pinned is not None and pinned.model.preset is not None:
                 model_name = pinned.model.preset
-        engine_cfg = dataclasses.replace(engine_cfg, weights=weights.value, kv_dtype=kv_dtype.value)
+        engine_cfg = dataclasses.replace(
+            engine_cfg, weights=weights.value, kv_dtype=kv_dtype.value, tp=tp
+        )
         pairs = tpu_check.parse_buckets(buckets) if buckets else None
-        model_name, model_cfg = tpu_check.resolve_model(model_name)
+        model_name, model_cfg = tpu_check.resolve_model(model or model_name)
+        check_tp(tp, model_cfg.num_heads, model_cfg.num_kv_heads, tpu_check.SLICE_CHIPS)
     except ValueError as err:
         fail(str(err))
     if (reason := tpu_check.libtpu_unavailable()) is not None:
@@ -67,11 +85,13 @@ def tpu_check_command(
 
 
 def _print(report: tpu_check.CheckReport) -> None:
+    chips = f"{report.chip}" if report.tp == 1 else f"{report.tp}x {report.chip} (per chip)"
     table = Table(
-        title=f"{report.model} on {report.chip}: {report.weights} weights, "
+        title=f"{report.model} on {chips}: {report.weights} weights, "
         f"{report.kv_dtype} KV, {report.num_pages} pages"
     )
-    for name in ("tokens", "seqs", "compile s", "HBM GB", "temp MB", "copies", "bytes/ideal"):
+    columns = ("tokens", "seqs", "compile s", "HBM GB", "temp MB", "copies", "collectives")
+    for name in (*columns, "bytes/ideal"):
         table.add_column(name, justify="right")
     table.add_column("result")
     for b in report.buckets:
@@ -82,7 +102,14 @@ def _print(report: tpu_check.CheckReport) -> None:
             f"{b.total_bytes / 1e9:.2f}/{b.hbm_bytes / 1e9:.0f}",
             f"{b.temp_bytes / 1e6:.1f}",
             str(b.full_cache_copies),
+            _collectives(b.collectives),
             f"{b.bytes_over_ideal:.2f}",
             "ok" if b.ok else b.error,
         )
     console.print(table)
+
+
+def _collectives(found: dict[str, dict[str, int]]) -> str:
+    """{"all-reduce": {"count": 65, "bytes": 6422880}} -> "all-reduce 65 (6.4 MB)"."""
+    parts = [f"{op} {c['count']} ({c['bytes'] / 1e6:.1f} MB)" for op, c in sorted(found.items())]
+    return ", ".join(parts) or "-"

@@ -1,13 +1,13 @@
 """Compile the engine's whole step for a TPU on a host without one (libtpu ahead of time).
 
 libtpu can describe a TPU topology and compile for it on any host: the step is lowered
-with every argument given as a ShapeDtypeStruct placed on one device of that topology (no
-weights are read, so an 8B model needs no download and no memory), with the Pallas
-attention kernel compiled, not interpreted. Per (token, sequence) bucket it reports
-whether Mosaic and XLA compile it, how long that takes, what the executable needs in HBM
-against the chip's capacity, how many whole-KV-array copies XLA inserted (each one moves
-a layer's entire cache every step), and the compiler's bytes accessed over the bytes an
-ideal step moves.
+with every argument given as a ShapeDtypeStruct placed on devices of that topology (one,
+or a tp-way slice: tpu_target.py; no weights are read, so a 7B model needs no download and
+no memory), with the Pallas attention kernel compiled, not interpreted. Per (token,
+sequence) bucket it reports whether Mosaic and XLA compile it, how long that takes, what
+the executable needs in one chip's HBM against its capacity, how many whole-KV-array
+copies XLA inserted (each one moves a layer's entire cache every step), the collectives a
+sharded step runs, and the compiler's bytes accessed over the bytes an ideal step moves.
 """
 
 from __future__ import annotations
@@ -21,36 +21,24 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
-from flax import nnx
 
 from claimbench.engine.batch import empty_inputs
 from claimbench.engine.buckets import bucket_pairs
 from claimbench.engine.config import EngineConfig
-from claimbench.engine.kv_cache import (
-    allocate_kv_cache,
-    kv_bytes_per_token,
-    num_pages_for_pool,
-    page_layout,
-    resolve_kv_dtype,
-)
-
-# The engine's jitted step itself (not a copy of it) is what must compile for the chip.
-from claimbench.engine.runner import StaticModel
-from claimbench.engine.runner import _step as engine_step
 from claimbench.harness.hardware import get_chip
-from claimbench.harness.hlo_copies import count_full_copies, hlo_shape
+from claimbench.harness.hlo_collectives import count_collectives
+from claimbench.harness.hlo_copies import count_full_copies
 from claimbench.harness.model_presets import TINY_NAME, get_preset, model_config
-from claimbench.kernels.backend import get_backend
-from claimbench.models.checkpoint import read_config
+from claimbench.harness.tpu_target import build_target
+from claimbench.models.checkpoint import default_moe_path, read_config
 from claimbench.models.config import ModelConfig
-from claimbench.models.llama import LlamaForCausalLM, rope_table
-from claimbench.models.quantize import quantize_weights
 
 TPU_CHIPS = ("v5e", "v6e")
 PROFILES = ("quick", "full")
-# The topology libtpu is asked for: its smallest host-sized slice; one device of it is used.
+MOE_NAME = "claimbench-tiny-moe"
+# The topology libtpu is asked for: its smallest host-sized slice (4 chips); tp of them used.
 _TOPOLOGY = {"v5e": "v5e:2x2", "v6e": "v6e:2x2"}
+SLICE_CHIPS = 4
 # The full profile's model: the series' Llama-3.1-8B layout (model_presets), as shapes only.
 FULL_MODEL = "llama-3.1-8b"
 # The full profile's engine: the claims' full-profile serving shape, with a KV pool that
@@ -62,7 +50,7 @@ FULL_ENGINE = EngineConfig(
 
 @dataclass(frozen=True)
 class BucketReport:
-    """One compiled (or failed) bucket. Bytes are the executable's, padding included."""
+    """One compiled (or failed) bucket. Bytes are one device's, padding included."""
 
     num_tokens: int
     num_seqs: int
@@ -75,6 +63,8 @@ class BucketReport:
     total_bytes: int = 0  # arguments + non-aliased outputs + temporaries + code
     hbm_bytes: int = 0  # the chip's HBM
     full_cache_copies: int = 0
+    # Per device, per step: {"all-reduce": {"count": n, "bytes": b}, ...} (empty at tp=1).
+    collectives: dict[str, dict[str, int]] = field(default_factory=dict)
     bytes_accessed: float = 0.0  # the compiler's cost analysis
     ideal_bytes: float = 0.0  # weights + the most KV the bucket can read and write
 
@@ -95,8 +85,9 @@ class CheckReport:
     model: str
     weights: str
     kv_dtype: str
-    num_pages: int
+    num_pages: int  # per device
     buckets: list[BucketReport] = field(default_factory=list)
+    tp: int = 1  # devices the step is split over; every size is one device's
 
     @property
     def ok(self) -> bool:
@@ -116,8 +107,8 @@ def libtpu_unavailable() -> str | None:
     return None
 
 
-def tpu_device(chip: str) -> jax.Device:
-    """A device of a ``chip`` topology that libtpu describes without the chip being here."""
+def tpu_devices(chip: str, tp: int = 1) -> list[jax.Device]:
+    """``tp`` devices of a ``chip`` topology that libtpu describes without the chip here."""
     if chip not in _TOPOLOGY:
         raise ValueError(f"chip {chip!r} is not one of {TPU_CHIPS}")
     if (reason := libtpu_unavailable()) is not None:
@@ -130,7 +121,11 @@ def tpu_device(chip: str) -> jax.Device:
     from jax.experimental import topologies
 
     topology = topologies.get_topology_desc(platform="tpu", topology_name=_TOPOLOGY[chip])
-    return topology.devices[0]
+    if not 1 <= tp <= len(topology.devices):
+        raise ValueError(
+            f"tp={tp} is not between 1 and the {len(topology.devices)} chips of {_TOPOLOGY[chip]}"
+        )
+    return list(topology.devices[:tp])
 
 
 def _tpu_vm() -> bool:
@@ -139,12 +134,14 @@ def _tpu_vm() -> bool:
 
 
 def resolve_model(name: str) -> tuple[str, ModelConfig]:
-    """A model given by name: "claimbench-tiny" (shipped), a preset, or a local HF directory
-    (its config.json only)."""
+    """A model given by name: "claimbench-tiny" or "claimbench-tiny-moe" (shipped), a
+    preset, or a local HF directory (its config.json only)."""
     if name == TINY_NAME:
         from claimbench.models.checkpoint import default_model_path
 
         return name, read_config(default_model_path())
+    if name == MOE_NAME:
+        return name, read_config(default_moe_path())
     path = Path(name)
     if path.is_dir():
         return path.name, read_config(path)
@@ -167,80 +164,55 @@ def check(
     *,
     model_name: str,
     buckets: list[tuple[int, int]] | None = None,
-    device: jax.Device | None = None,
+    devices: list[jax.Device] | None = None,
 ) -> CheckReport:
-    """Compile the engine step for ``chip`` at ``buckets`` (default: every bucket pair)."""
+    """Compile the engine step for ``chip`` at ``buckets`` (default: every bucket pair),
+    over ``engine_cfg.tp`` devices of its topology (or ``devices``). Sizes are per device."""
     spec = get_chip(chip)
-    device = device or tpu_device(chip)
-    sharding = jax.sharding.SingleDeviceSharding(device)
-    dtype = jnp.dtype(engine_cfg.dtype)
-
-    def placed(x: Any) -> jax.ShapeDtypeStruct:
-        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
-
-    def build() -> LlamaForCausalLM:
-        model = LlamaForCausalLM(model_cfg, dtype=dtype, rngs=nnx.Rngs(0))
-        return quantize_weights(model, engine_cfg.weights)
-
-    graphdef, state = nnx.split(nnx.eval_shape(build))
-    leaves, treedef = jax.tree.flatten(state)
-    weights = [placed(w) for w in leaves]
-    weight_bytes = sum(int(w.size) * w.dtype.itemsize for w in weights)
-    kv_dtype = resolve_kv_dtype(engine_cfg.kv_dtype, engine_cfg.dtype)
-    page_size = engine_cfg.page_size
-    # The pool as the runner lays it out for the Pallas kernel.
-    kv_cfg = page_layout(model_cfg, "pallas")
-    num_pages = num_pages_for_pool(kv_cfg, kv_dtype, page_size, engine_cfg.kv_pool_bytes)
-    caches = jax.eval_shape(lambda: allocate_kv_cache(kv_cfg, num_pages, page_size, kv_dtype))
-    caches = jax.tree.map(placed, caches)
-    kv_pool_bytes = sum(int(c.size) * c.dtype.itemsize for c in jax.tree.leaves(caches))
-    # The pages and int8's per-row scales ([2 * kv_heads, slots]) grow with the pool; fp8's
-    # two per-layer scales are scalars the kernel reads from SMEM, and moving them costs
-    # nothing.
-    cache_shapes = {
-        hlo_shape(c.dtype.name, c.shape) for c in jax.tree.leaves(caches) if len(c.shape) >= 2
-    }
-    rope = jax.tree.map(
-        placed, jax.eval_shape(lambda: rope_table(model_cfg, engine_cfg.max_model_len))
+    devices = devices or tpu_devices(chip, engine_cfg.tp)
+    target = build_target(chip, model_cfg, engine_cfg, devices)
+    report = CheckReport(
+        chip, model_name, engine_cfg.weights, target.kv_dtype, target.num_pages, tp=target.tp
     )
-    attention = get_backend("pallas", target_platform="tpu", tpu_generation=chip)
-    static = StaticModel(graphdef, treedef, attention)
-    token_bytes = kv_bytes_per_token(kv_cfg, kv_dtype)
-    report = CheckReport(chip, model_name, engine_cfg.weights, str(kv_dtype), num_pages)
+    page_size = engine_cfg.page_size
     for num_tokens, num_seqs in buckets or bucket_pairs(engine_cfg):
-        inputs = jax.tree.map(placed, empty_inputs(engine_cfg, num_tokens, num_seqs))
+        inputs = jax.tree.map(target.placed, empty_inputs(engine_cfg, num_tokens, num_seqs))
         # The most KV a bucket touches: every sequence slot read at full length (capped at
         # the pool), and every token's new row written.
-        kv_read = min(num_seqs * engine_cfg.max_model_len, num_pages * page_size) * token_bytes
-        ideal = weight_bytes + kv_read + num_tokens * token_bytes
+        kv_read = min(num_seqs * engine_cfg.max_model_len, target.num_pages * page_size)
+        ideal = target.weight_bytes + (kv_read + num_tokens) * target.kv_token_bytes
         base = dict(
             num_tokens=num_tokens,
             num_seqs=num_seqs,
-            weight_bytes=weight_bytes,
-            kv_pool_bytes=kv_pool_bytes,
+            weight_bytes=target.weight_bytes,
+            kv_pool_bytes=target.kv_pool_bytes,
             hbm_bytes=int(spec.hbm_bytes),
             ideal_bytes=float(ideal),
         )
         start = time.perf_counter()
         try:
             # Mosaic reads the target chip's parameters from the default device.
-            with jax.default_device(device):
-                compiled = engine_step.lower(static, False, weights, rope, caches, inputs).compile()
+            with jax.default_device(target.device):
+                lowered = target.step.lower(
+                    target.static, False, target.weights, target.rope, target.caches, inputs
+                )
+                compiled = lowered.compile()
         except Exception as err:  # noqa: BLE001 - any compiler failure is the finding
-            message = f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
+            message = one_line_error(err)
             if "RESOURCE_EXHAUSTED" in message:
                 message = f"{_does_not_fit(base, None)} ({message})"
             report.buckets.append(
-                BucketReport(
-                    error=message,
-                    compile_s=time.perf_counter() - start,
-                    **base,
-                )
+                BucketReport(error=message, compile_s=time.perf_counter() - start, **base)
             )
             continue
         compile_s = time.perf_counter() - start
-        report.buckets.append(_inspect(compiled, compile_s, cache_shapes, base))
+        report.buckets.append(_inspect(compiled, compile_s, target.cache_shapes, base))
     return report
+
+
+def one_line_error(err: BaseException) -> str:
+    """A compiler's (often multi-line) error as one line: its type and first 300 characters."""
+    return f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
 
 
 def _inspect(
@@ -256,7 +228,8 @@ def _inspect(
     )
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost
-    copies = count_full_copies(compiled.as_text(), cache_shapes)
+    hlo = compiled.as_text()
+    copies = count_full_copies(hlo, cache_shapes)
     errors = []
     if total > base["hbm_bytes"]:
         errors.append(_does_not_fit(base, memory.temp_size_in_bytes, total))
@@ -269,6 +242,7 @@ def _inspect(
         temp_bytes=int(memory.temp_size_in_bytes),
         total_bytes=int(total),
         full_cache_copies=copies,
+        collectives=count_collectives(hlo),
         bytes_accessed=float(cost.get("bytes accessed", 0.0)),
         **base,
     )
