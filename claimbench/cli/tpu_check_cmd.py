@@ -12,9 +12,13 @@ from rich.table import Table
 
 from claimbench.cli.budget_cmd import open_project_config
 from claimbench.cli.common import console, fail, global_options
+from claimbench.cli.project import open_claims
 from claimbench.engine.config import KV_DTYPES, WEIGHT_FORMATS
 from claimbench.engine.sharding import check_tp
 from claimbench.harness import tpu_check
+from claimbench.harness.claims import find_claim
+from claimbench.harness.tpu_check_claims import ClaimCheck, check_claims
+from claimbench.models.config import ModelConfig
 
 TpuChip = StrEnum("TpuChip", {name: name for name in tpu_check.TPU_CHIPS})
 Profile = StrEnum("Profile", {name: name for name in tpu_check.PROFILES})
@@ -51,6 +55,13 @@ def tpu_check_command(
     ] = None,
     weights: Annotated[Weights, typer.Option(help="Weight format.")] = Weights.bf16,
     kv_dtype: Annotated[KvDtype, typer.Option(help="KV page dtype.")] = KvDtype.auto,
+    claims: Annotated[
+        str | None,
+        typer.Option(
+            help="Instead of every bucket of one engine: each engine these claims' experiments "
+            "build at --profile (all, or ID,ID), compiled at its largest bucket."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Compile the engine's whole step (Pallas attention) for a TPU chip without one, on one
@@ -73,6 +84,9 @@ def tpu_check_command(
         fail(str(err))
     if (reason := tpu_check.libtpu_unavailable()) is not None:
         fail(reason)
+    if claims is not None:
+        _check_claims(ctx, claims, profile.value, chip.value, model_name, model_cfg, as_json)
+        return
     report = tpu_check.check(
         chip.value, model_cfg, engine_cfg, model_name=model_name, buckets=pairs
     )
@@ -82,6 +96,50 @@ def tpu_check_command(
         _print(report)
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _check_claims(
+    ctx: typer.Context,
+    ids: str,
+    profile: str,
+    chip: str,
+    model_name: str,
+    model_cfg: ModelConfig,
+    as_json: bool,
+) -> None:
+    root = global_options(ctx).root
+    every = open_claims(root)
+    try:
+        chosen = every if ids == "all" else [find_claim(every, i.strip()) for i in ids.split(",")]
+    except ValueError as err:
+        fail(str(err))
+    checks = check_claims(root, chosen, profile, chip, model_name=model_name, model_cfg=model_cfg)
+    if as_json:
+        print(json.dumps([c.to_json() for c in checks], indent=2))
+    else:
+        _print_claims(checks, chip, profile)
+    if not all(c.ok for c in checks):
+        raise typer.Exit(1)
+
+
+def _print_claims(checks: list[ClaimCheck], chip: str, profile: str) -> None:
+    table = Table(title=f"Each claim's engines ({profile} profile) on {chip}, largest bucket")
+    for name in ("claim", "setting", "model", "tp", "bucket", "compile s", "HBM GB per chip"):
+        table.add_column(name, justify="left" if name in ("claim", "setting", "model") else "right")
+    table.add_column("result")
+    for c in checks:
+        b = c.bucket
+        table.add_row(
+            c.claim_id,
+            c.setting,
+            c.model,
+            str(c.tp),
+            "-" if b is None else f"{b.num_tokens}x{b.num_seqs}",
+            "-" if b is None else f"{b.compile_s:.1f}",
+            "-" if b is None else f"{b.total_bytes / 1e9:.2f}/{b.hbm_bytes / 1e9:.0f}",
+            "ok" if c.ok else c.error,
+        )
+    console.print(table)
 
 
 def _print(report: tpu_check.CheckReport) -> None:
