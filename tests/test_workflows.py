@@ -122,12 +122,17 @@ def test_nightly_script_runs_quick_claims_off_tpu(tmp_path: Path) -> None:
     )
     out = result.stdout
     assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
-    for step in ("environment", "tpu-check", "budget", "run --profile quick", "score", "site"):
+    steps = ("environment", "tpu-check", "budget", "run --profile quick", "score", "peer", "site")
+    for step in steps:
         assert f"== nightly: {step}" in out
     assert "budget $100.00  spent $0.00" in out
     # The quick profile serves the shipped model: nothing is fetched.
     assert "model fetch" not in out
     assert "skipped: appending to the results branch happens on a TPU VM in CI" in out
+    # vllm-tpu cannot run here: the peer step says so and stores nothing.
+    assert "skipped: vLLM (tpu-inference) runs only on a TPU VM (platform cpu)" in out
+    assert not (results / "peers").exists()
+    assert "<strong>not measured</strong>" in (site / "index.html").read_text()
     assert len(list((results / "runs").iterdir())) == 2
     ledger = pd.read_parquet(results / "ledger.parquet")
     assert sorted(ledger["claim_id"]) == ["kv-dominates", "kv-int8"]
