@@ -79,3 +79,10 @@ def test_cli_unknown_claim_is_one_line_and_exit_2() -> None:
     result = CliRunner().invoke(app, ["tpu-check", "--chip", "v6e", "--claims", "no-such"])
     assert result.exit_code == 2 and "no claim 'no-such'" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_cli_claims_with_tp_or_buckets_is_one_line_and_exit_2() -> None:
+    for extra in (["--tp", "4"], ["--buckets", "16x8"]):
+        args = ["tpu-check", "--chip", "v6e", "--claims", "kv-int8", *extra]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2 and "drop --tp and --buckets" in result.output

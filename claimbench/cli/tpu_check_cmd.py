@@ -77,6 +77,11 @@ def tpu_check_command(
         engine_cfg = dataclasses.replace(
             engine_cfg, weights=weights.value, kv_dtype=kv_dtype.value, tp=tp
         )
+        if claims is not None and (buckets or tp != 1):
+            raise ValueError(
+                "--claims compiles each claim's own tp at its largest bucket: "
+                "drop --tp and --buckets"
+            )
         pairs = tpu_check.parse_buckets(buckets) if buckets else None
         model_name, model_cfg = tpu_check.resolve_model(model or model_name)
         check_tp(tp, model_cfg.num_heads, model_cfg.num_kv_heads, tpu_check.SLICE_CHIPS)
