@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from server_helpers import shared_server
+from server_helpers import shared_server, tenant_counts
 from typer.testing import CliRunner
 
 from claimbench.cli.main import app
@@ -28,18 +28,13 @@ def bench(server, tmp_path, *args: str):
     return CliRunner().invoke(app, args)
 
 
-def served_counts(server) -> dict[str, int]:
-    frame = server.call(lambda engine: engine.requests_frame())
-    return frame["tenant"].value_counts().to_dict()
-
-
 def test_bench_over_http_spreads_requests_over_tenants_and_summarizes_them(server, tmp_path):
-    before = served_counts(server)
+    before = server.call(tenant_counts)
     keys = [f"--api-key={t}={server.keys[t]}" for t in ("alice", "bob")]
     result = bench(server, tmp_path, *keys, "--json", "--slo-ttft-ms", "60000")
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
-    after = served_counts(server)
+    after = server.call(tenant_counts)
     # Round-robin over the two keys: 3 requests each reached the engine under its tenant.
     assert {t: after.get(t, 0) - before.get(t, 0) for t in ("alice", "bob")} == {
         "alice": 3,

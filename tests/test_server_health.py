@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import jax
 import pytest
-from server_helpers import MODEL, shared_server
+from server_helpers import MODEL, corrupt_weights, restore_weights, shared_server
 
 
 @pytest.fixture(scope="module")
@@ -24,17 +23,7 @@ def test_readiness_passes_then_fails_on_corrupted_weights(server):
         assert ready.status_code == 200, ready.text
         assert ready.json()["status"] == "ready"
 
-        def corrupt(engine):
-            # Small noise on every weight: the server still answers, with the wrong tokens.
-            saved = engine.runner.weights
-            keys = jax.random.split(jax.random.key(0), len(saved))
-            engine.runner.weights = [
-                w + 0.5 * jax.random.normal(k, w.shape, w.dtype)
-                for w, k in zip(saved, keys, strict=True)
-            ]
-            return saved
-
-        saved = server.call(corrupt)
+        server.call(corrupt_weights)
         try:
             # Still "alive" and still answering requests ...
             assert http.get("/health").status_code == 200
@@ -46,7 +35,7 @@ def test_readiness_passes_then_fails_on_corrupted_weights(server):
             assert unready.json()["status"] == "unready"
             assert "differs from start-up" in unready.json()["detail"]
         finally:
-            server.call(lambda engine: setattr(engine.runner, "weights", saved))
+            server.call(restore_weights)
         assert http.get("/health/ready").status_code == 200
 
 

@@ -8,7 +8,7 @@ import re
 import time
 
 import pytest
-from server_helpers import MODEL, shared_server
+from server_helpers import MODEL, last_request, shared_server, tenant_counts, tenant_weights
 
 # Long enough for several full 16-token pages, so a prefix-cache hit is possible.
 SHARED_PREFIX = "import os\nimport sys\n\n\ndef main(argv):\n    parser = make_parser()\n" * 2
@@ -26,15 +26,6 @@ def metric(server, name: str, tenant: str) -> float:
     return float(found.group(1)) if found else 0.0
 
 
-def tenant_counts(server) -> dict[str, int]:
-    frame = server.call(lambda engine: engine.requests_frame())
-    return frame["tenant"].value_counts().to_dict()
-
-
-def last_request(server):
-    return server.call(lambda engine: next(reversed(engine.requests.values())))
-
-
 def complete(server, tenant: str, prompt: str = "x = 1\n", **extra):
     return server.client(tenant).completions.create(
         model=MODEL, prompt=prompt, max_tokens=4, temperature=0, extra_body=extra or None
@@ -42,7 +33,7 @@ def complete(server, tenant: str, prompt: str = "x = 1\n", **extra):
 
 
 def test_each_key_lands_in_its_tenants_accounting(server):
-    before = tenant_counts(server)
+    before = server.call(tenant_counts)
     generated = {t: metric(server, "vllm:generation_tokens_total", t) for t in ("alice", "bob")}
     prompt_tokens = metric(server, "vllm:prompt_tokens_total", "bob")
     usage = {"alice": 0, "bob": 0}
@@ -52,7 +43,7 @@ def test_each_key_lands_in_its_tenants_accounting(server):
         usage[tenant] += result.usage.completion_tokens
         if tenant == "bob":
             bob_prompt += result.usage.prompt_tokens
-    after = tenant_counts(server)
+    after = server.call(tenant_counts)
     assert after.get("alice", 0) - before.get("alice", 0) == 2
     assert after.get("bob", 0) - before.get("bob", 0) == 3
     for tenant in ("alice", "bob"):
@@ -60,7 +51,7 @@ def test_each_key_lands_in_its_tenants_accounting(server):
         assert gained == usage[tenant]
     assert metric(server, "vllm:prompt_tokens_total", "bob") - prompt_tokens == bob_prompt
     # The engine was configured with the file's tenants (alice's weight 2).
-    weights = server.call(lambda engine: {t.id: t.weight for t in engine.config.tenants})
+    weights = server.call(tenant_weights)
     assert weights == {"alice": 2.0, "bob": 1.0, "tight": 1.0}
 
 
@@ -87,10 +78,10 @@ def test_over_the_rate_limit_is_429_with_retry_after(server):
 def test_prefix_cache_is_salted_per_tenant_and_by_cache_salt(server):
     complete(server, "alice", SHARED_PREFIX + "a")
     complete(server, "alice", SHARED_PREFIX + "b")
-    assert last_request(server).prefix_hit_tokens >= 32  # alice reuses her own prefix
+    assert server.call(last_request).prefix_hit_tokens >= 32  # alice reuses her own prefix
     complete(server, "bob", SHARED_PREFIX + "c")
-    assert last_request(server).prefix_hit_tokens == 0  # bob never sees alice's blocks
+    assert server.call(last_request).prefix_hit_tokens == 0  # bob never sees alice's blocks
     complete(server, "alice", SHARED_PREFIX + "d", cache_salt="private")
-    assert last_request(server).prefix_hit_tokens == 0  # a new salt starts cold
+    assert server.call(last_request).prefix_hit_tokens == 0  # a new salt starts cold
     complete(server, "alice", SHARED_PREFIX + "e", cache_salt="private")
-    assert last_request(server).prefix_hit_tokens >= 32
+    assert server.call(last_request).prefix_hit_tokens >= 32

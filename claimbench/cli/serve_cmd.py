@@ -59,6 +59,7 @@ def serve(
     from claimbench.engine.config import EngineConfig
     from claimbench.engine.ladder import load_ladder
     from claimbench.models.checkpoint import ModelLoadError, default_model_path
+    from claimbench.serving.engine_client import EngineProcessError
     from claimbench.serving.server import ServeOptions, build_server_state, make_server
 
     opts = global_options(ctx)
@@ -91,7 +92,7 @@ def serve(
             stream_interval=stream_interval,
         )
         state, lines = build_server_state(options)
-    except (ValueError, FileNotFoundError, ModelLoadError) as e:
+    except (ValueError, FileNotFoundError, ModelLoadError, EngineProcessError) as e:
         fail(str(e).splitlines()[0])
     for line in lines:
         err_console.print(line, style="dim", highlight=False)

@@ -41,7 +41,7 @@ def create_app(state: ServerState) -> FastAPI:
         state.engine.start()
         yield
         state.draining = True
-        state.engine.stop()
+        await state.engine.shutdown()
 
     app = FastAPI(title="claimbench", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.server = state
@@ -94,10 +94,13 @@ def create_app(state: ServerState) -> FastAPI:
     @app.get("/metrics")
     async def metrics() -> Response:
         try:
-            snapshot = await state.engine.snapshot()
+            if state.metrics is None:  # kept by the engine process
+                text = await state.engine.render_metrics()
+            else:
+                text = state.metrics.render(await state.engine.snapshot())
         except EngineStopped:
             return Response("engine loop stopped\n", status_code=503)
-        return Response(state.metrics.render(snapshot), media_type=CONTENT_TYPE)
+        return Response(text, media_type=CONTENT_TYPE)
 
     return app
 

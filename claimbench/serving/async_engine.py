@@ -2,7 +2,7 @@
 
 The engine is plain single-threaded host state, so nothing inside it takes a lock: every
 call into it runs on the engine thread. Asyncio code sends closures through a queue
-(``call``) and gets a future back; each request's events go to its own ``asyncio.Queue``,
+(``call``) and gets a future back; each request's events go to its own ``RequestStream``,
 handed over with one ``loop.call_soon_threadsafe`` per step and event loop (not one per
 token: at 16 streams that would be 16 wake-ups of the server's loop per step).
 """
@@ -48,6 +48,9 @@ class RequestRejected(Exception):
         self.over_limit = kind == RejectKind.OVER_LIMIT
         self.retry_after_s = retry_after_s  # when a tenant's token bucket will hold it
 
+    def __reduce__(self):  # it crosses from the engine process to the server
+        return RequestRejected, (self.reason, self.kind, self.retry_after_s)
+
 
 class EngineStopped(Exception):
     """The engine loop has stopped (shut down or failed); no request can be served."""
@@ -68,26 +71,50 @@ Observer = Callable[[LLMEngine, list[Event]], None]
 
 
 class RequestStream:
-    """One request's events, as the engine thread delivers them."""
+    """One request's events, as the engine delivers them, read on the server's event loop.
 
-    def __init__(self, request_id: str, events: asyncio.Queue[Event | Exception]) -> None:
+    A deque and one waiter future rather than an asyncio.Queue: a step's events for a
+    request arrive together and are taken together, one wake-up per step."""
+
+    def __init__(self, request_id: str = "") -> None:
         self.request_id = request_id
-        self._events = events
+        self._events: collections.deque[Event | Exception] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def push(self, events: Sequence[Event | Exception]) -> None:
+        """Add events (on the event loop's thread) and wake the reader."""
+        self._events.extend(events)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _wait(self) -> None:
+        while not self._events:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
 
     async def next(self) -> Event:
         """The next event; EngineStopped if the loop died before the request finished."""
-        event = await self._events.get()
+        await self._wait()
+        event = self._events.popleft()
         if isinstance(event, Exception):
             raise event
         return event
 
     async def next_batch(self) -> list[Event]:
-        """The next event and every one already queued behind it: a consumer that fell
+        """Every event queued (waiting for one if there is none): a consumer that fell
         behind the engine catches up in one go instead of one wake-up per token."""
-        batch = [await self.next()]
-        while not self._events.empty():
-            event = self._events.get_nowait()
+        await self._wait()
+        batch = []
+        while self._events:
+            event = self._events.popleft()
             if isinstance(event, Exception):
+                if batch:  # what came before the failure first; it stays queued
+                    self._events.appendleft(event)
+                    return batch
                 raise event
             batch.append(event)
         return batch
@@ -127,8 +154,8 @@ class AsyncEngine:
         self._inbox: queue.SimpleQueue[tuple[Callable, concurrent.futures.Future]] = (
             queue.SimpleQueue()
         )
-        # Engine thread only: request id -> (its event loop, its queue).
-        self._sinks: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        # Engine thread only: request id -> (its event loop, its stream).
+        self._sinks: dict[str, tuple[asyncio.AbstractEventLoop, RequestStream]] = {}
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="claimbench-engine", daemon=True)
         self.heartbeat = time.monotonic()  # last time the loop went round
@@ -147,6 +174,10 @@ class AsyncEngine:
             self._stopping.set()
             self._inbox.put((lambda engine: None, concurrent.futures.Future()))  # wake it
             self._thread.join(timeout_s)
+
+    async def shutdown(self, timeout_s: float = 30.0) -> None:
+        """``stop()``, from the event loop (it blocks it until the thread has ended)."""
+        self.stop(timeout_s)
 
     # -- calls from asyncio ---------------------------------------------------------------
 
@@ -176,7 +207,7 @@ class AsyncEngine:
         """Queue a request; its events arrive on the returned stream. ValueError for bad
         arguments, RequestRejected when admission refuses it (nothing is then left queued)."""
         loop = asyncio.get_running_loop()
-        events: asyncio.Queue[Event | Exception] = asyncio.Queue()
+        stream = RequestStream()
 
         def add(engine: LLMEngine) -> str:
             request_id = engine.add_request(
@@ -190,10 +221,11 @@ class AsyncEngine:
             if request.rejected_reason is not None:
                 wait = engine.scheduler.admission.retry_after_s(request)
                 raise RequestRejected(request.rejected_reason, request.rejected_kind, wait)
-            self._sinks[request_id] = (loop, events)
+            self._sinks[request_id] = (loop, stream)
             return request_id
 
-        return RequestStream(await self.call(add), events)
+        stream.request_id = await self.call(add)
+        return stream
 
     def abort(self, request_id: str) -> None:
         """Stop a request and free its pages now (on the engine thread); no more events."""
@@ -220,7 +252,7 @@ class AsyncEngine:
         self.submit(reset).result(timeout_s)
 
     async def snapshot(self) -> EngineSnapshot:
-        return await self.call(_snapshot)
+        return await self.call(snapshot_of)
 
     # -- the engine thread ----------------------------------------------------------------
 
@@ -265,9 +297,8 @@ class AsyncEngine:
         engine = self._engine
         if self._observer is not None:
             self._observer(engine, events)
-        batches: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, Event]]] = defaultdict(
-            list
-        )
+        batches: dict[asyncio.AbstractEventLoop, list[tuple[RequestStream, list[Event]]]]
+        batches = defaultdict(list)
         for event in events:
             last = isinstance(event, FinishEvent | RejectEvent)
             if last:
@@ -280,7 +311,8 @@ class AsyncEngine:
             if sink is None:
                 self._held.pop(event.request_id, None)
                 continue  # aborted by its client, or a rejection already raised
-            for ready in self._hand_over(event, last):
+            ready = self._hand_over(event, last)
+            if ready:
                 batches[sink[0]].append((sink[1], ready))
         for loop, batch in batches.items():
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody is listening
@@ -307,9 +339,9 @@ class AsyncEngine:
         """Tell every request still waiting for events (and every queued call) that the
         loop is gone, so no handler waits forever."""
         stopped = EngineStopped("the engine loop stopped before the request finished")
-        for loop, events in self._sinks.values():
+        for loop, stream in self._sinks.values():
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(events.put_nowait, stopped)
+                loop.call_soon_threadsafe(stream.push, [stopped])
         self._sinks.clear()
         self._fail_calls()
 
@@ -323,12 +355,13 @@ class AsyncEngine:
                 future.set_exception(EngineStopped("the engine loop is not running"))
 
 
-def _put_all(batch: list[tuple[asyncio.Queue, Event]]) -> None:
-    for events, event in batch:
-        events.put_nowait(event)
+def _put_all(batch: list[tuple[RequestStream, list[Event]]]) -> None:
+    for stream, events in batch:
+        stream.push(events)
 
 
-def _snapshot(engine: LLMEngine) -> EngineSnapshot:
+def snapshot_of(engine: LLMEngine) -> EngineSnapshot:
+    """The engine's snapshot, read where the engine lives."""
     stats = engine.stats()
     return EngineSnapshot(
         running=stats.running_per_tenant,

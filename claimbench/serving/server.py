@@ -1,8 +1,11 @@
-"""Building and running a server: engine from options, uvicorn, graceful SIGTERM.
+"""Building and running a server: engine process from options, uvicorn, graceful SIGTERM.
 
-On SIGTERM the server stops admitting (new requests get 503), uvicorn stops accepting
-connections and waits up to ``shutdown_timeout_s`` for in-flight responses (streams run
-to their end), then the engine loop aborts whatever is left and the process exits 0.
+The engine runs in its own process (engine_core.py), built there from the options; this
+process keeps HTTP, tenants, tokenization and detokenization, so the two never wait on one
+another's Python lock. On SIGTERM the server stops admitting (new requests get 503),
+uvicorn stops accepting connections and waits up to ``shutdown_timeout_s`` for in-flight
+responses (streams run to their end), then the engine process aborts whatever is left and
+exits, and so does the server, with 0.
 uvicorn on its own re-raises the signal after shutting down, which would end the process
 "killed by SIGTERM" (exit -15) even after a clean drain.
 """
@@ -18,10 +21,13 @@ from types import FrameType
 
 import uvicorn
 
-from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
+from claimbench.models.tokenizer import Tokenizer
 from claimbench.serving.app import create_app
-from claimbench.serving.state import PrefixSharing, ServerState, build_state
+from claimbench.serving.chat import ChatTemplate
+from claimbench.serving.engine_client import ProcessEngine
+from claimbench.serving.engine_core import CoreOptions
+from claimbench.serving.state import PrefixSharing, ServerState
 from claimbench.serving.tenants import TenantKeys
 
 log = logging.getLogger("claimbench.serving")
@@ -43,10 +49,14 @@ class ServeOptions:
 
 
 def build_server_state(options: ServeOptions) -> tuple[ServerState, list[str]]:
-    """Load tenants, build and precompile the engine, record the golden output.
+    """Load tenants and the tokenizer, start the engine process (it builds and precompiles
+    the engine and records the golden output) and wait until it is ready.
 
-    Returns the state and the start-up lines to print. ValueError on bad options."""
+    Returns the state and the start-up lines to print. ValueError on bad options,
+    EngineProcessError when the engine process fails to start."""
     tenants = TenantKeys.load(options.tenants_file) if options.tenants_file else None
+    tokenizer = Tokenizer.from_dir(options.model_dir)
+    chat_template = ChatTemplate.for_model(options.model_dir)
     lines = []
     if tenants is None:
         lines.append("single-tenant: no --tenants file, so every request is tenant 'default'")
@@ -60,19 +70,27 @@ def build_server_state(options: ServeOptions) -> tuple[ServerState, list[str]]:
         tenants=tuple(tenants.tenants) if tenants else options.engine.tenants,
         prefix_caching=options.prefix_sharing.engine_mode,
     )
-    engine = build_engine(config)
+    core = CoreOptions(
+        config, precompile=options.precompile, stream_interval=options.stream_interval
+    )
+    engine = ProcessEngine(core)
+    info = engine.launch()
+    lines.append(f"engine process {engine.pid}")
     if options.precompile:
-        num, seconds = engine.precompile()
-        lines.append(f"compiled {num} step shapes in {seconds:.1f} s")
-    state = build_state(
-        engine,
-        model_dir=options.model_dir,
+        lines.append(f"compiled {info.num_compiled} step shapes in {info.compile_s:.1f} s")
+    lines.append(f"golden completion recorded: {info.golden_tokens}")
+    state = ServerState(
+        engine=engine,
+        tokenizer=tokenizer,
         model_name=options.model_name or options.model_dir.name,
+        max_model_len=info.max_model_len,
+        chat_template=chat_template,
         tenants=tenants,
         prefix_sharing=options.prefix_sharing,
-        stream_interval=options.stream_interval,
+        metrics=None,
+        golden_prompt_ids=info.golden_prompt_ids,
+        golden_tokens=info.golden_tokens,
     )
-    lines.append(f"golden completion recorded: {state.golden_tokens}")
     return state, lines
 
 

@@ -1,20 +1,32 @@
-"""Everything a running server holds: the engine loop, tenants, template, metrics, golden.
+"""Everything a running server holds: the engine, tenants, template, metrics, golden.
 
-Built once before uvicorn starts (``build_state``), so start-up work (the golden
-recording) happens before the first request can arrive.
+Built once before uvicorn starts, so start-up work (the golden recording) happens before
+the first request can arrive. The engine is one of two ``ServingEngine``s: a
+``ProcessEngine`` (its own process; what ``claimbench serve`` runs, server.py) or an
+``AsyncEngine`` on a thread of this process over an engine the caller holds
+(``build_state``: an experiment that reads its engine's records afterwards).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any, Protocol
 
 from claimbench.engine.engine import LLMEngine
+from claimbench.engine.sampler import SamplingParams
 from claimbench.models.tokenizer import Tokenizer
-from claimbench.serving.async_engine import KEEP_FINISHED_REQUESTS, AsyncEngine
+from claimbench.serving.async_engine import (
+    KEEP_FINISHED_REQUESTS,
+    AsyncEngine,
+    EngineSnapshot,
+    RequestStream,
+)
 from claimbench.serving.chat import ChatTemplate
 from claimbench.serving.health import GOLDEN_PROMPT, record_golden
 from claimbench.serving.metrics import ServerMetrics
@@ -37,16 +49,45 @@ class PrefixSharing(StrEnum):
         return "off" if self is PrefixSharing.off else "salted"
 
 
+class ServingEngine(Protocol):
+    """What the routes use of an engine loop (AsyncEngine, engine_client.ProcessEngine)."""
+
+    heartbeat: float  # time.monotonic() when the loop last went round
+
+    @property
+    def is_alive(self) -> bool: ...
+
+    def start(self) -> None: ...
+
+    async def shutdown(self, timeout_s: float = 30.0) -> None: ...
+
+    async def add(
+        self,
+        prompt_token_ids: Sequence[int],
+        sampling: SamplingParams,
+        *,
+        tenant: str,
+        priority: int = 0,
+        cache_salt: str | None = None,
+    ) -> RequestStream: ...
+
+    def abort(self, request_id: str) -> None: ...
+
+    def submit(self, fn: Callable[..., Any]) -> concurrent.futures.Future: ...
+
+    async def snapshot(self) -> EngineSnapshot: ...
+
+
 @dataclass
 class ServerState:
-    engine: AsyncEngine
+    engine: ServingEngine
     tokenizer: Tokenizer
     model_name: str
     max_model_len: int
     chat_template: ChatTemplate
     tenants: TenantKeys | None  # None: single-tenant, no API keys
     prefix_sharing: PrefixSharing
-    metrics: ServerMetrics
+    metrics: ServerMetrics | None  # None: observed and rendered in the engine process
     golden_prompt_ids: list[int]
     golden_tokens: list[int]
     created: int = field(default_factory=lambda: int(time.time()))

@@ -1,0 +1,243 @@
+"""The engine process: one process owns the LLMEngine, steps it and answers by message.
+
+The HTTP server, its event loop and the engine share Python's global lock when they share
+a process: at 16 streams the server's per-token work (SSE chunks, detokenization) and the
+engine's host work (scheduling, step building) take turns on one core. As vLLM splits
+AsyncLLM from EngineCore, the engine runs here in its own process and the server talks
+to it over a pipe (``engine_client.ProcessEngine``). The engine is built inside this
+process (``build_engine``): JAX is not safe to fork once initialized, so the process is
+spawned.
+
+Messages are pickled tuples. In: ``(ADD, seq, prompt_ids, sampling, tenant, priority,
+cache_salt)``, ``(ABORT, request_id)``, ``(CALL, seq, fn, args)``, ``(METRICS, seq)``,
+``(STOP,)``. Out: ``(READY, info)`` (or ``(FAILED, message)``) once, then
+``(REPLY, seq, ok, value)`` for each ADD/CALL/METRICS, ``(STEP, events)`` with every
+event of one engine step (not a message per token), and ``(BEAT,)`` when nothing else
+went out for ``HEARTBEAT_S``. The process
+ignores SIGINT and SIGTERM (the server decides when it ends) and exits when the server's
+end of the pipe closes.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import pickle
+import signal
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+from claimbench.engine.config import EngineConfig
+from claimbench.engine.engine import LLMEngine
+from claimbench.engine.outputs import Event, FinishEvent, RejectEvent, TokenEvent
+from claimbench.serving.async_engine import (
+    KEEP_FINISHED_REQUESTS,
+    KEEP_STEP_RECORDS,
+    RequestRejected,
+    snapshot_of,
+)
+from claimbench.serving.health import GOLDEN_PROMPT, record_golden
+from claimbench.serving.metrics import ServerMetrics
+
+log = logging.getLogger("claimbench.serving")
+ADD, ABORT, CALL, METRICS, STOP = "add", "abort", "call", "metrics", "stop"
+READY, FAILED, REPLY, STEP, BEAT = "ready", "failed", "reply", "step", "beat"
+HEARTBEAT_S = 0.5  # the longest the process stays silent while its loop goes round
+
+
+@dataclass(frozen=True)
+class CoreOptions:
+    """What the engine process is started with (pickled to it)."""
+
+    config: EngineConfig
+    precompile: bool = True
+    stream_interval: int = 1  # tokens per hand-over at most (first token and finish at once)
+    keep_finished_requests: int = KEEP_FINISHED_REQUESTS
+    keep_step_records: int = KEEP_STEP_RECORDS
+
+    def __post_init__(self) -> None:
+        if self.stream_interval < 1:
+            raise ValueError(f"stream_interval must be >= 1, got {self.stream_interval}")
+
+
+@dataclass(frozen=True)
+class CoreInfo:
+    """What the engine process reports once it is ready to serve."""
+
+    golden_prompt_ids: list[int]
+    golden_tokens: list[int]
+    max_model_len: int
+    num_compiled: int  # step shapes compiled before serving (0 without precompile)
+    compile_s: float
+
+
+def run_engine_core(options: CoreOptions, inbox: Connection, outbox: Connection) -> None:
+    """The engine process's entry point: build, report READY (or the error), serve.
+    ``inbox`` and ``outbox`` are the two one-way pipes from and to the server."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    from claimbench.engine.build import build_engine
+
+    try:
+        engine = build_engine(options.config)
+        num, seconds = engine.precompile() if options.precompile else (0, 0.0)
+        if engine.tokenizer is None:
+            raise ValueError("the server needs an engine with a tokenizer")
+        prompt_ids = engine.tokenizer.encode(GOLDEN_PROMPT)
+        golden = record_golden(engine, prompt_ids)
+    except Exception as e:  # reported to the server, which fails its start-up with it
+        message = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
+        outbox.send_bytes(pickle.dumps((FAILED, (message.splitlines() or [""])[0])))
+        return
+    info = CoreInfo(prompt_ids, golden, engine.config.max_model_len, num, seconds)
+    outbox.send_bytes(pickle.dumps((READY, info)))
+    EngineCore(engine, options, inbox, outbox).run()
+
+
+class EngineCore:
+    """The engine process's loop: run what came in, step, send the step's events."""
+
+    def __init__(
+        self, engine: LLMEngine, options: CoreOptions, inbox: Connection, outbox: Connection
+    ) -> None:
+        self.engine = engine
+        self.inbox, self.outbox = inbox, outbox
+        self.metrics = ServerMetrics()
+        self.stream_interval = options.stream_interval
+        self.keep_finished = options.keep_finished_requests
+        self.keep_step_records = options.keep_step_records
+        self.live: set[str] = set()  # requests whose events the server still wants
+        self.held: dict[str, list[Event]] = {}  # tokens not yet sent (stream interval)
+        self.finished: collections.deque[str] = collections.deque()
+        self.stopping = False
+        self.last_sent = time.monotonic()
+
+    def run(self) -> None:
+        engine = self.engine
+        try:
+            while not self.stopping:
+                if not self._receive(wait=not engine.has_unfinished):
+                    return  # the server is gone: nobody to serve
+                if engine.has_unfinished:
+                    self._deliver(engine.step())
+                if time.monotonic() - self.last_sent > HEARTBEAT_S:
+                    self._send((BEAT,))
+            for request_id, request in engine.requests.items():
+                if not request.is_finished:
+                    engine.abort(request_id, "abort")
+            while engine.has_unfinished:
+                self._deliver(engine.step())
+        except (BrokenPipeError, ConnectionResetError):
+            return
+        except Exception:  # a bug or a device failure: the server sees the process end
+            log.exception("the engine process failed")
+            raise
+
+    # -- in ---------------------------------------------------------------------------
+
+    def _receive(self, wait: bool) -> bool:
+        """Handle every message waiting (the first up to HEARTBEAT_S away when ``wait``);
+        False once the server's end is closed."""
+        timeout = HEARTBEAT_S if wait else 0.0
+        while self.inbox.poll(timeout):
+            timeout = 0.0
+            try:
+                message = pickle.loads(self.inbox.recv_bytes())
+            except EOFError:
+                return False
+            self._handle(message)
+        return True
+
+    def _handle(self, message: tuple) -> None:
+        kind = message[0]
+        if kind == ADD:
+            _, seq, prompt_ids, sampling, tenant, priority, cache_salt = message
+            self._reply(seq, self._add, prompt_ids, sampling, tenant, priority, cache_salt)
+        elif kind == ABORT:
+            request_id = message[1]
+            self.live.discard(request_id)
+            self.held.pop(request_id, None)
+            request = self.engine.requests.get(request_id)
+            if request is not None and not request.is_finished:
+                self.engine.abort(request_id)
+        elif kind == CALL:
+            _, seq, fn, args = message
+            self._reply(seq, fn, self.engine, *args)
+        elif kind == METRICS:
+            self._reply(message[1], self._render_metrics)
+        elif kind == STOP:
+            self.stopping = True
+
+    def _reply(self, seq: int, fn, *args) -> None:
+        try:
+            value, ok = fn(*args), True
+        except Exception as e:  # the caller's error (bad input), not the loop's
+            value, ok = _portable(e), False
+        try:
+            self._send((REPLY, seq, ok, value))
+        except (pickle.PicklingError, TypeError, AttributeError) as e:
+            self._send((REPLY, seq, False, TypeError(f"the reply cannot be pickled: {e}")))
+
+    def _add(self, prompt_ids, sampling, tenant, priority, cache_salt) -> str:
+        engine = self.engine
+        request_id = engine.add_request(
+            prompt_ids, sampling, tenant=tenant, priority=priority, cache_salt=cache_salt
+        )
+        request = engine.requests[request_id]
+        if request.rejected_reason is not None:
+            wait = engine.scheduler.admission.retry_after_s(request)
+            raise RequestRejected(request.rejected_reason, request.rejected_kind, wait)
+        self.live.add(request_id)
+        return request_id
+
+    def _render_metrics(self) -> bytes:
+        return self.metrics.render(snapshot_of(self.engine))
+
+    # -- out --------------------------------------------------------------------------
+
+    def _deliver(self, events: list[Event]) -> None:
+        engine = self.engine
+        self.metrics.observe(engine, events)
+        out: list[Event] = []
+        for event in events:
+            last = isinstance(event, FinishEvent | RejectEvent)
+            if last:
+                self.finished.append(event.request_id)
+            if event.request_id not in self.live:
+                continue  # aborted by its client, or a rejection already answered
+            if last:
+                self.live.discard(event.request_id)
+            out += self._hand_over(event, last)
+        if out:
+            self._send((STEP, out))
+        while len(self.finished) > self.keep_finished:
+            engine.forget(self.finished.popleft())  # its last event went out: done with it
+        if len(engine.step_records) >= 2 * self.keep_step_records:
+            engine.trim_step_records(self.keep_step_records)
+
+    def _hand_over(self, event: Event, last: bool) -> list[Event]:
+        """The events of ``event``'s request to send now: none while its tokens are held
+        back for the stream interval, else every held one and ``event``."""
+        if self.stream_interval == 1:
+            return [event]
+        held = self.held.setdefault(event.request_id, [])
+        held.append(event)
+        due = isinstance(event, TokenEvent) and event.index % self.stream_interval == 0
+        if not (last or due):
+            return []
+        del self.held[event.request_id]
+        return held
+
+    def _send(self, message: tuple) -> None:
+        self.outbox.send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
+        self.last_sent = time.monotonic()
+
+
+def _portable(error: Exception) -> Exception:
+    """``error`` if it survives pickling whole, else a RuntimeError naming it."""
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:
+        return RuntimeError(f"{type(error).__name__}: {error}")
+    return error
