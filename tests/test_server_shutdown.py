@@ -1,5 +1,5 @@
 """`claimbench serve` as a real process: single-tenant start, and SIGTERM with streams in
-flight drains them to the end and exits 0."""
+flight drains them to the end, ends the engine process and exits 0."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 from server_helpers import free_port
@@ -46,12 +47,25 @@ def wait_until_live(url: str, process: subprocess.Popen, timeout_s: float = 180)
     raise AssertionError("serve did not come up")
 
 
+def engine_processes(pid: int) -> list[int]:
+    """The spawned children of ``pid`` (its engine process; not multiprocessing's tracker)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            cmdline = Path(f"/proc/{child}/cmdline")
+            if cmdline.exists() and b"spawn_main" in cmdline.read_bytes():
+                found.append(int(child))
+    return found
+
+
 def test_sigterm_drains_streams_in_flight_and_exits_0():
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     process = start_serve(port)
     try:
         wait_until_live(url, process)
+        engines = engine_processes(process.pid)
+        assert len(engines) == 1  # the engine runs in a process of its own
         started = threading.Barrier(STREAMS + 1, timeout=60)
         results: list[list[str]] = [[] for _ in range(STREAMS)]
         finished_at = [0.0] * STREAMS
@@ -89,11 +103,13 @@ def test_sigterm_drains_streams_in_flight_and_exits_0():
             thread.join(120)
         assert process.wait(timeout=120) == 0
         assert min(finished_at) > signalled_at  # every stream was still in flight
+        # The server waited for its engine process: it has ended and was reaped.
+        assert not Path(f"/proc/{engines[0]}").exists()
     finally:
         if process.poll() is None:
             process.kill()
     stderr = process.stderr.read()
-    assert "single-tenant" in stderr
+    assert "single-tenant" in stderr and f"engine process {engines[0]}" in stderr
     for lines in results:
         assert lines[-1] == "data: [DONE]"
         chunks = [json.loads(line[6:]) for line in lines[:-1]]

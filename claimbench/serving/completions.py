@@ -250,7 +250,8 @@ async def _admit(
             raise ApiError(429, e.reason, headers=headers) from e
         raise ApiError(400, e.reason) from e
     except EngineStopped as e:
-        raise ApiError(503, "the server is shutting down") from e
+        reason = "the server is shutting down" if state.draining else "the engine is not running"
+        raise ApiError(503, reason) from e
     except ValueError as e:
         raise ApiError(400, str(e)) from e
     return Job(
