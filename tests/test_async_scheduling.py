@@ -206,10 +206,19 @@ def test_sync_records_split_host_device_and_blocked_time(engines):
 
 
 def test_mode_resolution_and_validation():
-    assert tiny_engine().async_scheduling is False  # off unless asked for
+    # None takes the platform's measured default: on for CPU (where these tests run), off for
+    # a platform without a measured gain.
+    assert EngineConfig().async_scheduling is None
+    assert tiny_engine().async_scheduling is True
+    assert EngineConfig().resolved_async_scheduling("cpu") is True
+    assert EngineConfig().resolved_async_scheduling("gpu") is False
+    assert EngineConfig().resolved_async_scheduling("tpu") is False
+    assert EngineConfig(async_scheduling=False).resolved_async_scheduling("cpu") is False
+    assert EngineConfig(async_scheduling=True).resolved_async_scheduling("gpu") is True
+    assert tiny_engine(async_scheduling=False).async_scheduling is False
     assert tiny_engine(async_scheduling=True, speculative="ngram").async_scheduling is False
     # YAML reads a bare `on` as true; a string is refused rather than taken as truthy.
-    with pytest.raises(ValueError, match="async_scheduling must be true or false, got 'on'"):
+    with pytest.raises(ValueError, match="async_scheduling must be true, false or None"):
         EngineConfig(async_scheduling="on")
 
 

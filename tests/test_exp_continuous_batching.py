@@ -68,7 +68,9 @@ def _admission_steps(engine) -> list[int]:
 def test_static_waits_for_each_batch_longest_and_continuous_refills_a_freed_slot():
     serve = _experiment().serve
     outputs = [1, 2, 3, 9, 2, 2, 9, 1]
-    engine = tiny_engine(max_num_seqs=4)
+    # Synchronous, so each finish is stamped in the step that makes it (the drain share's
+    # times); async scheduling stamps it one step later.
+    engine = tiny_engine(max_num_seqs=4, async_scheduling=False)
     serve(engine, _requests(outputs), 4)
     # A batch takes as many steps as its longest output (the prefill step makes the first
     # token): max(1, 2, 3, 9) + max(2, 2, 9, 1) = 18, however short the others are.

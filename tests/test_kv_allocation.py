@@ -22,8 +22,14 @@ def _first_step(engine):
     return engine.stats()
 
 
+def _engine():
+    # Synchronous: the stats after one step() see that step's tokens computed (with async
+    # scheduling the step is still in flight).
+    return tiny_engine(prefix_caching="off", max_num_batched_tokens=64, async_scheduling=False)
+
+
 def test_paged_holds_the_pages_of_the_computed_tokens():
-    engine = tiny_engine(prefix_caching="off", max_num_batched_tokens=64)
+    engine = _engine()
     stats = _first_step(engine)
     # Prompts of 5, 12 and 20 tokens computed in one step: 1 + 2 + 3 pages of 8 slots.
     assert (stats.num_running, stats.num_waiting) == (3, 0)
@@ -39,7 +45,7 @@ def test_paged_holds_the_pages_of_the_computed_tokens():
 
 
 def test_reserve_max_takes_max_model_len_at_admission():
-    engine = tiny_engine(prefix_caching="off", max_num_batched_tokens=64)
+    engine = _engine()
     engine.reset(dataclasses.replace(engine.config, kv_allocation="reserve_max"))
     stats = _first_step(engine)
     # Each admitted request reserves 128 slots = 16 pages; 63 usable pages admit 3 of them.

@@ -58,6 +58,7 @@ class InFlight:
     dispatched: float  # when it was handed to the device
     host_s: float  # host work so far (scheduling, building, dispatch)
     num_preempted: int
+    ladder_rung: int  # the degradation-ladder rung it was scheduled under
     # Per slot: whether the slot samples a request's next token (a placeholder stands for it
     # once advanced); False for a mid-prefill chunk or a request that finished first.
     samples: list[bool] = field(default_factory=list)
@@ -184,7 +185,8 @@ class OverlapStepper:
             dispatched = time.perf_counter()
             out = engine.runner.execute(inputs, plan.wants_prompt_logprobs)
             host_s = time.perf_counter() - t0
-            cur = InFlight(plan, out, t0, dispatched, host_s, len(scheduled.preempted))
+            rung = engine.scheduler.ladder.rung
+            cur = InFlight(plan, out, t0, dispatched, host_s, len(scheduled.preempted), rung)
         if prev is not None:
             self._complete(prev, events)
         if cur is not None:
@@ -239,6 +241,7 @@ class OverlapStepper:
             host_blocked_s=blocked,
             overlapped=True,
             num_discarded=num_discarded,
+            ladder_rung=step.ladder_rung,
             experts_touched=tuple(np.asarray(step.out.experts_touched).tolist()),
             exit_layers=tuple(
                 np.asarray(step.out.exit_layers)[: step.plan.num_scheduled_tokens].tolist()
@@ -263,4 +266,5 @@ class OverlapStepper:
             exit_layers=tuple(
                 np.asarray(step.out.exit_layers)[: step.plan.num_scheduled_tokens].tolist()
             ),
+            ladder_rung=step.ladder_rung,
         )

@@ -1,7 +1,8 @@
 """Padding buckets: the (token count, sequence count) shapes the step is compiled for.
 
-Powers of two from a floor up to the configured maximum (which is itself the last
-bucket), so a handful of executables covers every step. Only pairs with
+Token buckets are the config's ``token_buckets`` when it names them, else powers of two from
+a floor up to the step budget (which is itself the last bucket); sequence buckets are powers of
+two up to max_num_seqs. A handful of executables covers every step. Only pairs with
 sequences <= tokens are needed: every scheduled sequence brings at least one token.
 """
 
@@ -24,7 +25,7 @@ def power_of_two_buckets(minimum: int, maximum: int) -> tuple[int, ...]:
 
 
 def token_buckets(cfg: EngineConfig) -> tuple[int, ...]:
-    return power_of_two_buckets(MIN_TOKEN_BUCKET, cfg.max_num_batched_tokens)
+    return cfg.token_buckets or power_of_two_buckets(MIN_TOKEN_BUCKET, cfg.max_num_batched_tokens)
 
 
 def seq_buckets(cfg: EngineConfig) -> tuple[int, ...]:

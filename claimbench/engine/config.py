@@ -64,11 +64,20 @@ KNOBS: dict[str, Knob] = {
     "draft_model_path": Knob(False, "draft model: its weights are loaded at construction"),
     "ladder": Knob(True, "degradation ladder: service cuts taken one rung at a time under load"),
     "tp": Knob(False, "tensor-parallel devices: weights and KV heads are placed over them"),
-    "async_scheduling": Knob(True, "build step N+1 while step N runs on the device"),
+    "async_scheduling": Knob(
+        True, "build step N+1 while step N runs on the device (default: on for CPU only)"
+    ),
     "early_exit_threshold": Knob(False, "early exit: exit heads and their threshold compiled in"),
+    "token_buckets": Knob(False, "token counts steps are padded to: one compiled step each"),
 }
 # Fields only the host reads: LLMEngine.reset may switch them without recompiling.
 HOST_FIELDS = tuple(name for name, knob in KNOBS.items() if knob.runtime)
+# Async scheduling's default per platform (jax.default_backend()), where it measured faster
+# (README, Performance): on this project's 2-core CPU benchmarks/engine_vs_transformers.py's
+# batch-32 decode ran 3,146 -> 3,962 and 2,630 -> 2,668 tokens/s, off -> on, in two runs (host
+# share with it on 0.0% and 7.2%). Elsewhere off: on an H200 serving the shipped model, whose
+# decode step is almost all host work, it measured -14% +- 16%.
+ASYNC_SCHEDULING_DEFAULT = {"cpu": True}
 MIN_TOKEN_BUCKET = 16  # smallest padded token count a step is compiled for
 MIN_SEQ_BUCKET = 8  # smallest padded sequence-slot count
 
@@ -103,13 +112,15 @@ class EngineConfig:
     draft_model_path: Path | None = None  # speculative="draft"; None = shipped tiny draft
     ladder: tuple[Rung, ...] = ()  # degradation ladder, climbed under load (engine/ladder.py)
     tp: int = 1  # tensor-parallel devices: weights and the KV pool split over them (sharding.py)
-    # Overlap the host's work for step N+1 with the device's step N (async_step.py). Off by
-    # default: it measured slower on CPU (host and device share cores) and no faster on an
-    # H200 serving the shipped model, whose decode step is almost all host work.
-    async_scheduling: bool = False
+    # Overlap the host's work for step N+1 with the device's step N (async_step.py); None =
+    # the platform's measured default (ASYNC_SCHEDULING_DEFAULT: on for CPU, off elsewhere).
+    async_scheduling: bool | None = None
     # Early exit (models/early_exit.py): a decode token leaves at the first exit head whose
     # confidence reaches this; None = off. Needs exit heads beside the model (train-exits).
     early_exit_threshold: float | None = None
+    # The token counts a step is padded to and compiled for, ascending, the last one
+    # max_num_batched_tokens; () = powers of two from MIN_TOKEN_BUCKET (buckets.py).
+    token_buckets: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -138,9 +149,10 @@ class EngineConfig:
             raise ValueError(
                 f"num_spec_tokens must be in [1, {MAX_SPEC_TOKENS}], got {self.num_spec_tokens}"
             )
-        if not isinstance(self.async_scheduling, bool):
+        if self.async_scheduling is not None and not isinstance(self.async_scheduling, bool):
             raise ValueError(
-                f"async_scheduling must be true or false, got {self.async_scheduling!r}"
+                f"async_scheduling must be true, false or None (the platform's default), "
+                f"got {self.async_scheduling!r}"
             )
         if self.early_exit_threshold is not None:
             self._check_early_exit()
@@ -166,6 +178,23 @@ class EngineConfig:
                 f"max_num_seqs={self.max_num_seqs}"
             )
         check_ladder(self.ladder, self.max_num_batched_tokens)
+        self._check_token_buckets()
+
+    def _check_token_buckets(self) -> None:
+        buckets = self.token_buckets
+        if isinstance(buckets, str | bytes) or not hasattr(buckets, "__iter__"):
+            raise ValueError(f"token_buckets must be a list of token counts, got {buckets!r}")
+        buckets = tuple(buckets)
+        object.__setattr__(self, "token_buckets", buckets)
+        if not buckets:
+            return
+        if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets):
+            raise ValueError(f"token_buckets must be integers >= 1, got {list(buckets)}")
+        if list(buckets) != sorted(set(buckets)) or buckets[-1] != self.max_num_batched_tokens:
+            raise ValueError(
+                f"token_buckets must ascend to max_num_batched_tokens="
+                f"{self.max_num_batched_tokens}, got {list(buckets)}"
+            )
 
     def _check_early_exit(self) -> None:
         threshold = self.early_exit_threshold
@@ -194,6 +223,13 @@ class EngineConfig:
     def spec_tokens(self) -> int:
         """Draft tokens per sequence a step verifies: num_spec_tokens, or 0 without speculation."""
         return 0 if self.speculative == "none" else self.num_spec_tokens
+
+    def resolved_async_scheduling(self, platform: str) -> bool:
+        """async_scheduling, or where it is None the default for ``platform`` (a
+        jax.default_backend() name)."""
+        if self.async_scheduling is None:
+            return ASYNC_SCHEDULING_DEFAULT.get(platform, False)
+        return self.async_scheduling
 
     @property
     def pages_per_seq(self) -> int:

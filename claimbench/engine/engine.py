@@ -261,9 +261,11 @@ class LLMEngine:
 
     @property
     def async_scheduling(self) -> bool:
-        """Whether steps overlap (config.async_scheduling). Never with speculative decoding:
-        a step's drafts need the accepted tokens on the host before it is built."""
-        return self.config.async_scheduling and self.speculator is None
+        """Whether steps overlap (config.async_scheduling, None resolved for the platform).
+        Never with speculative decoding: a step's drafts need the accepted tokens on the host
+        before it is built."""
+        overlap = self.config.resolved_async_scheduling(jax.default_backend())
+        return overlap and self.speculator is None
 
     def describe_steps(self) -> dict[str, object]:
         """How the engine steps: whether the host overlaps the device, and when it does not."""
@@ -382,7 +384,9 @@ class LLMEngine:
         num_discarded: int = 0,
         experts_touched: tuple[int, ...] = (),
         exit_layers: tuple[int, ...] = (),
+        ladder_rung: int | None = None,
     ) -> None:
+        """``ladder_rung``: the rung the step was scheduled under (None: the one now)."""
         drafted = [(d, a) for d, a in zip(plan.num_draft, accepted, strict=True) if d]
         # A verify chunk is decode work (one sequence's next tokens), though it runs with the
         # mixed group.
@@ -414,7 +418,7 @@ class LLMEngine:
                 draft_s=draft_s,
                 experts_touched=experts_touched,
                 exit_layers=exit_layers,
-                ladder_rung=self.scheduler.ladder.rung,
+                ladder_rung=self.scheduler.ladder.rung if ladder_rung is None else ladder_rung,
                 host_blocked_s=host_blocked_s,
                 overlapped=overlapped,
                 num_discarded=num_discarded,
