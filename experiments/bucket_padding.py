@@ -23,12 +23,14 @@ What is measured and what is arithmetic:
   bucket) pair ahead of serving (precompile), so the count is arithmetic on its config and is
   recorded once with its inputs. ``programs_used`` (measured) is how many pairs the trace
   touched, and ``compiles_while_serving`` checks that serving compiled none.
-* The curve: the same served steps re-padded under other token buckets (the engine's sequence
-  buckets kept): geometric buckets at ``ratios`` (2 is the engine's powers of two, so that
-  point must equal the measurement) and histogram buckets fitted to the trial's own steps
-  (``histogram_buckets`` token buckets each, the largest the step budget). That is arithmetic
-  on measured step sizes; it leaves out that other buckets would change step times and so,
-  slightly, how the trace's requests share steps.
+* The curve (measured): the same trace served again by engines configured with other token
+  buckets (EngineConfig.token_buckets; the engine's sequence buckets kept): geometric buckets
+  at ``ratios`` (2 is the engine's powers of two, whose serving is the measurement above) and
+  histogram buckets (``histogram_buckets`` token buckets each, the largest the step budget)
+  picked to pad least on the steps the engine served in the first trial, then held for every
+  trial (from the second trial on, traces they were not fitted to). Each policy's padding is
+  read from its own engine's step records over the arrival window, its program count from its
+  runner (the step variants precompile compiled), and a check that its serving compiled none.
 
 Why it can come out either way: padding is what the trace leaves after the scheduler fills
 steps. Under load, chunked prefill fills steps to the budget (a bucket, so no padding); between
@@ -43,6 +45,7 @@ saturation_requests, ratios, histogram_buckets.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +67,7 @@ from claimbench.workload.tenants import TenantLoad
 
 if TYPE_CHECKING:
     from claimbench.engine.config import EngineConfig
+    from claimbench.engine.engine import LLMEngine
     from claimbench.harness.context import RunContext
 
 DEFAULT_PARAMS: dict[str, Any] = {
@@ -78,7 +82,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "episode_requests": 64,
     "saturation_requests": 64,
     "ratios": [4.0, 2.0, 1.5],
-    "histogram_buckets": [2, 3, 4, 6, 8],
+    "histogram_buckets": [2, 4, 8],
 }
 
 
@@ -104,25 +108,52 @@ def trace_spec(params: dict[str, Any], doc_lengths: tuple[int, ...], seed: int) 
     return WorkloadSpec((tenant,), seed=seed, max_requests=params["saturation_requests"])
 
 
+ENGINE_POLICY = "engine (powers of two)"
+
+
 def engine_policy(cfg: EngineConfig) -> BucketPolicy:
     """The engine's own buckets."""
-    return BucketPolicy("engine (powers of two)", token_buckets(cfg), seq_buckets(cfg))
+    return BucketPolicy(ENGINE_POLICY, token_buckets(cfg), seq_buckets(cfg))
 
 
-def policies(params: dict[str, Any], cfg: EngineConfig, steps: pd.DataFrame) -> list[BucketPolicy]:
-    """The curve's policies: geometric token buckets at each ratio, and histogram buckets
-    fitted to ``steps`` (the engine's sequence buckets throughout)."""
+def geometric_policies(params: dict[str, Any], cfg: EngineConfig) -> list[BucketPolicy]:
+    """Geometric token buckets at each of ``ratios`` (the engine's sequence buckets)."""
     budget, seqs = cfg.max_num_batched_tokens, seq_buckets(cfg)
-    out = [
+    return [
         BucketPolicy(f"geometric x{r:g}", geometric_buckets(MIN_TOKEN_BUCKET, budget, r), seqs)
         for r in params["ratios"]
     ]
+
+
+def histogram_policies(
+    params: dict[str, Any], cfg: EngineConfig, steps: pd.DataFrame
+) -> list[BucketPolicy]:
+    """Token buckets fitted to the sizes ``steps`` (served by the engine) needed: for each of
+    ``histogram_buckets``, the set of that many that pads those steps least."""
+    budget, seqs = cfg.max_num_batched_tokens, seq_buckets(cfg)
     needed = engine_policy(cfg).needed_tokens(steps["num_scheduled_tokens"], steps["num_seqs"])
-    out += [
+    return [
         BucketPolicy(f"histogram {k}", fit_histogram_buckets(needed, k, budget), seqs)
         for k in params["histogram_buckets"]
     ]
-    return out
+
+
+@dataclass(frozen=True)
+class PolicyServed:
+    """One bucket policy's engine serving one trace."""
+
+    served: tr.ServedRun
+    steps: pd.DataFrame  # the arrival window's steps
+    programs: int  # step variants its runner compiled ahead of serving
+    compiles: int  # step variants compiled while serving (0: precompile covered every step)
+
+
+def serve_with(engine: LLMEngine, requests: list, timeout_s: float) -> PolicyServed:
+    """Serve ``requests`` on a precompiled ``engine``: its padding and programs as measured."""
+    programs = engine.stats().num_compilations
+    served = tr.serve(engine, requests, timeout_s)
+    compiles = engine.stats().num_compilations - programs
+    return PolicyServed(served, arrival_window(served), programs, compiles)
 
 
 def arrival_window(served: tr.ServedRun) -> pd.DataFrame:
@@ -145,8 +176,9 @@ def measured_padding_pct(steps: pd.DataFrame) -> float:
 
 
 def run(ctx: RunContext) -> None:
-    """Record num_programs once (analytic) and padding_waste_pct per trial, with the curve's
-    policy_padding_pct, programs_used and compiles_while_serving beside."""
+    """Record num_programs once (analytic) and padding_waste_pct per trial, with each bucket
+    policy's served policy_padding_pct (its programs and compiles beside), programs_used and
+    compiles_while_serving."""
     params = ctx.merged(DEFAULT_PARAMS)
     engine = ctx.engine(precompile=True, compile_cache=params["compile_cache"])
     cfg, vocab = engine.config, engine.model_cfg.vocab_size
@@ -162,41 +194,60 @@ def run(ctx: RunContext) -> None:
         },
     )
     doc_lengths = document_lengths(ctx.model_path)
+    fitted: list[BucketPolicy] | None = None
     for trial in range(ctx.trials):
         spec = trace_spec(params, doc_lengths, tr.trial_seed(ctx, trial))
         saturation = tr.measure_saturation(engine, spec, params["saturation_requests"])
         phase = tr.Phase(params["episode_requests"], params["load"])
         requests = tr.phased_requests(spec, saturation, [phase], vocab)
         engine.reset()
-        compiled_before = engine.stats().num_compilations
         timeout_s = tr.safety_timeout_s(saturation.seconds_for(params["episode_requests"]))
-        served = tr.serve(engine, requests, timeout_s)
-        compiles = engine.stats().num_compilations - compiled_before
-        ctx.save_frames(requests=served.requests, steps=served.steps, trial=trial)
-        steps = arrival_window(served)
+        own = serve_with(engine, requests, timeout_s)
+        ctx.save_frames(
+            requests=own.served.requests, steps=own.served.steps, trial=trial, policy=ENGINE_POLICY
+        )
         labels = {
             "load": params["load"],
             "saturation_tok_s": saturation.output_tokens_per_s,
             "num_requests": len(requests),
-            "num_steps": len(steps),  # in the arrival window
-            "timed_out": served.timed_out,
+            "num_steps": len(own.steps),  # in the arrival window
+            "timed_out": own.served.timed_out,
         }
-        ctx.record(
-            "padding_waste_pct", measured_padding_pct(steps), trial=trial, unit="%", **labels
-        )
-        used = steps[["token_bucket", "seq_bucket"]].drop_duplicates()
+        padding = measured_padding_pct(own.steps)
+        ctx.record("padding_waste_pct", padding, trial=trial, unit="%", **labels)
+        used = own.steps[["token_bucket", "seq_bucket"]].drop_duplicates()
         ctx.record("programs_used", len(used), trial=trial, unit="programs", **labels)
-        ctx.record("compiles_while_serving", compiles, trial=trial, unit="programs")
-        n, s = steps["num_scheduled_tokens"].to_numpy(), steps["num_seqs"].to_numpy()
-        for policy in [engine_policy(cfg), *policies(params, cfg, steps)]:
+        ctx.record("compiles_while_serving", own.compiles, trial=trial, unit="programs")
+        if fitted is None:
+            fitted = histogram_policies(params, cfg, own.steps)
+        for policy in [engine_policy(cfg), *geometric_policies(params, cfg), *fitted]:
+            result = own
+            if policy.token_buckets != token_buckets(cfg):
+                # A fresh engine at the policy's buckets, serving the same trace.
+                other = ctx.engine(
+                    precompile=True,
+                    compile_cache=params["compile_cache"],
+                    token_buckets=policy.token_buckets,
+                )
+                result = serve_with(other, requests, timeout_s)
+                del other  # its KV pool goes before the next policy's
+                ctx.save_frames(
+                    requests=result.served.requests,
+                    steps=result.served.steps,
+                    trial=trial,
+                    policy=policy.name,
+                )
             ctx.record(
                 "policy_padding_pct",
-                policy.padding_pct(n, s),
+                measured_padding_pct(result.steps),
                 trial=trial,
                 unit="%",
                 policy=policy.name,
-                programs=policy.num_programs,
+                programs=result.programs,
+                compiles_while_serving=result.compiles,
                 token_buckets=list(policy.token_buckets),
+                num_steps=len(result.steps),
+                timed_out=result.served.timed_out,
             )
 
 
@@ -239,7 +290,7 @@ def figures(run_dirs: list[Path]) -> list[tuple[str, str]]:
             s=80,
             marker="*",
             color="#b35806",
-            label="the engine (powers of two), measured",
+            label="the engine (powers of two)",
             zorder=3,
         )
         ax.set_xlabel("compiled step programs")

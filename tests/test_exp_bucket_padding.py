@@ -91,13 +91,22 @@ TINY = {
     "output_max": 16,
     "episode_requests": 12,
     "saturation_requests": 12,
-    "ratios": [4.0, 2.0],
+    "ratios": [1.5, 2.0],
     "histogram_buckets": [1, 2],
 }
 
 
-def test_tiny_run_records_padding_programs_and_the_curve(tmp_path):
+def _labelled(frame, metric):
+    rows = frame[frame["metric"] == metric]
+    return [
+        (t, json.loads(x), v)
+        for t, x, v in zip(rows["trial"], rows["labels"], rows["value"], strict=True)
+    ]
+
+
+def test_tiny_run_serves_every_policy_at_its_own_buckets(tmp_path):
     ctx = run_tiny(CLAIM, write_checkpoint(tmp_path / "ckpt"), trials=2, base=TINY)
+    exp = experiment(CLAIM)
     frame = ctx.measurements_frame("run")
     analytic = frame[frame["evidence"] == "analytic"]
     # Buckets (16, 32) x (4,): two programs, recorded once with their inputs.
@@ -109,20 +118,44 @@ def test_tiny_run_records_padding_programs_and_the_curve(tmp_path):
     assert ((padding["value"] >= 0) & (padding["value"] < 100)).all()
     compiles = measured[measured["metric"] == "compiles_while_serving"]
     assert (compiles["value"] == 0).all()  # every bucket was compiled ahead
-    curve = measured[measured["metric"] == "policy_padding_pct"]
-    for trial in (0, 1):
-        rows = curve[curve["trial"] == trial]
-        by_policy = {
-            json.loads(x)["policy"]: v for x, v in zip(rows["labels"], rows["value"], strict=True)
-        }
-        # The engine's re-padded steps are its measured padding; x2 is the same buckets.
-        engine_pct = by_policy["engine (powers of two)"]
-        assert engine_pct == pytest.approx(padding["value"].iloc[trial])
-        assert by_policy["geometric x2"] == pytest.approx(engine_pct)
-        # Two fitted buckets never pad more than the two powers of two (16, 32).
-        assert by_policy["histogram 2"] <= engine_pct + 1e-9
-        assert by_policy["histogram 1"] >= by_policy["histogram 2"]
-    figures = experiment(CLAIM).figures
+    steps = ctx.frames()["steps"]
+    curve = _labelled(measured, "policy_padding_pct")
+    names = ["engine (powers of two)", "geometric x1.5", "geometric x2", "histogram 1"]
+    assert sorted({x["policy"] for _, x, _ in curve}) == sorted([*names, "histogram 2"])
+    fitted = {}
+    for trial, labels, value in curve:
+        buckets = tuple(labels["token_buckets"])
+        policy = BucketPolicy(labels["policy"], buckets, (4,))
+        # Each policy's engine compiled one program per pair ahead and none while serving.
+        assert labels["programs"] == policy.num_programs and labels["compiles_while_serving"] == 0
+        # Served for real: every step ran at the smallest of the policy's buckets it fits
+        # (x2 is the engine's own buckets, whose serving it shares).
+        name = "engine (powers of two)" if buckets == (16, 32) else labels["policy"]
+        served = steps[(steps["trial"] == trial) & (steps["policy"] == name)]
+        n, s = served["num_scheduled_tokens"].to_numpy(), served["num_seqs"].to_numpy()
+        assert len(served) and (policy.padded_tokens(n, s) == served["token_bucket"]).all()
+        assert 0 <= value < 100
+        if buckets == (16, 32):
+            assert value == pytest.approx(padding["value"].iloc[trial])
+        if labels["policy"].startswith("histogram"):
+            fitted.setdefault(labels["policy"], set()).add(buckets)
+    by_name = {x["policy"]: tuple(x["token_buckets"]) for _, x, _ in curve}
+    assert by_name["geometric x1.5"] == (16, 24, 32)
+    # One histogram bucket is the budget; two are fitted to the first trial's engine steps
+    # (arrival window) and held for the second trial.
+    assert fitted["histogram 1"] == {(32,)}
+    [two] = fitted["histogram 2"]
+    first = steps[(steps["trial"] == 0) & (steps["policy"] == "engine (powers of two)")]
+    requests = ctx.frames()["requests"]
+    arrivals = requests[(requests["trial"] == 0) & (requests["policy"] == "engine (powers of two)")]
+    window = first[
+        (first["start_s"] >= arrivals["arrival_s"].min())
+        & (first["start_s"] <= arrivals["arrival_s"].max())
+    ]
+    pow2 = BucketPolicy("pow2", (16, 32), (4,))
+    needed = pow2.needed_tokens(window["num_scheduled_tokens"], window["num_seqs"])
+    assert two == fit_histogram_buckets(needed, 2, 32)
+    figures = exp.figures
     assert figures([tmp_path / "no-run"]) == []
     run_dir = tmp_path / "run"
     run_dir.mkdir()
