@@ -336,9 +336,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def llama_only_copy(model: Path, dest: Path) -> Path:
     """The checkpoint with only the standard HF Llama tensors (model.*, lm_head.*): extras
     our engine reads beside them (early-exit heads) are unknown to vLLM's Llama, which
-    refuses the checkpoint. The weights vLLM runs are the same."""
+    refuses the checkpoint. The weights vLLM runs are the same. A checkpoint with no extras
+    (a 7B one fetched for the nightly) is used where it is, not copied."""
+    from safetensors import safe_open
     from safetensors.numpy import load_file, save_file
 
+    standard = ("model.", "lm_head.")
+    files = [f for f in model.iterdir() if f.suffix == ".safetensors"]
+    names = []
+    for f in files:
+        with safe_open(f, "np") as handle:
+            names += handle.keys()  # noqa: SIM118 - a safetensors handle, not a dict
+    if all(name.startswith(standard) for name in names):
+        return model
     dest.mkdir()
     for f in model.iterdir():
         if f.suffix == ".safetensors":

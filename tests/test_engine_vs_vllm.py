@@ -97,3 +97,30 @@ def test_percentiles_and_missing_latencies():
             "ratio": 1.0,
         }
     )
+
+
+def test_vllm_gets_the_checkpoint_without_extras_copied_only_when_needed(tmp_path):
+    import shutil
+
+    from safetensors import safe_open
+
+    from claimbench.models.checkpoint import default_model_path
+
+    bench = load_benchmark()
+    shipped = default_model_path()
+    # The shipped model carries early-exit heads beside the Llama tensors: vLLM gets a copy
+    # without them.
+    copy = bench.llama_only_copy(shipped, tmp_path / "copy")
+    assert copy == tmp_path / "copy"
+    names = []
+    for f in copy.glob("*.safetensors"):
+        with safe_open(f, "np") as handle:
+            names += handle.keys()  # noqa: SIM118 - a safetensors handle, not a dict
+    assert names and all(k.startswith(("model.", "lm_head.")) for k in names)
+    # A plain checkpoint (the nightly's 7B) is used where it is.
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(shipped / name, plain / name)
+    assert bench.llama_only_copy(plain, tmp_path / "unused") == plain
+    assert not (tmp_path / "unused").exists()
