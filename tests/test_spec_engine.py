@@ -181,3 +181,17 @@ def test_precompile_covers_the_draft_steps():
     engine.generate(prompts([5, 40, 17], seed=6), SamplingParams(max_tokens=9, ignore_eos=True))
     assert engine.steps_frame()["num_drafts"].sum() > 0
     assert (catch_up_step._cache_size(), decode_steps._cache_size()) == compiled
+
+
+@pytest.mark.parametrize(("speculative", "draft_seed"), [("ngram", None), ("draft", 1)])
+def test_greedy_output_is_identical_through_the_xla_verify_path(speculative, draft_seed):
+    """The "xla" backend attends verify chunks in kernels/xla_verify.py (the draft's catch-up
+    chunks too); a prompt longer than a verify chunk still prefills through the prefill path
+    in the same steps."""
+    xla_plain = tiny_engine(attention_backend="xla")
+    engine = spec_engine(speculative, draft_seed, attention_backend="xla")
+    batch = [REPEATING, *prompts([5, 40, 17, 2], seed=1)]
+    params = [GREEDY, *(SamplingParams(max_tokens=n, ignore_eos=True) for n in (3, 20, 7, 12))]
+    expected = [o.token_ids for o in xla_plain.generate(batch, params)]
+    assert [o.token_ids for o in engine.generate(batch, params)] == expected
+    assert engine.steps_frame()["num_draft_tokens"].sum() > 0

@@ -50,7 +50,9 @@ class DraftProposer:
         self.cfg = cfg
         graphdef, state = nnx.split(model)
         self.weights, treedef = jax.tree.flatten(state)
-        self._static = StaticModel(graphdef, treedef, get_backend(cfg.attention_backend))
+        # Its catch-up chunks (the one or two tokens a verification added) are short too.
+        attention = get_backend(cfg.attention_backend, verify_width=1 + cfg.num_spec_tokens)
+        self._static = StaticModel(graphdef, treedef, attention)
         # Room for every running sequence at full length, so the draft never runs short.
         self.num_pages = 1 + cfg.max_num_seqs * cfg.pages_per_seq
         backend = resolve_backend_name(cfg.attention_backend)

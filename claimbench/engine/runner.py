@@ -261,7 +261,9 @@ class ModelRunner:
         local_bytes = pool_bytes(local_cfg, self.kv_dtype, cfg.page_size, self.num_pages)
         self.kv_cache_bytes = num_devices * local_bytes
         self.kv_bytes_per_token = num_devices * kv_bytes_per_token(local_cfg, self.kv_dtype)
-        attention = get_backend(cfg.attention_backend)
+        # Verifying, the "xla" backend attends every short chunk of a step at once.
+        verify_width = 1 + cfg.spec_tokens if cfg.spec_tokens else None
+        attention = get_backend(cfg.attention_backend, verify_width=verify_width)
         if self.tp is None:
             self.rope = jax.device_put(rope_table(model.cfg, cfg.max_model_len))
             self._step = _step

@@ -69,6 +69,41 @@ def _native_unavailable() -> str | None:
 
 
 @dataclass(frozen=True)
+class WithVerify:
+    """The "xla" backend whose verify steps (every prefill or mixed chunk at most ``width``
+    tokens) attend all their chunks at once (kernels/xla_verify.py). Frozen, so equal
+    backends hash equal (the step's static argument)."""
+
+    width: int  # 1 + k: a sequence's verify chunk
+
+    def __call__(
+        self,
+        q: jax.Array,
+        k: jax.Array,
+        v: jax.Array,
+        cache: LayerKV,
+        md: AttentionMetadata,
+        *,
+        sm_scale: float,
+        sliding_window: int | None = None,
+        soft_cap: float | None = None,
+    ) -> tuple[jax.Array, LayerKV]:
+        from claimbench.kernels.xla_rpa import ragged_paged_attention
+
+        return ragged_paged_attention(
+            q,
+            k,
+            v,
+            cache,
+            md,
+            sm_scale=sm_scale,
+            sliding_window=sliding_window,
+            soft_cap=soft_cap,
+            verify_width=self.width,
+        )
+
+
+@dataclass(frozen=True)
 class CompiledPallas:
     """The Pallas kernel always compiled (never interpreted), with ``generation``'s block
     sizes: the backend for lowering on a host whose running platform is not the target.
@@ -105,12 +140,25 @@ class CompiledPallas:
 
 
 def get_backend(
-    name: str, target_platform: str | None = None, tpu_generation: str | None = None
+    name: str,
+    target_platform: str | None = None,
+    tpu_generation: str | None = None,
+    *,
+    verify_width: int | None = None,
 ) -> AttentionBackend:
     """The attention function for a backend name (after ``resolve_backend_name``), for
     ``target_platform`` (None: the running platform). Targeting "tpu" with a
-    ``tpu_generation`` gives the Pallas kernel compiled for that chip wherever this runs."""
+    ``tpu_generation`` gives the Pallas kernel compiled for that chip wherever this runs.
+    ``verify_width`` (1 + k under speculative decoding) gives "xla" the verify path for
+    steps of short chunks (benchmarks/verify_step.py: a batch-32 verify step 7.7x a decode
+    step through its prefill path, 1.8x through the verify path). "cpu" and "pallas" attend
+    them as any step: the native prefill kernel already tiles by each chunk's real length
+    (the verify path measured slower there), and the Pallas kernel blocks ragged queries."""
+    if verify_width is not None and verify_width < 2:
+        raise ValueError(f"verify_width must be >= 2, got {verify_width}")
     name = resolve_backend_name(name, target_platform)
+    if verify_width is not None and name == "xla":
+        return WithVerify(verify_width)
     if name == "pallas" and target_platform == "tpu" and tpu_generation is not None:
         return CompiledPallas(tpu_generation)
     if name == "pallas":

@@ -9,6 +9,10 @@ once per query token. Either part is a plug-in: ``DecodeAttention`` (default
 xla_decode.py) and ``PrefillAttention`` (default xla_prefill.py); the "cpu" backend plugs
 in the native kernels (native_attention.py). reference.py is the naive version of the
 same computation, which the tests hold every backend to.
+
+With ``verify_width`` (speculative decoding: 1 + k) a step whose prefill and mixed chunks
+are all that short, a verify step, attends them all at once (xla_verify.py) instead of one
+sequence at a time; a step holding a longer chunk takes the prefill path as before.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from claimbench.kernels.metadata import (
 from claimbench.kernels.paged_io import write_kv
 from claimbench.kernels.xla_decode import decode_attention
 from claimbench.kernels.xla_prefill import prefill_attention
+from claimbench.kernels.xla_verify import chunk_lens, verify_attention
 
 
 class DecodeAttention(Protocol):
@@ -83,6 +88,7 @@ def ragged_paged_attention(
     soft_cap: float | None = None,
     decode: DecodeAttention = decode_attention,
     prefill: PrefillAttention = prefill_attention,
+    verify_width: int | None = None,
 ) -> tuple[jax.Array, LayerKV]:
     """Write the new K/V, then attend every token over its own sequence's cache.
 
@@ -113,6 +119,16 @@ def ragged_paged_attention(
     out = out.at[:num_decode_slots].set(dec_out)
     out = jnp.where(is_decode[:, None, None, None], out, 0.0)
 
-    # Prefill-only and mixed sequences (few per step), one at a time.
-    out = prefill(qg, cache, md, q.dtype, sm_scale, sliding_window, soft_cap, out)
+    # Prefill-only and mixed sequences (few per step), one at a time; or, verifying, every
+    # chunk together.
+    args = (qg, cache, md, q.dtype, sm_scale, sliding_window, soft_cap)
+    if verify_width is None:
+        out = prefill(*args, out)
+    else:
+        out = jax.lax.cond(
+            jnp.max(chunk_lens(md)) <= verify_width,
+            lambda out: verify_attention(*args, out, width=verify_width),
+            lambda out: prefill(*args, out),
+            out,
+        )
     return out.reshape(num_tokens, num_q_heads, head_dim).astype(q.dtype), cache
