@@ -60,7 +60,9 @@ def stepped_ttft(clumped: bool) -> pd.DataFrame:
         (step, WorkloadRequest(0.0, tenant, 0, tuple(range(3, 11)), 8, i))
         for i, (step, tenant) in enumerate(sorted(arrivals))
     ]
-    run = serve_by_step(tiny_engine(), items, max_steps=5000)
+    # Synchronous: a token counts in the step that computes it (async scheduling reports it
+    # one step later).
+    run = serve_by_step(tiny_engine(async_scheduling=False), items, max_steps=5000)
     frame = run.requests.rename(columns={"arrival_step": "arrival_s"})
     return frame.assign(
         first_token_s=frame["first_token_step"] + 1.0, finish_s=frame["finish_step"] + 1.0
