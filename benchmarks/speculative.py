@@ -3,12 +3,22 @@
     python benchmarks/speculative.py [--batches 1,8,32] [--num-spec-tokens 4] [--json]
 
 The shipped claimbench-tiny serves greedy requests of --output-len tokens (EOS ignored) at
-each batch size, once per proposer, every engine compiled and warmed first. Two workloads:
-held-out code prompts, and a prompt that repeats itself (a block of code pasted twice, the
-case prompt lookup is for). Per row: output tokens/s, the speedup over plain decoding on the
-same workload and batch, vLLM's acceptance metrics, the proposer's share of step time (host,
-device and draft), and greedy mismatches against plain decoding (tokens that differ; 0 in
-float32, where the engine is batch-invariant).
+each batch size, once per proposer, every engine compiled and warmed first. Three workloads:
+
+* ``heldout``: held-out code prompts (the start of a line of a random held-out file);
+* ``selfrep``: held-out code that repeats itself: of 8 x batch held-out prompts, those with
+  the largest share of positions whose preceding 4 tokens already occurred in the prompt
+  (ranked on the prompt alone, never on what the model answers);
+* ``repeating``: a block of code three times, then its first line again, the case prompt
+  lookup is for. The text is cut before a newline, where the tokenizer splits it anyway
+  (it folds a newline into the next line's indent, so a prompt ending in a bare newline
+  would end in a token the model never saw there). The script prints how many tokens of the
+  model's greedy continuation repeat the block: prompt lookup proposes exactly that.
+
+Per row: output tokens/s, the speedup over plain decoding on the same workload and batch,
+vLLM's acceptance metrics, the proposer's share of step time (host, device and draft), and
+greedy mismatches against plain decoding (tokens that differ; 0 in float32, where the engine
+is batch-invariant).
 """
 
 from __future__ import annotations
@@ -34,11 +44,41 @@ REPEATED_BLOCK = """def parse_header(line):
 """
 
 
+def repeated_text(num_blocks: int) -> str:
+    """The block num_blocks times, then its first line again (no newline)."""
+    return REPEATED_BLOCK * num_blocks + REPEATED_BLOCK.splitlines()[0]
+
+
+def self_repetition(prompt: list[int], n: int = 4) -> float:
+    """Share of positions whose preceding n tokens already occurred earlier in the prompt."""
+    seen: set[tuple[int, ...]] = set()
+    hits = 0
+    for i in range(n, len(prompt)):
+        gram = tuple(prompt[i - n : i])
+        hits += gram in seen
+        seen.add(gram)
+    return hits / max(len(prompt) - n, 1)
+
+
 def workloads(tokenizer: Tokenizer, num: int, input_len: int, seed: int) -> dict[str, list]:
     """Prompt token lists per workload name, num of each."""
     heldout = heldout_prompts(tokenizer, num, input_len, input_len, seed)
-    repeating = tokenizer.encode(REPEATED_BLOCK * 3 + "def parse_header(line):\n")
-    return {"heldout": heldout, "repeating": [repeating] * num}
+    pool = heldout_prompts(tokenizer, 8 * num, input_len, input_len, seed + 1)
+    selfrep = sorted(pool, key=self_repetition, reverse=True)[:num]
+    repeating = tokenizer.encode(repeated_text(3))
+    return {"heldout": heldout, "selfrep": selfrep, "repeating": [repeating] * num}
+
+
+def block_continued(tokenizer: Tokenizer, output: list[int]) -> int:
+    """Leading tokens of ``output`` that continue the repeated block."""
+    prompt = tokenizer.encode(repeated_text(3))
+    text = tokenizer.encode(repeated_text(3) + REPEATED_BLOCK * 3)
+    if text[: len(prompt)] != prompt:
+        raise ValueError("the repeating prompt does not end on a token boundary of its text")
+    follow = text[len(prompt) :]
+    return next(
+        (i for i, (a, b) in enumerate(zip(output, follow, strict=False)) if a != b), len(output)
+    )
 
 
 def serve(engine: LLMEngine, prompts: list, params: SamplingParams) -> tuple[list, float]:
@@ -105,9 +145,14 @@ def main() -> None:
                         "greedy_mismatches": mismatches,
                     }
                 )
+    continued = block_continued(tokenizer, plain_tokens["repeating", batches[0]][0][0])
     if args.json:
-        print(json.dumps(rows))
+        print(json.dumps({"rows": rows, "repeating_block_continued_tokens": continued}))
         return
+    print(
+        f"repeating: the greedy output continues the repeated block for {continued} of "
+        f"{args.output_len} tokens"
+    )
     print(
         f"{'workload':<10}{'batch':>6}{'proposer':>10}{'tok/s':>10}{'speedup':>9}"
         f"{'accept':>8}{'len':>7}{'draft%':>8}{'mismatch':>9}"

@@ -171,16 +171,17 @@ def test_a_draft_with_another_tokenizer_is_refused():
 
 
 def test_precompile_covers_the_draft_steps():
-    from claimbench.engine.draft_steps import catch_up_step, decode_steps
+    from claimbench.engine.draft_steps import catch_up_step, propose_steps
 
     engine = spec_engine("draft", 1, max_model_len=64)  # a block-table width of its own
     num, seconds = engine.precompile()
-    # Target: buckets (16, 8) and (32, 8); draft: both pairs, each with the one seq bucket.
-    assert num == 4 and seconds > 0
-    compiled = catch_up_step._cache_size(), decode_steps._cache_size()
+    # Target: buckets (16, 8) and (32, 8); draft: both pairs, each the catch-up step alone and
+    # the whole proposal at the one seq bucket.
+    assert num == 6 and seconds > 0
+    compiled = catch_up_step._cache_size(), propose_steps._cache_size()
     engine.generate(prompts([5, 40, 17], seed=6), SamplingParams(max_tokens=9, ignore_eos=True))
     assert engine.steps_frame()["num_drafts"].sum() > 0
-    assert (catch_up_step._cache_size(), decode_steps._cache_size()) == compiled
+    assert (catch_up_step._cache_size(), propose_steps._cache_size()) == compiled
 
 
 @pytest.mark.parametrize(("speculative", "draft_seed"), [("ngram", None), ("draft", 1)])

@@ -7,7 +7,7 @@ the draft's K/V only up to the last verified token (``_state``): the positions a
 held rejected draft tokens and are simply overwritten next round.
 
 The device work is draft_steps.py: a ragged catch-up step, then the other k - 1 draft steps
-in one jitted lax.scan, with one host round trip for the whole proposal.
+in a lax.scan, one jitted dispatch and one host round trip for the whole proposal.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import jax
 import numpy as np
 from flax import nnx
 
-from claimbench.engine.batch import empty_inputs
+from claimbench.engine.batch import StepInputs, empty_inputs
 from claimbench.engine.buckets import bucket_pairs, pick_bucket, pick_pair, seq_buckets
 from claimbench.engine.config import EngineConfig
-from claimbench.engine.draft_steps import DecodeInputs, catch_up_step, decode_steps
+from claimbench.engine.draft_steps import DecodeInputs, catch_up_step, propose_steps
 from claimbench.engine.kv_cache import allocate_kv_cache, page_layout, resolve_kv_dtype
 from claimbench.engine.request import Request
 from claimbench.engine.runner import StaticModel
@@ -78,18 +78,20 @@ class DraftProposer:
         num = 0
         for num_tokens, num_seqs in bucket_pairs(self.cfg):
             inputs = empty_inputs(self.cfg, num_tokens, num_seqs)
-            tokens, probs, self.kv_caches = catch_up_step(
+            _, _, self.kv_caches = catch_up_step(
                 self._static, self.weights, self.rope, self.kv_caches, inputs
             )
+            num += 1
             for num_slots in seq_buckets(self.cfg):
-                _, _, self.kv_caches = decode_steps(
+                if num_slots > num_seqs:
+                    continue  # the proposers are among the catch-up step's sequences
+                _, _, self.kv_caches = propose_steps(
                     self._static,
                     self.cfg.num_spec_tokens,
                     self.weights,
                     self.rope,
                     self.kv_caches,
-                    tokens,
-                    probs,
+                    inputs,
                     self._decode_inputs([], num_slots),
                 )
                 num += 1
@@ -136,22 +138,24 @@ class DraftProposer:
             self._grow(seq, seq.num_computed + n + (num_wanted - 1 if proposes else 0))
         if not chunks:
             return {}, {}, None
-        first_tokens, first_probs, slot_of = self._catch_up(chunks)
+        catch_up, slot_of = self._catch_up_inputs(chunks)
         proposing = [(r, s) for r, s, _ in chunks if r.request_id in wants]
         if not proposing:
+            _, _, self.kv_caches = catch_up_step(
+                self._static, self.weights, self.rope, self.kv_caches, catch_up
+            )
             return {}, {}, None
         num_slots = pick_bucket(seq_buckets(self.cfg), len(proposing))
         inputs = self._decode_inputs(
             proposing, num_slots, [slot_of[r.request_id] for r, _ in proposing]
         )
-        drafts, probs, self.kv_caches = decode_steps(
+        drafts, probs, self.kv_caches = propose_steps(
             self._static,
             self.cfg.num_spec_tokens,
             self.weights,
             self.rope,
             self.kv_caches,
-            first_tokens,
-            first_probs,
+            catch_up,
             inputs,
         )
         drafts = np.asarray(drafts)
@@ -181,12 +185,12 @@ class DraftProposer:
         for _ in range(max(needed, 0)):
             seq.block_table.append(self._free_pages.pop())
 
-    def _catch_up(
+    def _catch_up_inputs(
         self, chunks: list[tuple[Request, _DraftSeq, list[int]]]
-    ) -> tuple[jax.Array, jax.Array, dict[str, int]]:
-        """The ragged step over (request, state, tokens to feed) chunks -> (sampled tokens
-        i32[N], q f32[N, V], each request's slot). Single-token chunks take the first slots:
-        the attention kernels' decode group."""
+    ) -> tuple[StepInputs, dict[str, int]]:
+        """The ragged step's inputs over (request, state, tokens to feed) chunks, and each
+        request's slot. Single-token chunks take the first slots: the attention kernels'
+        decode group."""
         cfg, page_size = self.cfg, self.cfg.page_size
         total = sum(len(t) for _, _, t in chunks)
         token_bucket, seq_bucket = pick_pair(cfg, total, len(chunks))
@@ -215,10 +219,7 @@ class DraftProposer:
         md.distribution[:] = (num_single, num_single, len(chunks))
         greedy = np.asarray(all(r.sampling.greedy for r, _, _ in chunks))
         inputs = dataclasses.replace(inputs, sampling=dataclasses.replace(sp, all_greedy=greedy))
-        tokens, probs, self.kv_caches = catch_up_step(
-            self._static, self.weights, self.rope, self.kv_caches, inputs
-        )
-        return tokens, probs, {r.request_id: slot for slot, (r, _, _) in enumerate(ordered)}
+        return inputs, {r.request_id: slot for slot, (r, _, _) in enumerate(ordered)}
 
     def _decode_inputs(
         self,

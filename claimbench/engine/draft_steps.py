@@ -1,6 +1,7 @@
-"""The draft model's device work: a ragged catch-up step, then k - 1 decode steps in one
-jitted ``lax.scan`` with the draft cache donated (one dispatch and one host round trip for
-the whole proposal, where k separate steps cost k of each).
+"""The draft model's device work: a ragged catch-up step, then k - 1 decode steps in a
+``lax.scan``, jitted together with the draft cache donated (``propose_steps``: one dispatch
+and one host round trip for the whole proposal, where k separate steps cost k of each). A
+round where no request proposes (its chunks are prefill) runs ``catch_up_step`` alone.
 
 Draft sampling draws from the request's filtered distribution q (temperature, top-k,
 top-p) under its own random stream, and returns q: acceptance needs it (spec_decode.py).
@@ -60,8 +61,7 @@ def _model(static: StaticModel, weights: list[jax.Array]) -> nnx.Module:
     return nnx.merge(static.graphdef, jax.tree.unflatten(static.treedef, weights))
 
 
-@partial(jax.jit, static_argnums=(0,), donate_argnums=(3,))
-def catch_up_step(
+def _catch_up(
     static: StaticModel,
     weights: list[jax.Array],
     rope: Rope,
@@ -83,8 +83,10 @@ def catch_up_step(
     return tokens, probs, kv_caches
 
 
-@partial(jax.jit, static_argnums=(0, 1), donate_argnums=(4,))
-def decode_steps(
+catch_up_step = jax.jit(_catch_up, static_argnums=(0,), donate_argnums=(3,))
+
+
+def _decode_steps(
     static: StaticModel,
     num_spec_tokens: int,
     weights: list[jax.Array],
@@ -135,3 +137,19 @@ def decode_steps(
     drafts = jnp.concatenate([tokens0[:, None], jnp.moveaxis(tokens, 0, 1)], axis=1)
     q = jnp.concatenate([probs0[:, None], jnp.moveaxis(probs, 0, 1)], axis=1)
     return drafts, q, kv_caches
+
+
+@partial(jax.jit, static_argnums=(0, 1), donate_argnums=(4,))
+def propose_steps(
+    static: StaticModel,
+    num_spec_tokens: int,
+    weights: list[jax.Array],
+    rope: Rope,
+    kv_caches: list[LayerKV],
+    catch_up: StepInputs,
+    decode: DecodeInputs,
+) -> tuple[jax.Array, jax.Array, list[LayerKV]]:
+    """The catch-up step, then draft tokens 1..k-1, in one dispatch -> (drafts i32[N, k],
+    q f32[N, k, V], cache); ``decode.first_index`` picks each slot's catch-up row."""
+    tokens, probs, kv_caches = _catch_up(static, weights, rope, kv_caches, catch_up)
+    return _decode_steps(static, num_spec_tokens, weights, rope, kv_caches, tokens, probs, decode)
