@@ -7,10 +7,12 @@ Closed loop at 1 and at 16 concurrent clients: each client sends its next reques
 soon as its previous one finishes. In process, the clients are slots of a plain
 ``LLMEngine.step()`` loop (no threads, no asyncio: the engine's own ceiling); "async
 engine" puts the server's AsyncEngine (engine thread, per-request asyncio queues) in
-between, still without HTTP. Over HTTP,
+between, still without HTTP, and "engine process" the server's ProcessEngine (the engine in
+a spawned process, each step's events over a pipe). Over HTTP,
 a ``claimbench serve`` subprocess with the same engine config (its engine in a process of
-its own) serves /v1/completions to asyncio httpx clients in this process, streamed (an SSE
-chunk per --stream-interval tokens) and whole.
+its own) serves /v1/completions to asyncio clients in this process (a lean HTTP/1.1
+client: they share the server's cores), streamed (an SSE chunk per --stream-interval
+tokens) and whole.
 Same prompts (held-out, BOS + --min-input..--max-input tokens), same greedy --output-len
 tokens (EOS ignored), prefix caching off everywhere, step shapes compiled before timing.
 The paths alternate, and each reports its best of --repeats runs (the host may be shared).
@@ -46,6 +48,8 @@ from claimbench.engine.sampler import SamplingParams
 from claimbench.models.checkpoint import default_model_path
 from claimbench.models.tokenizer import Tokenizer
 from claimbench.serving.async_engine import AsyncEngine
+from claimbench.serving.engine_client import ProcessEngine
+from claimbench.serving.engine_core import CoreOptions
 from claimbench.workload.corpus import heldout_prompts
 
 CONCURRENCIES = (1, 16)
@@ -129,6 +133,57 @@ def through_async_engine(
     return result
 
 
+def through_engine_process(
+    core: ProcessEngine,
+    loop: asyncio.AbstractEventLoop,
+    prompts: list[list[int]],
+    clients: int,
+    sampling: SamplingParams,
+) -> dict:
+    """Closed loop of ``clients`` asyncio tasks over the server's ProcessEngine, without
+    HTTP: what the engine process and the pipe to it cost on their own."""
+    todo = list(prompts)
+    latencies, num_tokens = [], 0
+
+    async def client() -> None:
+        nonlocal num_tokens
+        while todo:
+            sent = time.perf_counter()
+            stream = await core.add(todo.pop(0), sampling, tenant="bench")
+            while not any(isinstance(e, FinishEvent) for e in await stream.next_batch()):
+                pass
+            latencies.append(time.perf_counter() - sent)
+            num_tokens += sampling.max_tokens
+
+    async def run_all() -> None:
+        await asyncio.gather(*(client() for _ in range(clients)))
+
+    start, cpu_start, engine_start = time.perf_counter(), time.process_time(), cpu_s(core.pid)
+    loop.run_until_complete(run_all())
+    result = _result(time.perf_counter() - start, latencies, num_tokens)
+    api_s, engine_s = time.process_time() - cpu_start, cpu_s(core.pid) - engine_start
+    result["cpu_s"] = api_s + engine_s
+    result["serving_cpu_us_per_token"] = 1e6 * (api_s + engine_s) / num_tokens
+    result["api_cpu_us_per_token"] = 1e6 * api_s / num_tokens  # the clients' tasks included
+    result["engine_cpu_us_per_token"] = 1e6 * engine_s / num_tokens
+    return result
+
+
+def start_engine_process(
+    args: argparse.Namespace,
+) -> tuple[ProcessEngine, asyncio.AbstractEventLoop]:
+    """The server's engine process, read on an event loop of this process's own."""
+    core = ProcessEngine(CoreOptions(engine_config(args)))
+    core.launch()
+    loop = asyncio.new_event_loop()
+
+    async def attach() -> None:
+        core.start()
+
+    loop.run_until_complete(attach())
+    return core, loop
+
+
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds a process has used (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -148,19 +203,73 @@ def server_cpu_s(pid: int) -> tuple[float, float]:
     return cpu_s(pid), sum(cpu_s(child) for child in children(pid))
 
 
+class RawConnection:
+    """One keep-alive HTTP/1.1 connection that reads a response with as little Python per
+    chunk as it can: the load generator shares the server's cores, and httpx parses every
+    streamed chunk (h11) and line in Python, which would bill the server for the client."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, body: bytes) -> bytes:
+        """The response body (de-chunked); RuntimeError unless the status is 200."""
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        self.writer.write(head.encode() + body)
+        headers = (await self.reader.readuntil(b"\r\n\r\n")).lower()
+        status = int(headers.split(b" ", 2)[1])
+        if b"content-length:" in headers:
+            size = int(headers.split(b"content-length:")[1].split(b"\r\n")[0])
+            data = await self.reader.readexactly(size)
+        else:  # chunked: read until the empty last chunk
+            buffer = bytearray(await self.reader.read(1 << 16))
+            while not (buffer == b"0\r\n\r\n" or buffer.endswith(b"\r\n0\r\n\r\n")):
+                more = await self.reader.read(1 << 16)
+                if not more:
+                    raise RuntimeError("the server closed the connection mid-response")
+                buffer += more
+            data = _dechunk(bytes(buffer))
+        if status != 200:
+            raise RuntimeError(f"HTTP {status}: {data[:200]!r}")
+        return data
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _dechunk(data: bytes) -> bytes:
+    out, i = [], 0
+    while True:
+        line_end = data.index(b"\r\n", i)
+        size = int(data[i:line_end], 16)
+        if size == 0:
+            return b"".join(out)
+        out.append(data[line_end + 2 : line_end + 2 + size])
+        i = line_end + 2 + size + 2
+
+
 async def over_http(
     url: str, prompts: list[list[int]], clients: int, output_len: int, server_pid: int,
     stream: bool,
 ) -> dict:  # fmt: skip
-    """Closed loop of ``clients`` asyncio clients calling /v1/completions."""
+    """Closed loop of ``clients`` asyncio clients calling /v1/completions, each on its own
+    keep-alive connection."""
     cpu_start, (api_start, engine_start) = time.process_time(), server_cpu_s(server_pid)
+    host, port = url.removeprefix("http://").split(":")
     todo = list(prompts)
     latencies, num_tokens = [], 0
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as http:
 
-        async def client() -> None:
-            nonlocal num_tokens
+    async def client() -> None:
+        nonlocal num_tokens
+        connection = RawConnection(host, int(port))
+        try:
             while todo:
                 body = {
                     "model": "bench",
@@ -173,19 +282,17 @@ async def over_http(
                 if stream:
                     body["stream_options"] = {"include_usage": True}
                 sent = time.perf_counter()
-                usage = None
-                async with http.stream("POST", "/v1/completions", json=body) as response:
-                    response.raise_for_status()
-                    if not stream:
-                        usage = json.loads(await response.aread())["usage"]
-                    async for line in response.aiter_lines():
-                        if line.startswith("data: {") and '"usage":{' in line:
-                            usage = json.loads(line[6:])["usage"]
+                data = await connection.post("/v1/completions", json.dumps(body).encode())
                 latencies.append(time.perf_counter() - sent)
-                num_tokens += usage["completion_tokens"]
+                if stream:  # the usage chunk comes last, before [DONE]
+                    events = data.decode().split("\n\n")
+                    data = next(e for e in reversed(events) if '"usage":{' in e)[6:].encode()
+                num_tokens += json.loads(data)["usage"]["completion_tokens"]
+        finally:
+            connection.close()
 
-        start = time.perf_counter()
-        await asyncio.gather(*(client() for _ in range(clients)))
+    start = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
     result = _result(time.perf_counter() - start, latencies, num_tokens)
     api_s, engine_s = server_cpu_s(server_pid)
     api_s, engine_s = api_s - api_start, engine_s - engine_start
@@ -249,6 +356,7 @@ def main() -> None:
     sampling = SamplingParams(max_tokens=args.output_len, ignore_eos=True)
     engine = build_engine(engine_config(args))
     engine.precompile()
+    core, core_loop = start_engine_process(args)
     server, url = start_server(args)
     rows = []
     try:
@@ -258,6 +366,9 @@ def main() -> None:
             runs = {
                 "in process": lambda p, c=clients: in_process(engine, p, c, sampling),
                 "async engine": lambda p, c=clients: through_async_engine(engine, p, c, sampling),
+                "engine process": lambda p, c=clients: through_engine_process(
+                    core, core_loop, p, c, sampling
+                ),
                 "HTTP stream": lambda p, c=clients: asyncio.run(
                     over_http(url, p, c, args.output_len, server.pid, stream=True)
                 ),
@@ -287,10 +398,12 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(60)
+        core_loop.run_until_complete(core.shutdown())
+        core_loop.close()
     if args.json:
         print(json.dumps(rows))
         return
-    print(f"{'clients':>7}  {'path':<12} {'tok/s':>8} {'ratio':>6} {'mean E2E ms':>12} "
+    print(f"{'clients':>7}  {'path':<14} {'tok/s':>8} {'ratio':>6} {'mean E2E ms':>12} "
           f"{'added ms/req':>13} {'CPU s (all processes)':>22} "
           f"{'serving CPU us/tok':>19} {'API / engine us/tok':>20}")  # fmt: skip
     for r in rows:
@@ -298,7 +411,7 @@ def main() -> None:
         if "api_cpu_us_per_token" in r:
             split = f"{r['api_cpu_us_per_token']:.0f} / {r['engine_cpu_us_per_token']:.0f}"
         print(
-            f"{r['clients']:>7}  {r['path']:<12} {r['tok_s']:>8.1f} {r['throughput_ratio']:>6.2f} "
+            f"{r['clients']:>7}  {r['path']:<14} {r['tok_s']:>8.1f} {r['throughput_ratio']:>6.2f} "
             f"{1000 * r['mean_e2e_s']:>12.1f} {r['added_latency_ms']:>13.1f} {r['cpu_s']:>22.2f} "
             f"{r['serving_cpu_us_per_token']:>19.0f} {split:>20}"
         )

@@ -1,15 +1,17 @@
 """Prometheus metrics with vLLM's names and buckets, each labelled with the tenant.
 
-Latencies are observed on the engine thread from the engine's own event times (the same
-definitions as engine/metrics.py: TTFT from arrival, ITL between consecutive tokens, E2E
-from arrival to finish). Gauges (running, waiting, KV usage) are read from an engine
-snapshot when /metrics is scraped, so serving pays nothing for them between scrapes.
+Latencies are observed where the engine runs (its process or thread) from the engine's own
+event times (the same definitions as engine/metrics.py: TTFT from arrival, ITL between
+consecutive tokens, E2E from arrival to finish). Gauges (running, waiting, KV usage) are
+read from an engine snapshot when /metrics is scraped, so serving pays nothing for them
+between scrapes.
 Each server has its own registry: two servers in one process never share counters.
 """
 
 from __future__ import annotations
 
 from collections import Counter as Tally
+from typing import NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -25,6 +27,14 @@ ITL_BUCKETS += (7.5, 10.0, 20.0, 40.0, 80.0)
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0)
 E2E_BUCKETS += (60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _TenantSeries(NamedTuple):
+    ttft: Histogram
+    itl: Histogram
+    e2e: Histogram
+    prompt_tokens: Counter
+    generation_tokens: Counter
 
 
 class ServerMetrics:
@@ -89,30 +99,45 @@ class ServerMetrics:
             registry=r,
         )
         self._tenants_seen: set[str] = set()
+        self._series: dict[str, _TenantSeries] = {}
 
     def observe(self, engine: LLMEngine, events: list[Event]) -> None:
-        """Record one step's events (called on the engine thread)."""
+        """Record one step's events (called where the engine runs)."""
         generated: Tally[str] = Tally()
         for event in events:
             request = engine.requests[event.request_id]
             tenant = request.tenant
-            self._tenants_seen.add(tenant)
             if isinstance(event, TokenEvent):
                 generated[tenant] += 1
                 if event.index == 0:
-                    self.ttft.labels(tenant).observe(event.time_s - request.arrival_time)
-                    self.prompt_tokens.labels(tenant).inc(request.num_prompt_tokens)
+                    self._of(tenant).ttft.observe(event.time_s - request.arrival_time)
+                    self._of(tenant).prompt_tokens.inc(request.num_prompt_tokens)
                 else:
-                    self.itl.labels(tenant).observe(
-                        event.time_s - request.token_times[event.index - 1]
-                    )
+                    gap_s = event.time_s - request.token_times[event.index - 1]
+                    self._of(tenant).itl.observe(gap_s)
             elif isinstance(event, FinishEvent):
-                self.e2e.labels(tenant).observe(event.time_s - request.arrival_time)
+                self._of(tenant).e2e.observe(event.time_s - request.arrival_time)
                 self.success.labels(tenant, event.reason).inc()
             elif isinstance(event, RejectEvent):
+                self._tenants_seen.add(tenant)
                 self.rejected.labels(tenant).inc()
         for tenant, n in generated.items():
-            self.generation_tokens.labels(tenant).inc(n)
+            self._of(tenant).generation_tokens.inc(n)
+
+    def _of(self, tenant: str) -> _TenantSeries:
+        """``tenant``'s labelled series, looked up once (labels() takes a lock each call,
+        and the engine observes every token)."""
+        series = self._series.get(tenant)
+        if series is None:
+            self._tenants_seen.add(tenant)
+            series = self._series[tenant] = _TenantSeries(
+                self.ttft.labels(tenant),
+                self.itl.labels(tenant),
+                self.e2e.labels(tenant),
+                self.prompt_tokens.labels(tenant),
+                self.generation_tokens.labels(tenant),
+            )
+        return series
 
     def render(self, snapshot: EngineSnapshot) -> bytes:
         """The text exposition, with the gauges set from ``snapshot``."""
