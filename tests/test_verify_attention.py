@@ -19,7 +19,7 @@ from test_ragged_paged_attention import as_f32, make_step, num_real_tokens
 from claimbench.kernels import reference
 from claimbench.kernels.backend import WithVerify, get_backend
 from claimbench.kernels.paged_io import write_kv
-from claimbench.kernels.xla_verify import chunk_lens, verify_attention
+from claimbench.kernels.xla_verify import chunk_lens, takes_verify_path, verify_attention
 
 WIDTH = 5  # 1 + k, k = 4
 SHAPE = dict(page_size=4, num_q_heads=4, num_kv_heads=2, head_dim=16)
@@ -86,7 +86,7 @@ def test_xla_backend_with_verify_width_matches_reference(options):
     attention = get_backend("xla", verify_width=WIDTH)
     assert attention == WithVerify(WIDTH)
     q, k, v, cache, md = make_step(1, **VERIFY, **SHAPE, kv="f32", pad_seqs=1, pad_tokens=2)
-    assert int(jnp.max(chunk_lens(md))) <= WIDTH  # the verify path is taken
+    assert bool(takes_verify_path(md, WIDTH))
     out, new_cache = _backend(attention, q, k, v, cache, md, sm_scale=0.25, **options)
     _check(out, q, k, v, cache, md, 2e-5, sm_scale=0.25, **options)
     _, ref_cache = _reference(q, k, v, cache, md, sm_scale=0.25, **options)
@@ -96,7 +96,7 @@ def test_xla_backend_with_verify_width_matches_reference(options):
 def test_a_longer_chunk_takes_the_prefill_path():
     step = dict(decode=[9], prefill=[12], mixed=[(5, 14), (7, 30)])
     q, k, v, cache, md = make_step(2, **step, **SHAPE, kv="f32", pad_seqs=1)
-    assert int(jnp.max(chunk_lens(md))) > WIDTH
+    assert int(jnp.max(chunk_lens(md))) > WIDTH and not takes_verify_path(md, WIDTH)
     out, _ = _backend(get_backend("xla", verify_width=WIDTH), q, k, v, cache, md, sm_scale=0.25)
     _check(out, q, k, v, cache, md, 2e-5, sm_scale=0.25)
 
@@ -106,3 +106,10 @@ def test_only_the_xla_backend_takes_a_verify_width():
     assert not isinstance(get_backend("pallas", verify_width=WIDTH), WithVerify)
     with pytest.raises(ValueError, match="verify_width"):
         get_backend("xla", verify_width=1)
+
+
+def test_one_short_chunk_stays_on_the_prefill_path():
+    q, k, v, cache, md = make_step(3, decode=[4, 9], prefill=[], mixed=[(5, 21)], **SHAPE, kv="f32")
+    assert not takes_verify_path(md, WIDTH)
+    out, _ = _backend(get_backend("xla", verify_width=WIDTH), q, k, v, cache, md, sm_scale=0.25)
+    _check(out, q, k, v, cache, md, 2e-5, sm_scale=0.25)

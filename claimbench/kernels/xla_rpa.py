@@ -11,8 +11,9 @@ in the native kernels (native_attention.py). reference.py is the naive version o
 same computation, which the tests hold every backend to.
 
 With ``verify_width`` (speculative decoding: 1 + k) a step whose prefill and mixed chunks
-are all that short, a verify step, attends them all at once (xla_verify.py) instead of one
-sequence at a time; a step holding a longer chunk takes the prefill path as before.
+are all that short, a verify step of two or more sequences, attends them all at once
+(xla_verify.py) instead of one sequence at a time; a step holding a longer chunk takes the
+prefill path as before.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from claimbench.kernels.metadata import (
 from claimbench.kernels.paged_io import write_kv
 from claimbench.kernels.xla_decode import decode_attention
 from claimbench.kernels.xla_prefill import prefill_attention
-from claimbench.kernels.xla_verify import chunk_lens, verify_attention
+from claimbench.kernels.xla_verify import takes_verify_path, verify_attention
 
 
 class DecodeAttention(Protocol):
@@ -126,7 +127,7 @@ def ragged_paged_attention(
         out = prefill(*args, out)
     else:
         out = jax.lax.cond(
-            jnp.max(chunk_lens(md)) <= verify_width,
+            takes_verify_path(md, verify_width),
             lambda out: verify_attention(*args, out, width=verify_width),
             lambda out: prefill(*args, out),
             out,
