@@ -120,6 +120,35 @@ class RequestStream:
         return batch
 
 
+class StreamInterval:
+    """Holds a request's tokens back until every ``interval``-th one (its first token and
+    its finish go at once): fewer hand-overs and SSE writes per token, as vLLM's
+    --stream-interval, at the price of a coarser stream."""
+
+    def __init__(self, interval: int) -> None:
+        if interval < 1:
+            raise ValueError(f"stream_interval must be >= 1, got {interval}")
+        self.interval = interval
+        self._held: dict[str, list[Event]] = {}  # tokens not yet handed over
+
+    def hand_over(self, event: Event, last: bool) -> list[Event]:
+        """The events of ``event``'s request to hand over now: none while its tokens are
+        held back, else every held one and ``event``."""
+        if self.interval == 1:
+            return [event]
+        held = self._held.setdefault(event.request_id, [])
+        held.append(event)
+        due = isinstance(event, TokenEvent) and event.index % self.interval == 0
+        if not (last or due):
+            return []
+        del self._held[event.request_id]
+        return held
+
+    def drop(self, request_id: str) -> None:
+        """Forget what is held for a request nobody listens to any more."""
+        self._held.pop(request_id, None)
+
+
 class AsyncEngine:
     """Runs ``engine`` on its own thread; start() before use, stop() to end.
 
@@ -137,15 +166,9 @@ class AsyncEngine:
         keep_step_records: int = KEEP_STEP_RECORDS,
         stream_interval: int = 1,
     ) -> None:
-        if stream_interval < 1:
-            raise ValueError(f"stream_interval must be >= 1, got {stream_interval}")
         self._engine = engine
         self._observer = observer
-        # A request's tokens are handed over every ``stream_interval`` tokens (its first
-        # one and its finish at once): fewer wake-ups and SSE writes per token, as vLLM's
-        # --stream-interval, at the price of a coarser stream.
-        self._stream_interval = stream_interval
-        self._held: dict[str, list[Event]] = {}  # engine thread only: tokens not yet sent
+        self._interval = StreamInterval(stream_interval)  # engine thread only
         self._keep_step_records = keep_step_records
         # Engine thread only: finished requests, oldest first, until the engine forgets them.
         self._finished: collections.deque[str] = collections.deque()
@@ -232,7 +255,7 @@ class AsyncEngine:
 
         def abort(engine: LLMEngine) -> None:
             self._sinks.pop(request_id, None)
-            self._held.pop(request_id, None)
+            self._interval.drop(request_id)
             if request_id in engine.requests:
                 engine.abort(request_id)
 
@@ -309,9 +332,9 @@ class AsyncEngine:
                 else self._sinks.get(event.request_id)
             )
             if sink is None:
-                self._held.pop(event.request_id, None)
+                self._interval.drop(event.request_id)
                 continue  # aborted by its client, or a rejection already raised
-            ready = self._hand_over(event, last)
+            ready = self._interval.hand_over(event, last)
             if ready:
                 batches[sink[0]].append((sink[1], ready))
         for loop, batch in batches.items():
@@ -321,19 +344,6 @@ class AsyncEngine:
             engine.forget(self._finished.popleft())  # its last event went out: done with it
         if len(engine.step_records) >= 2 * self._keep_step_records:
             engine.trim_step_records(self._keep_step_records)
-
-    def _hand_over(self, event: Event, last: bool) -> list[Event]:
-        """The events of ``event``'s request to hand over now: none while its tokens are
-        held back for the stream interval, else every held one and ``event``."""
-        if self._stream_interval == 1:
-            return [event]
-        held = self._held.setdefault(event.request_id, [])
-        held.append(event)
-        due = isinstance(event, TokenEvent) and event.index % self._stream_interval == 0
-        if not (last or due):
-            return []
-        del self._held[event.request_id]
-        return held
 
     def _fail_waiters(self) -> None:
         """Tell every request still waiting for events (and every queued call) that the

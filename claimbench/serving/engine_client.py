@@ -120,6 +120,11 @@ class ProcessEngine:
         return self._process.pid if self._process is not None else None
 
     @property
+    def exitcode(self) -> int | None:
+        """How the engine process ended (None while it runs); -9 when killed."""
+        return self._process.exitcode if self._process is not None else None
+
+    @property
     def is_alive(self) -> bool:
         return self._process is not None and self._process.is_alive() and not self._closed
 

@@ -30,11 +30,12 @@ from multiprocessing.connection import Connection
 
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.engine import LLMEngine
-from claimbench.engine.outputs import Event, FinishEvent, RejectEvent, TokenEvent
+from claimbench.engine.outputs import Event, FinishEvent, RejectEvent
 from claimbench.serving.async_engine import (
     KEEP_FINISHED_REQUESTS,
     KEEP_STEP_RECORDS,
     RequestRejected,
+    StreamInterval,
     snapshot_of,
 )
 from claimbench.serving.health import GOLDEN_PROMPT, record_golden
@@ -104,11 +105,10 @@ class EngineCore:
         self.engine = engine
         self.inbox, self.outbox = inbox, outbox
         self.metrics = ServerMetrics()
-        self.stream_interval = options.stream_interval
+        self.interval = StreamInterval(options.stream_interval)
         self.keep_finished = options.keep_finished_requests
         self.keep_step_records = options.keep_step_records
         self.live: set[str] = set()  # requests whose events the server still wants
-        self.held: dict[str, list[Event]] = {}  # tokens not yet sent (stream interval)
         self.finished: collections.deque[str] = collections.deque()
         self.stopping = False
         self.last_sent = time.monotonic()
@@ -157,7 +157,7 @@ class EngineCore:
         elif kind == ABORT:
             request_id = message[1]
             self.live.discard(request_id)
-            self.held.pop(request_id, None)
+            self.interval.drop(request_id)
             request = self.engine.requests.get(request_id)
             if request is not None and not request.is_finished:
                 self.engine.abort(request_id)
@@ -205,29 +205,17 @@ class EngineCore:
             if last:
                 self.finished.append(event.request_id)
             if event.request_id not in self.live:
+                self.interval.drop(event.request_id)
                 continue  # aborted by its client, or a rejection already answered
             if last:
                 self.live.discard(event.request_id)
-            out += self._hand_over(event, last)
+            out += self.interval.hand_over(event, last)
         if out:
             self._send((STEP, out))
         while len(self.finished) > self.keep_finished:
             engine.forget(self.finished.popleft())  # its last event went out: done with it
         if len(engine.step_records) >= 2 * self.keep_step_records:
             engine.trim_step_records(self.keep_step_records)
-
-    def _hand_over(self, event: Event, last: bool) -> list[Event]:
-        """The events of ``event``'s request to send now: none while its tokens are held
-        back for the stream interval, else every held one and ``event``."""
-        if self.stream_interval == 1:
-            return [event]
-        held = self.held.setdefault(event.request_id, [])
-        held.append(event)
-        due = isinstance(event, TokenEvent) and event.index % self.stream_interval == 0
-        if not (last or due):
-            return []
-        del self.held[event.request_id]
-        return held
 
     def _send(self, message: tuple) -> None:
         self.outbox.send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
