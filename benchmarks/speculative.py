@@ -1,9 +1,9 @@
 """Speculative decoding side by side: plain decoding, n-gram prompt lookup, the draft model.
 
-    python benchmarks/speculative.py [--batches 1,8,32] [--num-spec-tokens 4] [--json]
+    python benchmarks/speculative.py [--batches 1,8,32] [--num-spec-tokens 4] [--reps 3] [--json]
 
 The shipped claimbench-tiny serves greedy requests of --output-len tokens (EOS ignored) at
-each batch size, once per proposer, every engine compiled and warmed first. Three workloads:
+each batch size with each proposer, every engine compiled and warmed first. Three workloads:
 
 * ``heldout``: held-out code prompts (the start of a line of a random held-out file);
 * ``selfrep``: held-out code that repeats itself: of 8 x batch held-out prompts, those with
@@ -15,10 +15,11 @@ each batch size, once per proposer, every engine compiled and warmed first. Thre
   would end in a token the model never saw there). The script prints how many tokens of the
   model's greedy continuation repeat the block: prompt lookup proposes exactly that.
 
-Per row: output tokens/s, the speedup over plain decoding on the same workload and batch,
-vLLM's acceptance metrics, the proposer's share of step time (host, device and draft), and
-greedy mismatches against plain decoding (tokens that differ; 0 in float32, where the engine
-is batch-invariant).
+Per workload and batch the three engines (plain, n-gram, draft) serve in turn, ``--reps``
+rounds with the order rotating, and each keeps its median time. Per row: output tokens/s,
+the speedup over plain decoding on the same workload and batch, vLLM's acceptance metrics,
+the proposer's share of step time (host, device and draft), and greedy mismatches against
+plain decoding (tokens that differ; 0 in float32, where the engine is batch-invariant).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import argparse
 import dataclasses
 import json
 import time
+
+import numpy as np
 
 from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
@@ -97,6 +100,7 @@ def main() -> None:
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--reps", type=int, default=3, help="timed runs per proposer and row")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
@@ -114,38 +118,51 @@ def main() -> None:
         max_model_len=512,
         num_spec_tokens=k,
     )
+    proposers = ("none", "ngram", "draft")
+    engines = {}
+    for proposer in proposers:
+        engines[proposer] = build_engine(dataclasses.replace(base, speculative=proposer))
+        engines[proposer].precompile()
     rows = []
-    plain_tokens: dict[tuple[str, int], tuple[list, float]] = {}
-    for proposer in ("none", "ngram", "draft"):
-        engine = build_engine(dataclasses.replace(base, speculative=proposer))
-        engine.precompile()
-        for name, batch_prompts in prompts.items():
-            for batch in batches:
-                chosen = batch_prompts[:batch]
+    plain_tokens: dict[tuple[str, int], list] = {}
+    for name, batch_prompts in prompts.items():
+        for batch in batches:
+            chosen = batch_prompts[:batch]
+            for engine in engines.values():
                 serve(engine, chosen, dataclasses.replace(params, max_tokens=8))  # warm-up
-                tokens, seconds = serve(engine, chosen, params)
-                if proposer == "none":
-                    plain_tokens[name, batch] = (tokens, seconds)
-                reference, plain_s = plain_tokens[name, batch]
+            # The proposers take turns, the order rotating each round, so drift in the
+            # machine's speed favours none of them; each keeps its median time.
+            seconds: dict[str, list[float]] = {p: [] for p in proposers}
+            tokens: dict[str, list] = {}
+            spec: dict[str, dict] = {}
+            for rep in range(args.reps):
+                for proposer in proposers[rep % 3 :] + proposers[: rep % 3]:
+                    engine = engines[proposer]
+                    tokens[proposer], took = serve(engine, chosen, params)
+                    seconds[proposer].append(took)
+                    spec[proposer] = spec_decode_summary(engine.steps_frame())
+            plain_tokens[name, batch] = tokens["none"]
+            plain_s = float(np.median(seconds["none"]))
+            for proposer in proposers:
+                median_s = float(np.median(seconds[proposer]))
                 mismatches = sum(
                     sum(a != b for a, b in zip(x, y, strict=True))
-                    for x, y in zip(tokens, reference, strict=True)
+                    for x, y in zip(tokens[proposer], tokens["none"], strict=True)
                 )
-                spec = spec_decode_summary(engine.steps_frame())
                 rows.append(
                     {
                         "workload": name,
                         "batch": batch,
                         "proposer": proposer,
-                        "output_tokens_per_s": batch * args.output_len / seconds,
-                        "speedup": plain_s / seconds,
-                        "acceptance_rate": spec.get("draft_acceptance_rate", float("nan")),
-                        "acceptance_length": spec.get("mean_acceptance_length", float("nan")),
-                        "draft_share_pct": spec.get("draft_share_pct", 0.0),
+                        "output_tokens_per_s": batch * args.output_len / median_s,
+                        "speedup": plain_s / median_s,
+                        "acceptance_rate": spec[proposer].get("draft_acceptance_rate", np.nan),
+                        "acceptance_length": spec[proposer].get("mean_acceptance_length", np.nan),
+                        "draft_share_pct": spec[proposer].get("draft_share_pct", 0.0),
                         "greedy_mismatches": mismatches,
                     }
                 )
-    continued = block_continued(tokenizer, plain_tokens["repeating", batches[0]][0][0])
+    continued = block_continued(tokenizer, plain_tokens["repeating", batches[0]][0])
     if args.json:
         print(json.dumps({"rows": rows, "repeating_block_continued_tokens": continued}))
         return
