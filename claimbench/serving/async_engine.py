@@ -1,5 +1,10 @@
 """AsyncEngine: one thread owns the LLMEngine and steps it; asyncio code talks to it by message.
 
+The in-process form of the server's engine loop, for a caller that holds the engine and
+reads it afterwards (an experiment served over HTTP, harness/http_serving.py); `claimbench
+serve` runs the engine in its own process instead (engine_core.py, engine_client.py). The
+shared pieces live here: RequestStream, StreamInterval, the admission errors.
+
 The engine is plain single-threaded host state, so nothing inside it takes a lock: every
 call into it runs on the engine thread. Asyncio code sends closures through a queue
 (``call``) and gets a future back; each request's events go to its own ``RequestStream``,
