@@ -112,6 +112,7 @@ class ProcessEngine:
         self._adding: dict[int, RequestStream] = {}  # ADD's seq -> the stream to register
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False  # the pipe ended (the process is gone) or stop() ran
+        self._ending = False  # this side is ending the process: its end is no failure
         self.heartbeat = time.monotonic()
         self.error: BaseException | None = None
 
@@ -158,7 +159,7 @@ class ProcessEngine:
             self._kill()
             raise EngineProcessError("the engine process ended during start-up") from e
         if kind != READY:
-            self._kill()
+            self._kill(grace_s=10.0)  # it exits by itself after reporting
             raise EngineProcessError(info)
         self.info = info
         self.heartbeat = time.monotonic()
@@ -310,7 +311,7 @@ class ProcessEngine:
         if self._loop is not None and not self._loop.is_closed():
             self._loop.remove_reader(self._inbox.fileno())
         code = self._process.exitcode if self._process is not None else None
-        if code not in (None, 0):
+        if code not in (None, 0) and not self._ending:
             self.error = EngineProcessError(f"the engine process ended with exit code {code}")
             log.error("%s", self.error)
         stopped = EngineStopped("the engine process ended before the request finished")
@@ -324,8 +325,12 @@ class ProcessEngine:
             if future.set_running_or_notify_cancel():
                 future.set_exception(EngineStopped("the engine process is not running"))
 
-    def _kill(self) -> None:
+    def _kill(self, grace_s: float = 0.0) -> None:
+        """Reap the engine process, killing it if it has not ended within ``grace_s``."""
+        self._ending = True
         process = self._process
+        if process is not None and grace_s > 0:
+            process.join(grace_s)
         if process is not None and process.is_alive():
             process.kill()
         if process is not None:
