@@ -62,7 +62,9 @@ def test_tiny_run_compares_the_same_requests_under_both_policies(tmp_path):
         CLAIM,
         write_checkpoint(tmp_path / "ckpt"),
         base=TINY_ENGINE_PARAMS,
-        **PARAMS | {"overload": 4.0, "queue_batches": 0.5},
+        # 8x: with async scheduling (CPU's default) a freed slot is refilled a step sooner, and
+        # at 4x the tiny engine's one-request queues rarely overflowed.
+        **PARAMS | {"overload": 8.0, "queue_batches": 0.5},
     )
     assert_claim_metrics_recorded(ctx)
     assert modes_in_order(ctx, 0) == ["base", "bounded", "unbounded"]
