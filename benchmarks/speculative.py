@@ -75,7 +75,7 @@ def workloads(tokenizer: Tokenizer, num: int, input_len: int, seed: int) -> dict
 def block_continued(tokenizer: Tokenizer, output: list[int]) -> int:
     """Leading tokens of ``output`` that continue the repeated block."""
     prompt = tokenizer.encode(repeated_text(3))
-    text = tokenizer.encode(repeated_text(3) + REPEATED_BLOCK * 3)
+    text = tokenizer.encode(REPEATED_BLOCK * 6)  # the prompt's text is a prefix of this
     if text[: len(prompt)] != prompt:
         raise ValueError("the repeating prompt does not end on a token boundary of its text")
     follow = text[len(prompt) :]
