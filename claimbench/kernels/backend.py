@@ -150,8 +150,8 @@ def get_backend(
     ``target_platform`` (None: the running platform). Targeting "tpu" with a
     ``tpu_generation`` gives the Pallas kernel compiled for that chip wherever this runs.
     ``verify_width`` (1 + k under speculative decoding) gives "xla" the verify path for
-    steps of short chunks (benchmarks/verify_step.py: a batch-32 verify step 7.7x a decode
-    step through its prefill path, 1.8x through the verify path). "cpu" and "pallas" attend
+    steps of short chunks (benchmarks/verify_step.py: a batch-32 verify step 7.1x a decode
+    step through its prefill path, 1.7x through the verify path). "cpu" and "pallas" attend
     them as any step: the native prefill kernel already tiles by each chunk's real length
     (the verify path measured slower there), and the Pallas kernel blocks ragged queries."""
     if verify_width is not None and verify_width < 2:
