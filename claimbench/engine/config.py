@@ -72,12 +72,13 @@ KNOBS: dict[str, Knob] = {
 }
 # Fields only the host reads: LLMEngine.reset may switch them without recompiling.
 HOST_FIELDS = tuple(name for name, knob in KNOBS.items() if knob.runtime)
-# Async scheduling's default per platform (jax.default_backend()), where it measured faster
-# (README, Performance): on this project's 2-core CPU benchmarks/engine_vs_transformers.py's
-# batch-32 decode ran 3,146 -> 3,962 and 2,630 -> 2,668 tokens/s, off -> on, in two runs (host
-# share with it on 0.0% and 7.2%). Elsewhere off: on an H200 serving the shipped model, whose
-# decode step is almost all host work, it measured -14% +- 16%.
-ASYNC_SCHEDULING_DEFAULT = {"cpu": True}
+# Async scheduling's default per platform (jax.default_backend()): on only where it has
+# measured faster beyond the noise (README, Performance). Nowhere yet: on this project's 2-core
+# CPU benchmarks/engine_vs_transformers.py's batch-32 decode ran +25.9% and +1.5% off -> on in
+# two runs (the second inside the machine's ~10% run-to-run spread), and turned on it changed
+# the experiments' serving dynamics (fair-victim's tiny workload stopped preempting); on an
+# H200 serving the shipped model, whose decode step is almost all host work, -14% +- 16%.
+ASYNC_SCHEDULING_DEFAULT = {"cpu": False}
 MIN_TOKEN_BUCKET = 16  # smallest padded token count a step is compiled for
 MIN_SEQ_BUCKET = 8  # smallest padded sequence-slot count
 
@@ -113,7 +114,7 @@ class EngineConfig:
     ladder: tuple[Rung, ...] = ()  # degradation ladder, climbed under load (engine/ladder.py)
     tp: int = 1  # tensor-parallel devices: weights and the KV pool split over them (sharding.py)
     # Overlap the host's work for step N+1 with the device's step N (async_step.py); None =
-    # the platform's measured default (ASYNC_SCHEDULING_DEFAULT: on for CPU, off elsewhere).
+    # the platform's measured default (ASYNC_SCHEDULING_DEFAULT: off on every platform so far).
     async_scheduling: bool | None = None
     # Early exit (models/early_exit.py): a decode token leaves at the first exit head whose
     # confidence reaches this; None = off. Needs exit heads beside the model (train-exits).
