@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from engine_helpers import tiny_engine, tiny_model
 
+from claimbench.engine import config
 from claimbench.engine.async_step import PLACEHOLDER
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.outputs import FinishEvent, RejectEvent, TokenEvent
@@ -205,14 +206,17 @@ def test_sync_records_split_host_device_and_blocked_time(engines):
     assert (steps["host_s"] > 0).all()
 
 
-def test_mode_resolution_and_validation():
-    # None takes the platform's measured default: on for CPU (where these tests run), off for
-    # a platform without a measured gain.
+def test_mode_resolution_and_validation(monkeypatch):
+    # None takes the platform's measured default from one table: off everywhere today, and
+    # a platform the table marks on resolves on.
     assert EngineConfig().async_scheduling is None
-    assert tiny_engine().async_scheduling is True
+    assert tiny_engine().async_scheduling is False
+    for platform in ("cpu", "gpu", "tpu"):
+        assert EngineConfig().resolved_async_scheduling(platform) is False
+    monkeypatch.setitem(config.ASYNC_SCHEDULING_DEFAULT, "cpu", True)
     assert EngineConfig().resolved_async_scheduling("cpu") is True
+    assert tiny_engine().async_scheduling is True
     assert EngineConfig().resolved_async_scheduling("gpu") is False
-    assert EngineConfig().resolved_async_scheduling("tpu") is False
     assert EngineConfig(async_scheduling=False).resolved_async_scheduling("cpu") is False
     assert EngineConfig(async_scheduling=True).resolved_async_scheduling("gpu") is True
     assert tiny_engine(async_scheduling=False).async_scheduling is False
