@@ -14,6 +14,22 @@ from claimbench.harness.results import StoredRun
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Free each module's compiled XLA programs when it ends. Every CPU executable keeps its
+    own memory mappings, and a whole suite's worth in one process passes the kernel's
+    vm.max_map_count (65,530), after which the next compile crashes the process."""
+    yield
+    import gc
+
+    import jax
+
+    gc.collect()
+    jax.clear_caches()
+    gc.collect()
+
+
 FAKE_CLAIMS = """\
 - id: fake-pass
   part: 1
