@@ -53,7 +53,7 @@ def test_settings_the_engine_refuses_are_one_line_without_compiling() -> None:
     name, cfg = tpu_check.resolve_model("qwen2.5-7b-instruct")
     bad_tp = _check_engine(ClaimEngine("c", "", {"tp": 3}), "v6e", name, cfg)
     assert bad_tp.bucket is None and "does not divide the model's 28 query heads" in bad_tp.error
-    too_long = _check_engine(ClaimEngine("c", "", {"max_model_len": 4096}), "v6e", name, cfg)
+    too_long = _check_engine(ClaimEngine("c", "", {"max_model_len": 40000}), "v6e", name, cfg)
     assert "exceeds the model's max_position_embeddings" in too_long.error
     unknown = _check_engine(ClaimEngine("c", "", {"kv_dtype": "int3"}), "v6e", name, cfg)
     assert not unknown.ok and "int3" in unknown.error and "\n" not in unknown.error

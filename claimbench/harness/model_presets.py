@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import claimbench.models
-from claimbench.models.config import ModelConfig
+from claimbench.models.config import ModelConfig, RopeScaling
 
 TINY_NAME = "claimbench-tiny"
 TINY_DIR = Path(claimbench.models.__file__).parent / "assets" / TINY_NAME
@@ -34,6 +34,11 @@ class ModelShape:
     experts_per_token: int = 1
     qkv_bias: bool = False
     o_bias: bool = False
+    # config.json's context and RoPE: what the engine checks max_model_len against.
+    max_position_embeddings: int = 2048
+    rope_theta: float = 10000.0
+    rope_scaling: RopeScaling | None = None
+    rms_norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
         for field in (
@@ -46,6 +51,7 @@ class ModelShape:
             "vocab_size",
             "num_experts",
             "experts_per_token",
+            "max_position_embeddings",
         ):
             if getattr(self, field) <= 0:
                 raise ValueError(f"{self.name}: {field} must be > 0, got {getattr(self, field)}")
@@ -117,6 +123,7 @@ PRESETS: dict[str, ModelShape] = {
         head_dim=128,
         intermediate_size=13824,
         vocab_size=32000,
+        max_position_embeddings=4096,
     ),
     # meta-llama/Llama-3.1-8B config.json: 8.03B parameters, GQA with 8 KV heads.
     "llama-3.1-8b": ModelShape(
@@ -128,6 +135,9 @@ PRESETS: dict[str, ModelShape] = {
         head_dim=128,
         intermediate_size=14336,
         vocab_size=128256,
+        max_position_embeddings=131072,
+        rope_theta=500000.0,
+        rope_scaling=RopeScaling("llama3", 8.0, 1.0, 4.0, 8192),
     ),
     # Qwen/Qwen2.5-7B-Instruct config.json: 7.62B parameters, GQA with 4 KV heads, bias on
     # q/k/v (not o), untied embeddings. The full profile's model (claims.yaml full_profile).
@@ -141,6 +151,9 @@ PRESETS: dict[str, ModelShape] = {
         intermediate_size=18944,
         vocab_size=152064,
         qkv_bias=True,
+        max_position_embeddings=32768,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
     ),
     # meta-llama/Meta-Llama-3-70B config.json: 70.6B parameters, GQA with 8 KV heads.
     "llama-3-70b": ModelShape(
@@ -152,6 +165,8 @@ PRESETS: dict[str, ModelShape] = {
         head_dim=128,
         intermediate_size=28672,
         vocab_size=128256,
+        max_position_embeddings=8192,
+        rope_theta=500000.0,
     ),
     # mistralai/Mixtral-8x7B-v0.1 config.json: 46.7B parameters in total, 12.9B active
     # (8 experts, top-2 routing per token).
@@ -166,6 +181,8 @@ PRESETS: dict[str, ModelShape] = {
         vocab_size=32000,
         num_experts=8,
         experts_per_token=2,
+        max_position_embeddings=32768,
+        rope_theta=1000000.0,
     ),
 }
 
@@ -186,6 +203,10 @@ def shape_from_config(name: str, cfg: ModelConfig) -> ModelShape:
         tie_word_embeddings=cfg.tie_word_embeddings,
         qkv_bias=cfg.qkv_bias,
         o_bias=cfg.o_bias,
+        max_position_embeddings=cfg.max_position_embeddings,
+        rope_theta=cfg.rope_theta,
+        rope_scaling=cfg.rope_scaling,
+        rms_norm_eps=cfg.rms_norm_eps,
     )
 
 
@@ -206,6 +227,10 @@ def model_config(shape: ModelShape) -> ModelConfig:
         head_dim=shape.head_dim,
         tie_word_embeddings=shape.tie_word_embeddings,
         attention_bias=shape.qkv_bias,
+        max_position_embeddings=shape.max_position_embeddings,
+        rope_theta=shape.rope_theta,
+        rope_scaling=shape.rope_scaling,
+        rms_norm_eps=shape.rms_norm_eps,
         architecture="Qwen2ForCausalLM" if qwen2 else "LlamaForCausalLM",
     )
 
