@@ -1,23 +1,27 @@
 """bf16-not-fp16: serving in float16 instead of bfloat16 buys neither speed nor fidelity.
 
-Three engines serve the same checkpoint, computing (and caching KV) in float32, bfloat16
-and float16. Per trial:
+The same checkpoint serves in bfloat16 and in float16 (computing and caching KV in that
+dtype), one engine at a time: each is built, measured over every trial, and freed before the
+next (a 7B model's two 16-bit engines do not fit one chip together). The float32 reference is
+computed one decoder layer at a time (harness/f32_reference.py: the checkpoint upcast to
+float32, every matmul at full f32 precision), since a 7B model's f32 weights (30.5 GB) do not
+fit beside anything on a 32 GB chip. Per trial:
 
-* Fidelity: the trial's held-out windows go through all three as a prompt pass; each
-  16-bit engine's top-1 agreement with the float32 reference is the % of positions where it
-  picks the same most likely next token, and fp16_minus_bf16_top1_pts = fp16's - bf16's
-  (percentage points). Meaningful on any hardware.
+* Fidelity: the trial's held-out windows go through the float32 reference and, as a prompt
+  pass, through each 16-bit engine; each engine's top-1 agreement with the reference is the %
+  of positions where it picks the same most likely next token, and fp16_minus_bf16_top1_pts =
+  fp16's - bf16's (percentage points). Meaningful on any hardware.
 * Speed: ``decode_batch`` sequences (``decode_prompt_len``-token held-out prompts) decode
   ``decode_tokens`` greedy tokens each on the bf16 and on the fp16 engine; decode tokens/s
-  counts only decode-only steps (their host and device time), and fp16_speedup = fp16 /
-  bf16. Each trial times the two in an ABBA order (bf16, fp16, fp16, bf16, each dtype's
-  throughput the mean of its two runs) and the next trial in BAAB, so a drift in machine
-  speed within a trial cancels to first order and across trials alternates. The claim's scope is
-  TPU, whose MXU takes bf16 natively; elsewhere speed is indicative only (on CPU, XLA
-  emulates both 16-bit types, so the ratio reflects its CPU backend, not the formats).
+  counts only decode-only steps (their host and device time), each engine's throughput in a
+  trial is the mean of two runs, and fp16_speedup = fp16 / bf16. The engines run in turn,
+  bf16 first under an even run seed and fp16 first under an odd one, so a drift in machine
+  speed over a run favours neither format across runs. The claim's scope is TPU, whose MXU
+  takes bf16 natively; elsewhere speed is indicative only (on CPU, XLA emulates both 16-bit
+  types, so the ratio reflects its CPU backend, not the formats).
 
-Supporting metrics: every setting's perplexity and tokens/s, both agreements, both decode
-throughputs.
+Supporting metrics: every setting's perplexity (the reference's included), each engine's
+prompt tokens/s, both agreements, both decode throughputs.
 """
 
 from __future__ import annotations
@@ -27,15 +31,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from claimbench.engine.sampler import SamplingParams
+from claimbench.harness.f32_reference import reference_pass
 from claimbench.harness.precision import (
     QUALITY_DEFAULTS,
+    each_engine,
     quality_options,
-    run_passes,
-    save_engine_frames,
+    record_pass,
     trial_windows,
     warm_up,
 )
-from claimbench.harness.quality import top1_agreement_pct
+from claimbench.harness.quality import PromptPass, prompt_pass, top1_agreement_pct
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
@@ -46,7 +51,7 @@ DEFAULT_PARAMS: dict[str, Any] = QUALITY_DEFAULTS | {
     "decode_prompt_len": 32,
     "decode_tokens": 64,
 }
-DTYPES = {"f32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # the engines; float32 is the reference
 
 
 def decode_tokens_per_s(engine: LLMEngine, prompts: np.ndarray, num_tokens: int) -> float:
@@ -75,39 +80,56 @@ def run(ctx: RunContext) -> None:
             f"decode_prompt_len={params['decode_prompt_len']} must be in "
             f"[1, window_len={params['window_len']}]"
         )
+    windows = [trial_windows(ctx, params, trial) for trial in range(ctx.trials)]
+    reference = [reference_pass(ctx.model_path, w) for w in windows]
+    for trial, ref in enumerate(reference):
+        ctx.record("perplexity", ref.perplexity, trial=trial, setting="f32")
     max_len = max(params["window_len"], params["decode_prompt_len"] + params["decode_tokens"]) + 1
-    engines = {
-        setting: ctx.engine(
-            **quality_options(
-                params,
-                dtype=dtype,
-                kv_dtype="auto",
-                max_model_len=max_len,
-                max_num_seqs=params["decode_batch"],
-            )
+    order = ("bf16", "fp16") if ctx.seed % 2 == 0 else ("fp16", "bf16")
+    options = {
+        setting: quality_options(
+            params,
+            dtype=DTYPES[setting],
+            kv_dtype="auto",
+            max_model_len=max_len,
+            max_num_seqs=params["decode_batch"],
         )
-        for setting, dtype in DTYPES.items()
+        for setting in order
     }
-    first = trial_windows(ctx, params, 0)
-    warm_up(engines, first)
-    prompt_len, batch = params["decode_prompt_len"], params["decode_batch"]
-    for setting in ("bf16", "fp16"):
-        decode_tokens_per_s(engines[setting], first[:batch, :prompt_len], params["decode_tokens"])
-    for trial in range(ctx.trials):
-        windows = trial_windows(ctx, params, trial)
-        passes = run_passes(ctx, engines, windows, trial=trial)
-        agree = {s: top1_agreement_pct(passes[s], passes["f32"]) for s in ("bf16", "fp16")}
+    measured = each_engine(ctx, options, lambda s, e: _measure(ctx, params, windows, s, e))
+    for trial, ref in enumerate(reference):
+        agree = {s: top1_agreement_pct(measured[s][trial][0], ref) for s in order}
+        speed = {s: measured[s][trial][1] for s in order}
         ctx.record("fp16_minus_bf16_top1_pts", agree["fp16"] - agree["bf16"], trial=trial)
-        prompts = windows[:batch, :prompt_len]
-        lead, follow = ("bf16", "fp16") if trial % 2 == 0 else ("fp16", "bf16")
-        runs: dict[str, list[float]] = {"bf16": [], "fp16": []}
-        for s in (lead, follow, follow, lead):
-            runs[s].append(decode_tokens_per_s(engines[s], prompts, params["decode_tokens"]))
-        speed = {s: float(np.mean(v)) for s, v in runs.items()}
         ctx.record("fp16_speedup", speed["fp16"] / speed["bf16"], trial=trial)
         for setting in ("bf16", "fp16"):
             ctx.record("top1_vs_f32_pct", agree[setting], trial=trial, unit="%", setting=setting)
             ctx.record(
                 "decode_tokens_per_s", speed[setting], trial=trial, unit="tok/s", setting=setting
             )
-    save_engine_frames(ctx, engines)
+
+
+def _measure(
+    ctx: RunContext,
+    params: dict[str, Any],
+    windows: list[np.ndarray],
+    setting: str,
+    engine: LLMEngine,
+) -> list[tuple[PromptPass, float]]:
+    """One engine over every trial: (its prompt pass, its decode tokens/s) per trial, after
+    an unrecorded pass and decode so every timing is of compiled steps."""
+    prompt_len, batch, tokens = (
+        params["decode_prompt_len"],
+        params["decode_batch"],
+        params["decode_tokens"],
+    )
+    warm_up({setting: engine}, windows[0])
+    decode_tokens_per_s(engine, windows[0][:batch, :prompt_len], tokens)
+    results = []
+    for trial, window_set in enumerate(windows):
+        result = prompt_pass(engine, window_set)
+        record_pass(ctx, result, trial=trial, setting=setting)
+        prompts = window_set[:batch, :prompt_len]
+        runs = [decode_tokens_per_s(engine, prompts, tokens) for _ in range(2)]
+        results.append((result, float(np.mean(runs))))
+    return results

@@ -11,12 +11,14 @@ twice the share they cost at 128.
 
 Quality (measured, per trial): each trial serves its own seeded sample of ``num_windows``
 held-out windows of ``window_len`` tokens through a bf16-KV and an int8-KV engine that differ
-in nothing else (a prompt pass: paged, chunked prefill), and
+in nothing else (a prompt pass: paged, chunked prefill), one engine at a time (built, run over
+every trial, freed: two 7B engines do not fit one chip together), and
 ppl_delta_pct = 100 * (int8 perplexity / bf16 perplexity - 1) over the same windows;
 top1_agreement_pct (int8 vs bf16 greedy next token) goes beside it.
 
 Params (claims.yaml, per profile): num_windows, window_len, model, pool_bytes, page_size,
-seq_len, and ``engine`` options of both engines.
+seq_len, and ``engine`` options of both engines (the full profile sizes each engine's pool
+from the chip's HBM: ``hbm_utilization``, harness/pool_fit.py).
 """
 
 from __future__ import annotations
@@ -26,13 +28,10 @@ from typing import TYPE_CHECKING, Any
 from claimbench.harness.precision import (
     CAPACITY_DEFAULTS,
     QUALITY_DEFAULTS,
+    passes_per_engine,
     quality_options,
     record_capacity_ratio,
-    record_served_kv_bytes,
-    run_passes,
-    save_engine_frames,
     trial_windows,
-    warm_up,
 )
 from claimbench.harness.quality import ppl_delta_pct, top1_agreement_pct
 
@@ -46,12 +45,10 @@ def run(ctx: RunContext) -> None:
     """Record capacity_ratio once (analytic) and ppl_delta_pct per trial."""
     params = ctx.merged(DEFAULT_PARAMS)
     record_capacity_ratio(ctx, params, "int8")
-    engines = {kv: ctx.engine(**quality_options(params, kv_dtype=kv)) for kv in ("bf16", "int8")}
-    record_served_kv_bytes(ctx, engines)
-    warm_up(engines, trial_windows(ctx, params, 0))
+    windows = [trial_windows(ctx, params, trial) for trial in range(ctx.trials)]
+    options = {kv: quality_options(params, kv_dtype=kv) for kv in ("bf16", "int8")}
+    passes = passes_per_engine(ctx, options, windows)
     for trial in range(ctx.trials):
-        passes = run_passes(ctx, engines, trial_windows(ctx, params, trial), trial=trial)
-        bf16, int8 = passes["bf16"], passes["int8"]
+        bf16, int8 = passes["bf16"][trial], passes["int8"][trial]
         ctx.record("ppl_delta_pct", ppl_delta_pct(int8, bf16), trial=trial, unit="%")
         ctx.record("top1_agreement_pct", top1_agreement_pct(int8, bf16), trial=trial, unit="%")
-    save_engine_frames(ctx, engines)

@@ -1,10 +1,12 @@
-"""bf16-not-fp16 at tiny size: both metrics every trial, agreements against float32."""
+"""bf16-not-fp16 at tiny size: both metrics every trial, agreements against the float32
+reference, and one engine alive at a time."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from engine_tracking import builds_with_alive
 from precision_helpers import assert_claim_metrics_recorded, run_experiment, write_tiny_model
 
 PARAMS = {
@@ -18,8 +20,12 @@ PARAMS = {
 
 
 @pytest.fixture(scope="module")
-def frame(tmp_path_factory):
-    model_dir = write_tiny_model(tmp_path_factory.mktemp("tiny"))
+def model_dir(tmp_path_factory):
+    return write_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="module")
+def frame(model_dir):
     return run_experiment("bf16-not-fp16", PARAMS, model_dir)
 
 
@@ -39,7 +45,7 @@ def test_records_every_claim_metric_per_trial(frame):
         assert diff == pytest.approx(by["fp16"] - by["bf16"])
 
 
-def test_the_three_engines_compute_in_their_own_dtypes(frame):
+def test_the_reference_and_the_two_engines_compute_in_their_own_dtypes(frame):
     for trial in (0, 1):
         rows = frame[(frame["trial"] == trial) & (frame["metric"] == "perplexity")]
         ppl = {
@@ -60,3 +66,13 @@ def test_unknown_param_is_an_error(tmp_path):
 def test_decode_prompts_must_come_from_the_windows(tmp_path):
     with pytest.raises(ValueError, match="decode_batch"):
         run_experiment("bf16-not-fp16", {**PARAMS, "decode_batch": 3}, tmp_path)
+
+
+def test_never_holds_two_engines(model_dir, monkeypatch):
+    """Each engine is freed before the next is built, and only the bf16 and fp16 engines are
+    built (float32 is the layer-by-layer reference)."""
+    built = builds_with_alive("bf16-not-fp16", PARAMS, model_dir, monkeypatch)
+    assert [(options["dtype"], alive) for options, alive in built] == [
+        ("bfloat16", 0),
+        ("float16", 0),
+    ]

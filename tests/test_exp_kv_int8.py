@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from engine_tracking import builds_with_alive
 from precision_helpers import (
     analytic_inputs,
     assert_claim_metrics_recorded,
@@ -20,8 +21,13 @@ PARAMS = {
 
 
 @pytest.fixture(scope="module")
-def ctx(tmp_path_factory):
-    return run_context("kv-int8", PARAMS, write_tiny_model(tmp_path_factory.mktemp("tiny")))
+def model_dir(tmp_path_factory):
+    return write_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="module")
+def ctx(model_dir):
+    return run_context("kv-int8", PARAMS, model_dir)
 
 
 def test_capacity_is_analytic_once_for_the_claims_model(ctx):
@@ -53,3 +59,8 @@ def test_quality_is_measured_on_engines_that_differ_only_in_kv_format(ctx):
 def test_unknown_param_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="pool_byte"):
         run_experiment("kv-int8", {"pool_byte": 1}, tmp_path)
+
+
+def test_never_holds_two_engines(model_dir, monkeypatch):
+    built = builds_with_alive("kv-int8", PARAMS, model_dir, monkeypatch)
+    assert [(options["kv_dtype"], alive) for options, alive in built] == [("bf16", 0), ("int8", 0)]

@@ -10,7 +10,9 @@ evidence with the inputs of its formula.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import gc
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
     from claimbench.harness.context import RunContext
 
+T = TypeVar("T")
 QUALITY_DEFAULTS: dict[str, Any] = {
     "num_windows": 8,  # held-out windows per trial
     "window_len": 256,  # tokens per window (window_len - 1 predictions each)
@@ -95,6 +98,44 @@ def save_engine_frames(ctx: RunContext, engines: dict[str, LLMEngine]) -> None:
         ctx.save_frames(
             requests=engine.requests_frame(), steps=engine.steps_frame(), setting=setting
         )
+
+
+def each_engine(
+    ctx: RunContext,
+    options: dict[str, dict[str, Any]],
+    measure: Callable[[str, LLMEngine], T],
+) -> dict[str, T]:
+    """One setting's engine at a time: build it from ``ctx.engine(**options[setting])``, run
+    ``measure(setting, engine)`` (which must not keep the engine), keep its frames, and free
+    it before the next is built, so the chip never holds two settings' weights and pools (a
+    7B model's bf16 weights are half a v6e's HBM). Returns each setting's measure."""
+    results = {}
+    for setting, engine_options in options.items():
+        engine = ctx.engine(**engine_options)
+        results[setting] = measure(setting, engine)
+        save_engine_frames(ctx, {setting: engine})
+        del engine
+        gc.collect()  # the engine's device buffers go now, not at some later collection
+    return results
+
+
+def passes_per_engine(
+    ctx: RunContext, options: dict[str, dict[str, Any]], windows: list[np.ndarray]
+) -> dict[str, list[PromptPass]]:
+    """Each setting's prompt pass over every trial's windows, one engine at a time
+    (``each_engine``): an unrecorded warm-up pass, then one recorded pass per trial; each
+    engine's served KV bytes per token recorded once."""
+
+    def measure(setting: str, engine: LLMEngine) -> list[PromptPass]:
+        record_served_kv_bytes(ctx, {setting: engine})
+        warm_up({setting: engine}, windows[0])
+        passes = []
+        for trial, window_set in enumerate(windows):
+            passes.append(prompt_pass(engine, window_set))
+            record_pass(ctx, passes[-1], trial=trial, setting=setting)
+        return passes
+
+    return each_engine(ctx, options, measure)
 
 
 def claim_pool(params: dict[str, Any], kv_dtype: str) -> PoolCapacity:

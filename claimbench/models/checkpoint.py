@@ -155,6 +155,23 @@ def _read_param(files: dict[str, Path], path: Path, param_path: tuple, shape, cf
     return jnp.asarray(np.stack(parts))
 
 
+def load_module_state(
+    path: str | Path, cfg: ModelConfig, module: nnx.Module, prefix: tuple, dtype: Any
+) -> nnx.State:
+    """The params of one submodule of the model at ``path`` (``module``: its abstract
+    shape, e.g. ``nnx.eval_shape`` of the model's ``.layers[3]``; ``prefix``: its path from
+    the model, ("layers", 3)), read from the checkpoint alone and cast to ``dtype``: a
+    caller can hold one layer of a model at a time."""
+    path = Path(path)
+    files = _weight_files(path)
+    values = []
+    for param_path, variable in nnx.to_flat_state(nnx.state(module)):
+        full = (*prefix, *param_path)
+        value = _read_param(files, path, full, tuple(variable.shape), cfg, resolve_dtype(dtype))
+        values.append((param_path, variable.replace(value)))
+    return nnx.from_flat_state(values)
+
+
 def load_model(
     path: str | Path, dtype: Any = jnp.bfloat16, *, host: bool = False
 ) -> tuple[LlamaForCausalLM, ModelConfig]:
