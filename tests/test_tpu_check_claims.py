@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jax.numpy as jnp
 import pytest
 from typer.testing import CliRunner
 
@@ -15,7 +16,8 @@ from claimbench.engine.config import EngineConfig
 from claimbench.harness import tpu_check
 from claimbench.harness.claim_engines import ClaimEngine, claim_engines
 from claimbench.harness.claims import find_claim, load_claims
-from claimbench.harness.tpu_check_claims import _check_engine
+from claimbench.harness.tpu_check import BucketReport
+from claimbench.harness.tpu_check_claims import ClaimCheck, _check_engine, resident_groups
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,7 +31,7 @@ def test_a_comparison_claim_builds_one_engine_per_setting() -> None:
     assert (bf16.setting, int8.setting) == ("bf16", "int8")
     assert (bf16.options["kv_dtype"], int8.options["kv_dtype"]) == ("bf16", "int8")
     # The claim's full engine params, and the quality pass's window-sized max_model_len.
-    assert int8.options["kv_pool_bytes"] == 2**30 and int8.options["max_num_seqs"] == 64
+    assert int8.options["hbm_utilization"] == 0.9 and int8.options["max_num_seqs"] == 64
     assert int8.options["max_model_len"] == 1025 and int8.model is None
     levers = {e.setting: e.options for e in engines_of("levers-multiply")}
     assert levers["both"]["weights"] == "fp8" and levers["both"]["kv_dtype"] == "int8"
@@ -67,7 +69,7 @@ def test_cli_compiles_a_quick_claims_engine_at_its_largest_bucket() -> None:
         + ["--json"],
     )
     assert result.exit_code == 0, result.output
-    (row,) = json.loads(result.output)
+    (row,) = json.loads(result.output)["engines"]
     (engine,) = engines_of("tenant-tail-hidden", "quick")
     tokens, seqs = bucket_pairs(EngineConfig(**engine.options))[-1]
     assert row["ok"] and row["model"] == "claimbench-tiny" and row["tp"] == 1
@@ -86,3 +88,76 @@ def test_cli_claims_with_tp_or_buckets_is_one_line_and_exit_2() -> None:
         args = ["tpu-check", "--chip", "v6e", "--claims", "kv-int8", *extra]
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 2 and "drop --tp and --buckets" in result.output
+
+
+def test_engines_follow_what_each_experiment_builds_and_holds_at_once() -> None:
+    _, qwen = tpu_check.resolve_model("qwen2.5-7b-instruct")
+    claim = find_claim(load_claims(ROOT), "bf16-not-fp16")
+    bf16, fp16 = claim_engines(ROOT, claim, "full", qwen)
+    # No float32 engine (a layer-by-layer reference), and each engine alone on the chip.
+    assert (bf16.options["dtype"], fp16.options["dtype"]) == ("bfloat16", "float16")
+    assert (bf16.group, fp16.group) != (0, 0) and bf16.group != fp16.group
+    # The speculative claims hold a plain and a speculative engine at once.
+    plain, spec = claim_engines(ROOT, find_claim(load_claims(ROOT), "spec-decode-gain"), "full")
+    assert (plain.options["speculative"], spec.options["speculative"]) == ("none", "draft")
+    assert plain.group == spec.group
+
+
+def test_pools_computed_at_run_time_come_from_the_checked_model() -> None:
+    from claimbench.engine.kv_cache import pool_bytes
+
+    _, qwen = tpu_check.resolve_model("qwen2.5-7b-instruct")
+    claims = load_claims(ROOT)
+    (waste,) = claim_engines(ROOT, find_claim(claims, "paged-waste"), "full", qwen)
+    # paged_waste._engine: pool_tokens = 65536 slots of 16-token pages, and the null page.
+    assert waste.options["kv_pool_bytes"] == pool_bytes(qwen, jnp.bfloat16, 16, 4097)
+    (kv,) = claim_engines(ROOT, find_claim(claims, "kv-dominates"), "full", qwen)
+    # 32 sequences of 4096 tokens: the context the preset's 32768 positions allow in full.
+    assert kv.options["kv_pool_bytes"] == pool_bytes(qwen, jnp.bfloat16, 16, 1 + 32 * 256)
+    assert kv.options["max_model_len"] == 4096
+    (decode,) = claim_engines(ROOT, find_claim(claims, "decode-bandwidth-bound"), "full", qwen)
+    assert decode.options["max_num_seqs"] == 32
+    assert decode.options["kv_pool_bytes"] == pool_bytes(qwen, jnp.bfloat16, 16, 1 + 32 * 68)
+
+
+def _bucket(total: int, temp: int, hbm: int = 100) -> BucketReport:
+    return BucketReport(
+        num_tokens=16,
+        num_seqs=8,
+        error=None,
+        compile_s=0.0,
+        weight_bytes=0,
+        kv_pool_bytes=0,
+        total_bytes=total,
+        temp_bytes=temp,
+        hbm_bytes=hbm,
+    )
+
+
+def test_engines_held_at_once_are_summed_against_the_chip() -> None:
+    checks = [
+        ClaimCheck("together", "a", "m", 1, _bucket(60, 10), group=0),
+        ClaimCheck("together", "b", "m", 1, _bucket(50, 20), group=0),
+        ClaimCheck("apart", "a", "m", 1, _bucket(60, 10), group=0),
+        ClaimCheck("apart", "b", "m", 1, _bucket(50, 20), group=1),
+        ClaimCheck("draft", "s", "m", 1, _bucket(40, 5), draft=_bucket(30, 25), group=0),
+        ClaimCheck("draft", "p", "m", 1, _bucket(20, 5), group=0),
+    ]
+    # Each engine alone fits 100 bytes; each engine's own draft adds its arguments.
+    assert all(c.ok for c in checks) and checks[4].resident_bytes == 35 + 5
+    groups = {g.claim_id: g for g in resident_groups(checks, 100)}
+    assert set(groups) == {"together", "draft"}  # one engine at a time: nothing to sum
+    together = groups["together"]
+    # Both engines' arguments resident, the larger step's temporaries on top.
+    assert (together.resident_bytes, together.temp_bytes, together.total_bytes) == (80, 20, 100)
+    assert together.ok
+    draft = groups["draft"]
+    assert (draft.resident_bytes, draft.temp_bytes) == (40 + 15, 25)
+    assert resident_groups(checks[:2], 99)[0].error.startswith("does not fit HBM: 2 engines")
+
+
+def test_a_draft_that_cannot_propose_for_the_model_is_refused_without_compiling() -> None:
+    name, qwen = tpu_check.resolve_model("qwen2.5-7b-instruct")
+    spec = ClaimEngine("c", "speculative", {"speculative": "draft", "max_num_batched_tokens": 64})
+    refused = _check_engine(spec, "v6e", name, qwen)
+    assert refused.bucket is None and "vocabulary (4096) differs" in refused.error

@@ -17,7 +17,13 @@ from claimbench.engine.config import KV_DTYPES, WEIGHT_FORMATS
 from claimbench.engine.sharding import check_tp
 from claimbench.harness import tpu_check
 from claimbench.harness.claims import find_claim
-from claimbench.harness.tpu_check_claims import ClaimCheck, check_claims
+from claimbench.harness.hardware import get_chip
+from claimbench.harness.tpu_check_claims import (
+    ClaimCheck,
+    ResidentGroup,
+    check_claims,
+    resident_groups,
+)
 from claimbench.models.config import ModelConfig
 
 TpuChip = StrEnum("TpuChip", {name: name for name in tpu_check.TPU_CHIPS})
@@ -119,17 +125,32 @@ def _check_claims(
     except ValueError as err:
         fail(str(err))
     checks = check_claims(root, chosen, profile, chip, model_name=model_name, model_cfg=model_cfg)
+    groups = resident_groups(checks, int(get_chip(chip).hbm_bytes))
     if as_json:
-        print(json.dumps([c.to_json() for c in checks], indent=2))
+        rows = {
+            "engines": [c.to_json() for c in checks],
+            "held_at_once": [g.to_json() for g in groups],
+        }
+        print(json.dumps(rows, indent=2))
     else:
         _print_claims(checks, chip, profile)
-    if not all(c.ok for c in checks):
+        _print_groups(groups, chip)
+    if not all(c.ok for c in checks) or not all(g.ok for g in groups):
         raise typer.Exit(1)
 
 
 def _print_claims(checks: list[ClaimCheck], chip: str, profile: str) -> None:
     table = Table(title=f"Each claim's engines ({profile} profile) on {chip}, largest bucket")
-    for name in ("claim", "setting", "model", "tp", "bucket", "compile s", "HBM GB per chip"):
+    for name in (
+        "claim",
+        "setting",
+        "model",
+        "tp",
+        "bucket",
+        "compile s",
+        "KV pool GB",
+        "HBM GB per chip",
+    ):
         table.add_column(name, justify="left" if name in ("claim", "setting", "model") else "right")
     table.add_column("result")
     for c in checks:
@@ -140,9 +161,53 @@ def _print_claims(checks: list[ClaimCheck], chip: str, profile: str) -> None:
             c.model,
             str(c.tp),
             "-" if b is None else f"{b.num_tokens}x{b.num_seqs}",
-            "-" if b is None else f"{b.compile_s:.1f}",
-            "-" if b is None else f"{b.total_bytes / 1e9:.2f}/{b.hbm_bytes / 1e9:.0f}",
-            "ok" if c.ok else c.error,
+            "-" if b is None else f"{b.compile_s + (c.draft.compile_s if c.draft else 0):.1f}",
+            _pool_cell(c),
+            "-" if b is None else f"{_needed(c) / 1e9:.2f}/{b.hbm_bytes / 1e9:.0f}",
+            _result(c),
+        )
+    console.print(table)
+
+
+def _pool_cell(c: ClaimCheck) -> str:
+    """The pool compiled (with "fit" when sized from the chip's HBM, "+ draft" for the
+    draft model's own pool)."""
+    if c.bucket is None:
+        return "-" if c.pool is None else f"{c.pool.pool_bytes / 1e9:.2f} fit"
+    cell = f"{c.bucket.kv_pool_bytes / 1e9:.2f}"
+    if c.pool is not None:
+        cell += " fit"
+    if c.draft is not None:
+        cell += f" + {c.draft.kv_pool_bytes / 1e9:.2f} draft"
+    return cell
+
+
+def _needed(c: ClaimCheck) -> int:
+    """One engine's HBM: its step's, and its draft step's arguments on top."""
+    return c.resident_bytes + c.temp_bytes
+
+
+def _result(c: ClaimCheck) -> str:
+    if not c.ok:
+        return c.error or ""
+    return "ok" if c.pool is None else f"ok: {c.pool.describe()}"
+
+
+def _print_groups(groups: list[ResidentGroup], chip: str) -> None:
+    if not groups:
+        return
+    table = Table(title=f"Engines an experiment holds at once, summed, on {chip}")
+    for name in ("claim", "settings", "resident GB", "temporaries GB", "HBM GB per chip"):
+        table.add_column(name, justify="left" if name in ("claim", "settings") else "right")
+    table.add_column("result")
+    for g in groups:
+        table.add_row(
+            g.claim_id,
+            ", ".join(g.settings),
+            f"{g.resident_bytes / 1e9:.2f}",
+            f"{g.temp_bytes / 1e9:.2f}",
+            f"{g.total_bytes / 1e9:.2f}/{g.hbm_bytes / 1e9:.0f}",
+            "ok" if g.ok else g.error,
         )
     console.print(table)
 

@@ -16,6 +16,7 @@ import pandas as pd
 
 from claimbench.harness import model_provenance, provenance, results
 from claimbench.harness.claims import Claim
+from claimbench.harness.pool_fit import HBM_UTILIZATION
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
@@ -183,11 +184,25 @@ class RunContext:
         options |= self.params.get("engine", {}) | overrides
         if compile_cache:
             options.setdefault("compilation_cache_dir", COMPILE_CACHE_DIR)
+        utilization = options.pop(HBM_UTILIZATION, None)
         config = EngineConfig(**options)
         self._use_model(config.model_path)
+        fit = None
+        if utilization is not None:
+            # The pool from the chip's HBM (vLLM's gpu_memory_utilization): harness/pool_fit.py.
+            from claimbench.harness.pool_fit import run_pool
+            from claimbench.models.checkpoint import read_config
+
+            model_cfg = read_config(self._use_model(config.model_path))
+            fit = run_pool(model_cfg, config, utilization, self.hardware)
+            if not fit.fits:
+                raise ValueError(fit.describe())
+            config = dataclasses.replace(config, kv_pool_bytes=fit.pool_bytes)
         engine = build_engine(config)
         resolved = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
         resolved["attention_backend_resolved"] = resolve_backend_name(config.attention_backend)
+        if fit is not None:
+            resolved["kv_pool_fit"] = dataclasses.asdict(fit)
         self.engine_configs.append(json.loads(json.dumps(resolved, default=str)))
         if precompile:
             engine.precompile()
