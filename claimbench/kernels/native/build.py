@@ -20,7 +20,7 @@ from pathlib import Path
 
 SOURCE_DIR = Path(__file__).parent
 SOURCES = ("paged_decode.cc", "paged_prefill.cc")
-HEADERS = ("paged_kv.h", "parallel.h", "vec_math.h")
+HEADERS = ("decode_tiles.h", "paged_kv.h", "parallel.h", "vec_math.h")
 FLAGS = (
     "-O3",
     "-march=native",

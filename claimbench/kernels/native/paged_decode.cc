@@ -16,6 +16,7 @@
 #include <limits>
 #include <vector>
 
+#include "decode_tiles.h"
 #include "paged_kv.h"
 #include "parallel.h"
 #include "vec_math.h"
@@ -133,6 +134,85 @@ void AttendSequence(const Decode& p, int64_t seq) {
   }
 }
 
+// The specialized path (decode_tiles.h): head by head, each KV head's G queries attend the
+// sequence's pages with their state in registers. Pages not stored as f32 are dequantized
+// one page and head at a time into a tile.
+template <int D, int G>
+void AttendSequenceTiled(const Decode& p, int64_t seq) {
+  const PagedKV& kv = p.kv;
+  const int64_t page_size = kv.page_size, rows = kv.rows, num_kv_heads = rows / 2;
+  float* out = p.out + seq * p.num_q_heads * D;
+  const int64_t len = p.kv_lens[seq];
+  if (len <= 0) {
+    std::memset(out, 0, sizeof(float) * p.num_q_heads * D);
+    return;
+  }
+  const int64_t first = p.sliding_window > 0 ? std::max<int64_t>(0, len - p.sliding_window) : 0;
+  const int32_t* table = p.page_table + seq * p.pages_per_seq;
+  const bool in_place = kv.storage == Storage::kF32;
+  const int64_t score_stride = (page_size + kLanes - 1) / kLanes * kLanes;
+  std::vector<float> buffer(G * score_stride + (in_place ? 0 : 2 * page_size * D) + kLanes);
+  float* scores =
+      reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buffer.data()) + 63) & ~uintptr_t{63});
+  float* k_tile = scores + G * score_stride;
+  float* v_tile = k_tile + page_size * D;
+  const int64_t token_bytes = kv.token_bytes();
+  const int64_t row_bytes = token_bytes / rows;
+  const char* page_base = static_cast<const char*>(kv.pages);
+  HeadState<D, G> state;
+  for (int64_t h = 0; h < num_kv_heads; ++h) {
+    state.Init(p.q + (seq * p.num_q_heads + h * G) * D, p.sm_scale);
+    for (int64_t start = first - first % page_size; start < len; start += page_size) {
+      const int64_t page = table[start / page_size];
+      const int64_t lo = std::max(start, first), hi = std::min(start + page_size, len);
+      const int64_t n = hi - lo;
+      if (start + page_size < len) {  // this head's rows of the next page, K and V adjacent
+        const char* next = page_base + table[start / page_size + 1] * page_size * token_bytes +
+                           2 * h * row_bytes;
+        for (int64_t t = 0; t < page_size; ++t) {
+          for (int64_t off = 0; off < 2 * row_bytes; off += 64) {
+            __builtin_prefetch(next + t * token_bytes + off);
+          }
+        }
+      }
+      const int64_t slot0 = page * page_size + lo % page_size;
+      if (in_place) {
+        const float* k = static_cast<const float*>(kv.pages) + (slot0 * rows + 2 * h) * D;
+        state.Attend(k, k + D, rows * D, n, p.soft_cap, scores, score_stride);
+      } else {
+        for (int64_t t = 0; t < n; ++t) {  // not f32: Row dequantizes into the tile
+          kv.Row(slot0 + t, 2 * h, k_tile + t * D);
+          kv.Row(slot0 + t, 2 * h + 1, v_tile + t * D);
+        }
+        state.Attend(k_tile, v_tile, D, n, p.soft_cap, scores, score_stride);
+      }
+    }
+    state.Store(out + h * G * D);
+  }
+}
+
+using AttendFn = void (*)(const Decode&, int64_t);
+
+template <int D>
+AttendFn PickGroup(int64_t group) {
+  switch (group) {
+    case 1: return AttendSequenceTiled<D, 1>;
+    case 2: return AttendSequenceTiled<D, 2>;
+    case 4: return AttendSequenceTiled<D, 4>;
+    case 8: return AttendSequenceTiled<D, 8>;
+    default: return AttendSequence;
+  }
+}
+
+// The specialized kernel for this shape, else the general one.
+AttendFn PickAttend(int64_t head_dim, int64_t group) {
+  switch (head_dim) {
+    case 64: return PickGroup<64>(group);
+    case 128: return PickGroup<128>(group);
+    default: return AttendSequence;
+  }
+}
+
 ffi::Error PagedDecodeImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::AnyBuffer pages,
                            ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::S32> kv_lens,
                            ffi::Buffer<ffi::S32> page_table, ffi::ResultBuffer<ffi::F32> out,
@@ -161,7 +241,8 @@ ffi::Error PagedDecodeImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::A
         CheckBlockTable("paged_decode", seq, p.kv_lens[seq], row, p.pages_per_seq, p.kv);
     if (error.failure()) return error;
   }
-  ParallelFor(pool, q_dims[0], [&p](int64_t seq) { AttendSequence(p, seq); });
+  const AttendFn attend = PickAttend(p.kv.head_dim, p.num_q_heads / (p.kv.rows / 2));
+  ParallelFor(pool, q_dims[0], [&p, attend](int64_t seq) { attend(p, seq); });
   return ffi::Error::Success();
 }
 

@@ -1,0 +1,128 @@
+// The decode kernel's inner loops for the common shapes, specialized at compile time.
+//
+// With head_dim D and the query group G known to the compiler, one KV head's G queries, their
+// output accumulators and the rows just loaded all stay in vector registers (D = 64, G = 2: 20
+// of them), and the sequence is walked head by head, so each accumulator is loaded and stored
+// once per sequence instead of once per token. Scores are a dot product per token and query,
+// reduced across lanes at the end; the softmax is rescaled once per page (online softmax).
+// Rows are read in place from f32 pages (`stride` floats apart) or from a page's rows
+// dequantized once into a tile.
+
+#ifndef CLAIMBENCH_DECODE_TILES_H_
+#define CLAIMBENCH_DECODE_TILES_H_
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "vec_math.h"
+
+namespace claimbench {
+
+typedef float Vec8 __attribute__((vector_size(8 * sizeof(float))));
+typedef float Vec4 __attribute__((vector_size(4 * sizeof(float))));
+
+inline float HorizontalSum(Vec16 v) {
+  Vec8 lo, hi;
+  std::memcpy(&lo, &v, sizeof(lo));
+  std::memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof(lo), sizeof(hi));
+  const Vec8 a = lo + hi;
+  Vec4 a_lo, a_hi;
+  std::memcpy(&a_lo, &a, sizeof(a_lo));
+  std::memcpy(&a_hi, reinterpret_cast<const char*>(&a) + sizeof(a_lo), sizeof(a_hi));
+  const Vec4 b = a_lo + a_hi;
+  return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
+inline Vec16 LoadVec(const float* p) {
+  Vec16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+inline void StoreVec(float* p, Vec16 v) { std::memcpy(p, &v, sizeof(v)); }
+
+// The online-softmax state of one KV head's G queries over one sequence.
+template <int D, int G>
+struct HeadState {
+  static constexpr int kChunks = D / kLanes;
+  Vec16 q[G][kChunks];    // queries, pre-multiplied by the softmax scale
+  Vec16 acc[G][kChunks];  // unnormalized output
+  float m[G], l[G];       // running max and sum of exponentials
+
+  void Init(const float* queries, float sm_scale) {
+    for (int g = 0; g < G; ++g) {
+      for (int c = 0; c < kChunks; ++c) {
+        q[g][c] = LoadVec(queries + g * D + c * kLanes) * sm_scale;
+        acc[g][c] = Vec16{};
+      }
+      m[g] = -std::numeric_limits<float>::infinity();
+      l[g] = 0.0f;
+    }
+  }
+
+  // Attend n (<= stride of `scores`, a multiple of kLanes) tokens whose K rows start at
+  // `k` and V rows at `v`, `row_stride` floats from one token to the next. `scores` is
+  // scratch: G rows of `score_stride` floats.
+  void Attend(const float* k, const float* v, int64_t row_stride, int64_t n, float soft_cap,
+              float* scores, int64_t score_stride) {
+    for (int64_t t = 0; t < n; ++t) {
+      const float* kt = k + t * row_stride;
+      Vec16 kr[kChunks];
+      for (int c = 0; c < kChunks; ++c) kr[c] = LoadVec(kt + c * kLanes);
+      for (int g = 0; g < G; ++g) {
+        Vec16 dot = q[g][0] * kr[0];
+        for (int c = 1; c < kChunks; ++c) dot += q[g][c] * kr[c];
+        scores[g * score_stride + t] = HorizontalSum(dot);
+      }
+    }
+    float weight_scale[G];
+    for (int g = 0; g < G; ++g) {
+      float* s = scores + g * score_stride;
+      if (soft_cap > 0.0f) {
+        for (int64_t t = 0; t < n; ++t) s[t] = soft_cap * std::tanh(s[t] / soft_cap);
+      }
+      float page_max = s[0];
+      for (int64_t t = 1; t < n; ++t) page_max = s[t] > page_max ? s[t] : page_max;
+      const int64_t padded = (n + kLanes - 1) / kLanes * kLanes;
+      for (int64_t t = n; t < padded; ++t) s[t] = -std::numeric_limits<float>::infinity();
+      const float m_new = m[g] > page_max ? m[g] : page_max;
+      const float rescale = std::exp(m[g] - m_new);
+      Vec16 sum = {};
+      for (int64_t c = 0; c < padded; c += kLanes) {
+        const Vec16 e = Exp16(LoadVec(s + c) - m_new);
+        StoreVec(s + c, e);
+        sum += e;
+      }
+      l[g] = l[g] * rescale + HorizontalSum(sum);
+      m[g] = m_new;
+      weight_scale[g] = rescale;
+    }
+    for (int g = 0; g < G; ++g) {
+      if (weight_scale[g] != 1.0f) {
+        for (int c = 0; c < kChunks; ++c) acc[g][c] *= weight_scale[g];
+      }
+    }
+    for (int64_t t = 0; t < n; ++t) {
+      const float* vt = v + t * row_stride;
+      Vec16 vr[kChunks];
+      for (int c = 0; c < kChunks; ++c) vr[c] = LoadVec(vt + c * kLanes);
+      for (int g = 0; g < G; ++g) {
+        const float w = scores[g * score_stride + t];
+        for (int c = 0; c < kChunks; ++c) acc[g][c] += w * vr[c];
+      }
+    }
+  }
+
+  void Store(float* out) const {
+    for (int g = 0; g < G; ++g) {
+      const float inv = 1.0f / (l[g] > 1e-30f ? l[g] : 1e-30f);
+      for (int c = 0; c < kChunks; ++c) StoreVec(out + g * D + c * kLanes, acc[g][c] * inv);
+    }
+  }
+};
+
+}  // namespace claimbench
+
+#endif  // CLAIMBENCH_DECODE_TILES_H_
