@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from claimbench.models.tokenizer import Tokenizer
+from claimbench.models.tokenizer import StreamDecoder, Tokenizer
 from claimbench.models.train import save_tokenizer, train_tokenizer
 
 TEXTS = [
@@ -78,3 +78,35 @@ def test_from_dir_missing_file(tmp_path: Path) -> None:
 def test_special_id_outside_vocab_rejected(tokenizer: Tokenizer) -> None:
     with pytest.raises(ValueError, match="eos_id=5000 outside the tokenizer's vocab of 300"):
         Tokenizer(tokenizer.tokenizer, 0, 5000)
+
+
+class CountingDecode:
+    """The wrapped tokenizer, recording how many ids each decode call got."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.lengths: list[int] = []
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        self.lengths.append(len(ids))
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def get_vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+
+def test_stream_decoder_decodes_once_per_token_over_a_bounded_window(
+    tokenizer: Tokenizer,
+) -> None:
+    text = "".join(TEXTS[:4]) * 3  # long, with characters split across tokens
+    ids = tokenizer.encode(text, add_bos=False)
+    counting = CountingDecode(tokenizer.tokenizer)
+    stream = Tokenizer(counting, tokenizer.bos_id, tokenizer.eos_id).stream_decoder()
+    assert "".join(stream.push(i) for i in ids) + stream.flush() == text
+    window = StreamDecoder.WINDOW
+    # One decode per token, plus one per window move (every WINDOW - 1 tokens at most).
+    assert len(counting.lengths) <= len(ids) + len(ids) // (window - 1) + 1
+    # A window never grows with the output: at most WINDOW ids past an emission point,
+    # plus the ids of a character still held back (a few bytes' worth).
+    assert max(counting.lengths) <= 2 * window
+    assert len(ids) > 10 * window

@@ -2,7 +2,8 @@
 
 ``StreamDecoder`` turns generated ids into text incrementally. A byte-level BPE token
 can end in the middle of a multi-byte UTF-8 character, so text is only emitted once
-the decoded suffix no longer ends in the replacement character U+FFFD.
+the decoded suffix no longer ends in the replacement character U+FFFD. It decodes once
+per token: the streamed server calls it for every token of every stream.
 """
 
 from __future__ import annotations
@@ -77,29 +78,47 @@ class Tokenizer:
 class StreamDecoder:
     """Incremental detokenization: ``push(id)`` returns the newly completed text (maybe "").
 
-    Decodes a window of the ids since the last emitted boundary and emits the part past
-    what was already printed, holding back while the tail is an incomplete character.
+    One decode per token, of a short window: the ids from ``start`` (a point where all
+    text before was emitted) to the newest. The window's text up to ``read_offset`` (the
+    last id that completed text) is kept, so the new text is the decoded window past it,
+    held back while it ends in an incomplete character. Once the window holds ``WINDOW``
+    ids it starts again at the emission point before ``read_offset`` (one more decode, for
+    its kept text), so a decode never grows with the output.
     """
 
+    WINDOW = 4
+
     def __init__(self, tokenizer: Tokenizer) -> None:
-        self.tokenizer = tokenizer
+        self._decode = tokenizer.tokenizer.decode
         self.ids: list[int] = []
-        self.prefix_offset = 0  # ids before this are fully emitted and never re-decoded
-        self.read_offset = 0  # ids in [prefix_offset, read_offset) produced the emitted text
+        self.start = 0  # ids before this are fully emitted and never decoded again
+        self.read_offset = 0  # ids in [start, read_offset) produced ``self.text``
+        self.previous_read = 0  # the emission point before read_offset
+        self.text = ""  # the decoded ids[start:read_offset], all of it emitted
 
     def push(self, token_id: int) -> str:
-        self.ids.append(token_id)
-        prefix = self.tokenizer.decode(self.ids[self.prefix_offset : self.read_offset])
-        full = self.tokenizer.decode(self.ids[self.prefix_offset :])
-        if full.endswith(REPLACEMENT_CHAR) or len(full) <= len(prefix):
+        ids = self.ids
+        ids.append(token_id)
+        full = self._decode(ids[self.start :], skip_special_tokens=True)
+        if full.endswith(REPLACEMENT_CHAR) or len(full) <= len(self.text):
             return ""
-        self.prefix_offset = self.read_offset
-        self.read_offset = len(self.ids)
-        return full[len(prefix) :]
+        new = full[len(self.text) :]
+        self.previous_read, self.read_offset = self.read_offset, len(ids)
+        if self.read_offset - self.start >= self.WINDOW:
+            # The new window starts where text was last complete before this id (so
+            # its first id decodes as it did in context, as vLLM's prefix offset).
+            self.start = self.previous_read
+            self.text = self._decode(ids[self.start :], skip_special_tokens=True)
+        else:
+            self.text = full
+        return new
 
     def flush(self) -> str:
         """Whatever is still held back (e.g. a truncated character at the end of a stream)."""
-        prefix = self.tokenizer.decode(self.ids[self.prefix_offset : self.read_offset])
-        full = self.tokenizer.decode(self.ids[self.prefix_offset :])
-        self.prefix_offset = self.read_offset = len(self.ids)
-        return full[len(prefix) :]
+        if self.read_offset == len(self.ids):
+            return ""
+        full = self._decode(self.ids[self.start :], skip_special_tokens=True)
+        held = full[len(self.text) :]
+        self.start = self.read_offset = self.previous_read = len(self.ids)
+        self.text = ""
+        return held
