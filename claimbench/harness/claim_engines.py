@@ -198,9 +198,7 @@ def claim_engines(
     """Every engine ``claim``'s experiment builds at ``profile`` when serving ``model_cfg``
     (None: pools computed from the served model are left at the claim's params). ValueError
     (one line) for params the experiment would refuse (an unknown key)."""
-    module = load_experiment(root, claim)
-    defaults = getattr(module, "DEFAULT_PARAMS", {})
-    params = merge_params(defaults, claim.profile_params(profile), f"claim {claim.id!r}")
+    params = claim_params(root, claim, profile)
     base = dict(params.get("engine") or {})
     name = claim.module_name
     settings = VARIANTS[name](params, model_cfg) if name in VARIANTS else {"": {}}
@@ -211,3 +209,10 @@ def claim_engines(
         ClaimEngine(claim.id, setting, base | overrides, model, i if name in ONE_AT_A_TIME else 0)
         for i, (setting, overrides) in enumerate(settings.items())
     ]
+
+
+def claim_params(root: Path, claim: Claim, profile: str) -> dict[str, Any]:
+    """The experiment's params at ``profile``: its DEFAULT_PARAMS under the claim's."""
+    module = load_experiment(root, claim)
+    defaults = getattr(module, "DEFAULT_PARAMS", {})
+    return merge_params(defaults, claim.profile_params(profile), f"claim {claim.id!r}")

@@ -31,18 +31,18 @@ WINDOWS_PER_HEAD = 1  # windows per head call: bounds the f32[length, vocab] log
 
 
 @partial(jax.jit, static_argnums=0)
-def _embed(graphdef: nnx.GraphDef, state: nnx.State, tokens: jax.Array) -> jax.Array:
+def embed_step(graphdef: nnx.GraphDef, state: nnx.State, tokens: jax.Array) -> jax.Array:
     return nnx.merge(graphdef, state)(tokens)
 
 
 @partial(jax.jit, static_argnums=0)
-def _layer(graphdef: nnx.GraphDef, state: nnx.State, x: jax.Array) -> jax.Array:
+def layer_step(graphdef: nnx.GraphDef, state: nnx.State, x: jax.Array) -> jax.Array:
     positions = jnp.broadcast_to(jnp.arange(x.shape[1]), x.shape[:2])
     return nnx.merge(graphdef, state).dense(x, positions, None)
 
 
 @partial(jax.jit, static_argnums=(0, 1, 2))
-def _head(
+def head_step(
     norm_def: nnx.GraphDef,
     head_def: nnx.GraphDef,
     tied: bool,
@@ -81,10 +81,10 @@ def reference_pass(model_path: Path, windows: np.ndarray) -> PromptPass:
     ]
     with jax.default_matmul_precision("highest"):
         graphdef, state = place(model.embed_tokens, ("embed_tokens",))
-        hidden = [_embed(graphdef, state, c) for c in chunks]
+        hidden = [embed_step(graphdef, state, c) for c in chunks]
         for i in range(cfg.num_layers):
             graphdef, state = place(model.layers[i], ("layers", i))
-            hidden = [_layer(graphdef, state, x) for x in hidden]
+            hidden = [layer_step(graphdef, state, x) for x in hidden]
         del state
         norm_def, norm_state = place(model.norm, ("norm",))
         tied = model.lm_head is None
@@ -93,7 +93,7 @@ def reference_pass(model_path: Path, windows: np.ndarray) -> PromptPass:
         logprobs, top1 = [], []
         for x, tokens in zip(hidden, chunks, strict=True):
             for j in range(0, x.shape[0], WINDOWS_PER_HEAD):
-                lp, t1 = _head(
+                lp, t1 = head_step(
                     norm_def,
                     head_def,
                     tied,

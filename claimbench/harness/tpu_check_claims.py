@@ -24,12 +24,15 @@ from claimbench.engine.buckets import bucket_pairs
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.draft_model import check_draft
 from claimbench.engine.sharding import check_tp
-from claimbench.harness.claim_engines import ClaimEngine, claim_engines
+from claimbench.harness.claim_engines import ClaimEngine, claim_engines, claim_params
 from claimbench.harness.claims import Claim
 from claimbench.harness.pool_fit import HBM_UTILIZATION, PoolFit, size_pool
 from claimbench.harness.tpu_check import SLICE_CHIPS, BucketReport, check, resolve_model
 from claimbench.models.checkpoint import default_draft_path, read_config
 from claimbench.models.config import ModelConfig
+
+# Experiments whose float32 reference is computed layer by layer (harness/f32_reference.py).
+F32_REFERENCE = {"bf16_not_fp16"}
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,16 @@ def check_claims(
             continue
         for engine in engines:
             results.append(_check_engine(engine, chip, model_name, model_cfg))
+        if claim.module_name in F32_REFERENCE:
+            # Its float32 side: no engine, a layer-by-layer pass, alone on the chip.
+            from claimbench.harness.tpu_reference import check_reference
+
+            params = claim_params(root, claim, profile)
+            bucket = check_reference(chip, model_cfg, params["num_windows"], params["window_len"])
+            group = max((e.group for e in engines), default=0) + 1
+            results.append(
+                ClaimCheck(claim.id, "f32 reference", model_name, 1, bucket, group=group)
+            )
     return results
 
 
