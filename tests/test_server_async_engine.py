@@ -11,7 +11,12 @@ from server_helpers import wait_for
 from claimbench.engine.outputs import FinishEvent, RejectKind, TokenEvent
 from claimbench.engine.sampler import SamplingParams
 from claimbench.engine.tenants import Tenant
-from claimbench.serving.async_engine import AsyncEngine, EngineStopped, RequestRejected
+from claimbench.serving.async_engine import (
+    AsyncEngine,
+    EngineStopped,
+    RequestRejected,
+    RequestStream,
+)
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [13, 14, 15, 16, 17, 18, 19]]
 GREEDY = SamplingParams(max_tokens=6, ignore_eos=True)
@@ -188,3 +193,36 @@ def test_stream_interval_hands_tokens_over_in_groups(engine):
 def test_a_stream_interval_below_one_is_refused(engine):
     with pytest.raises(ValueError, match="stream_interval must be >= 1"):
         AsyncEngine(engine, stream_interval=0)
+
+
+def test_a_stream_read_at_its_end_wakes_once_with_everything():
+    async def run() -> tuple[list, bool]:
+        stream = RequestStream("req-0")
+        stream.wake_at_end()
+        reader = asyncio.ensure_future(stream.next_batch())
+        for index in range(3):
+            stream.push([TokenEvent("req-0", 40 + index, index, 0.0, None)])
+            await asyncio.sleep(0)
+        woken_early = reader.done()
+        stream.push([FinishEvent("req-0", "length", 0.0)])
+        return await reader, woken_early
+
+    batch, woken_early = asyncio.run(run())
+    assert not woken_early
+    assert [e.token_id for e in batch[:3]] == [40, 41, 42]
+    assert isinstance(batch[3], FinishEvent) and len(batch) == 4
+
+
+def test_a_stream_read_at_its_end_still_wakes_on_a_failure():
+    async def run() -> None:
+        stream = RequestStream("req-0")
+        stream.wake_at_end()
+        reader = asyncio.ensure_future(stream.next_batch())
+        stream.push([TokenEvent("req-0", 40, 0, 0.0, None)])
+        await asyncio.sleep(0)
+        stream.push([EngineStopped("gone")])
+        assert [e.token_id for e in await reader] == [40]  # what came before, first
+        with pytest.raises(EngineStopped):
+            await stream.next_batch()
+
+    asyncio.run(run())

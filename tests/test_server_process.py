@@ -16,8 +16,10 @@ import httpx
 import pytest
 from server_helpers import MODEL, TEST_ENGINE, free_port, start_server, wait_for
 
+from claimbench.engine.outputs import FinishEvent, RejectEvent, RejectKind, TokenEvent
 from claimbench.models.checkpoint import default_model_path
 from claimbench.serving.engine_client import FrameReader
+from claimbench.serving.engine_core import decode_event, encode_event
 from claimbench.serving.server import ServeOptions
 
 
@@ -50,6 +52,18 @@ def test_frames_split_anywhere_come_out_whole():
     writer_end.close()
     os.set_blocking(reader_end.fileno(), False)
     assert FrameReader().read(reader_end.fileno()) == ([], True)  # the writer is gone
+
+
+def test_step_events_cross_the_pipe_as_tuples_and_come_back_equal():
+    events = [
+        TokenEvent("req-3", 17, 0, 1.5, None),
+        TokenEvent("req-4", 18, 5, 1.5, -0.25),
+        FinishEvent("req-3", "length", 1.75),
+        RejectEvent("req-5", "over its bucket", 2.0, RejectKind.OVER_LIMIT),
+    ]
+    sent = pickle.dumps([encode_event(e) for e in events])
+    assert all(type(fields) is tuple for fields in pickle.loads(sent))
+    assert [decode_event(fields) for fields in pickle.loads(sent)] == events
 
 
 @pytest.fixture

@@ -79,22 +79,33 @@ class RequestStream:
     """One request's events, as the engine delivers them, read on the server's event loop.
 
     A deque and one waiter future rather than an asyncio.Queue: a step's events for a
-    request arrive together and are taken together, one wake-up per step."""
+    request arrive together and are taken together, one wake-up per step. A reader that
+    only wants the whole output (``wake_at_end``) is woken once, by its last event."""
 
     def __init__(self, request_id: str = "") -> None:
         self.request_id = request_id
         self._events: collections.deque[Event | Exception] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
+        self._at_end_only = False
+        self._ended = False  # the last event (a finish, a rejection or an error) is queued
+
+    def wake_at_end(self) -> None:
+        """From now on, wake the reader only once the request's last event is queued."""
+        self._at_end_only = True
 
     def push(self, events: Sequence[Event | Exception]) -> None:
         """Add events (on the event loop's thread) and wake the reader."""
         self._events.extend(events)
+        if events and isinstance(events[-1], FinishEvent | RejectEvent | Exception):
+            self._ended = True
+        elif self._at_end_only:
+            return
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
     async def _wait(self) -> None:
-        while not self._events:
+        while not self._events or (self._at_end_only and not self._ended):
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await self._waiter

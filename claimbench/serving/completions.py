@@ -63,14 +63,17 @@ class Job:
         self.stream = stream
         self.assembler = assembler
         self.num_prompt_tokens = num_prompt
-        self.token_ids: list[int] = []
-        self.logprobs: list[float] = []
 
-    async def pieces(self) -> AsyncIterator[Piece]:
-        async for piece in pieces(self.state.engine, self.stream, self.assembler):
-            self.token_ids += piece.token_ids
-            self.logprobs += piece.logprobs
-            yield piece
+    @property
+    def token_ids(self) -> list[int]:
+        return self.assembler.token_ids
+
+    @property
+    def logprobs(self) -> list[float]:
+        return self.assembler.logprobs
+
+    def pieces(self) -> AsyncIterator[Piece]:
+        return pieces(self.state.engine, self.stream, self.assembler)
 
     def usage(self) -> Usage:
         n = len(self.token_ids)
@@ -260,6 +263,10 @@ async def _admit(
 
 
 async def _collect(job: Job) -> tuple[str, str | None]:
+    if not job.assembler.stop:
+        # Nothing to act on before the end (no stop string to cut at): read the output
+        # in one go when it is complete, not a wake-up per engine step.
+        job.stream.wake_at_end()
     parts, reason = [], None
     try:
         async for piece in job.pieces():
@@ -307,24 +314,28 @@ def _sse(
     template: TextChunkTemplate | None,
 ) -> StreamingResponse:
     """The response's events; ``template`` (when given) writes the chunks that only carry
-    text, the model of ``chunk`` every other one."""
+    text, the model of ``chunk`` every other one. The last piece's chunk, the usage chunk
+    and ``[DONE]`` go out in one write."""
 
     async def events() -> AsyncIterator[str]:
         if first is not None:
             yield sse.event(first)
+        tail = ""
         try:
             async for piece in job.pieces():
-                if template is not None and piece.text and piece.finish_reason is None:
+                if piece.finish_reason is not None:
+                    tail = sse.event(chunk(piece))
+                elif template is not None and piece.text:
                     yield template.event(piece.text)
-                elif piece.text or piece.token_ids or piece.finish_reason:
+                elif piece.text or piece.token_ids:
                     yield sse.event(chunk(piece))
         except EngineStopped:
             error = error_body("the server stopped before the request finished", 503)
-            yield f"data: {json.dumps(error)}\n\n"
+            tail += f"data: {json.dumps(error)}\n\n"
         if usage_chunk is not None:
             usage_chunk.usage = job.usage()
-            yield sse.event(usage_chunk)
-        yield "data: [DONE]\n\n"
+            tail += sse.event(usage_chunk)
+        yield tail + "data: [DONE]\n\n"
 
     return StreamingResponse(events(), media_type="text/event-stream")
 

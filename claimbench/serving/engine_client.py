@@ -43,10 +43,12 @@ from claimbench.serving.engine_core import (
     STOP,
     CoreInfo,
     CoreOptions,
+    decode_event,
     run_engine_core,
 )
 
 log = logging.getLogger("claimbench.serving")
+READ_SIZE = 1 << 20  # bytes asked of the pipe per read
 START_TIMEOUT_S = 900.0  # building and compiling on a busy CPU host takes minutes at worst
 
 
@@ -60,15 +62,19 @@ class FrameReader:
 
     def read(self, fd: int) -> tuple[list[bytes], bool]:
         """The messages complete after reading everything ``fd`` holds now, and whether
-        the writer has closed its end."""
+        the writer has closed its end. A read shorter than asked for emptied the pipe:
+        no second read (and its error) to learn that; the loop calls again when more
+        comes, or the end."""
         while True:
             try:
-                chunk = os.read(fd, 1 << 20)
+                chunk = os.read(fd, READ_SIZE)
             except BlockingIOError:
                 return self.split(), False
             if not chunk:
                 return self.split(), True
             self._buffer += chunk
+            if len(chunk) < READ_SIZE:
+                return self.split(), False
 
     def split(self) -> list[bytes]:
         """The complete messages at the buffer's front, taken off it."""
@@ -274,7 +280,7 @@ class ProcessEngine:
     def _handle(self, message: tuple) -> None:
         kind = message[0]
         if kind == STEP:
-            self._dispatch(message[1])
+            self._dispatch([decode_event(fields) for fields in message[1]])
         elif kind == REPLY:
             _, seq, ok, value = message
             future = self._replies.pop(seq, None)

@@ -37,9 +37,14 @@ class OutputAssembler:
         self.text = ""  # decoded output, cut at a stop string once one is seen
         self.num_sent_chars = 0
         self.stopped = False  # a stop string ended the output
+        self.token_ids: list[int] = []  # every output token pushed
+        self.logprobs: list[float] = []  # theirs, when asked for
 
-    def push(self, token_id: int) -> str:
-        """Add one token; the text that may be sent now."""
+    def push(self, token_id: int, logprob: float | None = None) -> str:
+        """Add one token (and its log-prob, when asked for); the text that may be sent now."""
+        self.token_ids.append(token_id)
+        if logprob is not None:
+            self.logprobs.append(logprob)
         self._extend(self.decoder.push(token_id))
         return self._take(final=self.stopped)
 
@@ -81,7 +86,7 @@ async def pieces(
             text, token_ids, logprobs = "", [], []
             for event in await stream.next_batch():
                 if isinstance(event, TokenEvent):
-                    text += assembler.push(event.token_id)
+                    text += assembler.push(event.token_id, event.logprob)
                     token_ids.append(event.token_id)
                     if event.logprob is not None:
                         logprobs.append(event.logprob)
