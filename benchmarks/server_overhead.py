@@ -12,7 +12,8 @@ a spawned process, each step's events over a pipe). Over HTTP,
 a ``claimbench serve`` subprocess with the same engine config (its engine in a process of
 its own) serves /v1/completions to asyncio clients in this process (a lean HTTP/1.1
 client: they share the server's cores), streamed (an SSE chunk per --stream-interval
-tokens) and whole.
+tokens) and whole. Every stream must end with ``data: [DONE]``; tokens are counted from
+each response's usage.
 Same prompts (held-out, BOS + --min-input..--max-input tokens), same greedy --output-len
 tokens (EOS ignored), prefix caching off everywhere, step shapes compiled before timing.
 The paths alternate, and each reports its best of --repeats runs (the host may be shared).
@@ -20,7 +21,8 @@ The paths alternate, and each reports its best of --repeats runs (the host may b
 Reported per concurrency and path: output tokens/s and its ratio to in process (target:
 streamed HTTP keeps >= 90% at 16 clients), mean end-to-end latency and the server's added
 latency per request, the CPU seconds used by all processes involved (on a CPU host
-the clients, the server and the "device" share the same cores), and the serving side's CPU
+the clients, the server and the "device" share the same cores) and, over HTTP, by the
+load generator (this process's HTTP clients) alone, and the serving side's CPU
 per output token (the engine's process; over HTTP the server's, engine included): on a
 shared host that is steadier than throughput; over HTTP it is split between the server's
 API process and its engine process. Only 127.0.0.1 is contacted.
@@ -203,45 +205,75 @@ def server_cpu_s(pid: int) -> tuple[float, float]:
     return cpu_s(pid), sum(cpu_s(child) for child in children(pid))
 
 
-class RawConnection:
+class RawConnection(asyncio.Protocol):
     """One keep-alive HTTP/1.1 connection that reads a response with as little Python per
-    chunk as it can: the load generator shares the server's cores, and httpx parses every
-    streamed chunk (h11) and line in Python, which would bill the server for the client."""
+    chunk as it can: the load generator shares the server's cores. A protocol, not a
+    stream reader: a streamed chunk costs an append and an end check in the event loop's
+    callback, and the waiting client wakes once per response (httpx would parse every
+    chunk (h11) and line in Python and bill the server for the client)."""
 
     def __init__(self, host: str, port: int) -> None:
         self.host, self.port = host, port
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.body_start = 0  # where the body starts in the buffer (0: head not read yet)
+        self.length = -1  # Content-Length, or -1 while chunked (or unknown yet)
+        self.status = 0
+        self.done: asyncio.Future[None] | None = None
 
     async def post(self, path: str, body: bytes) -> bytes:
         """The response body (de-chunked); RuntimeError unless the status is 200."""
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        loop = asyncio.get_running_loop()
+        if self.transport is None:
+            await loop.create_connection(lambda: self, self.host, self.port)
         head = (
             f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
         )
-        self.writer.write(head.encode() + body)
-        headers = (await self.reader.readuntil(b"\r\n\r\n")).lower()
-        status = int(headers.split(b" ", 2)[1])
-        if b"content-length:" in headers:
-            size = int(headers.split(b"content-length:")[1].split(b"\r\n")[0])
-            data = await self.reader.readexactly(size)
-        else:  # chunked: read until the empty last chunk
-            buffer = bytearray(await self.reader.read(1 << 16))
-            while not (buffer == b"0\r\n\r\n" or buffer.endswith(b"\r\n0\r\n\r\n")):
-                more = await self.reader.read(1 << 16)
-                if not more:
-                    raise RuntimeError("the server closed the connection mid-response")
-                buffer += more
-            data = _dechunk(bytes(buffer))
-        if status != 200:
-            raise RuntimeError(f"HTTP {status}: {data[:200]!r}")
+        self.buffer.clear()
+        self.body_start, self.length = 0, -1
+        self.done = loop.create_future()
+        self.transport.write(head.encode() + body)
+        await self.done
+        data = bytes(self.buffer[self.body_start :])
+        if self.length < 0:
+            data = _dechunk(data)
+        if self.status != 200:
+            raise RuntimeError(f"HTTP {self.status}: {data[:200]!r}")
         return data
 
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self.buffer
+        buffer += data
+        if not self.body_start:
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            headers = bytes(buffer[:end]).lower()
+            self.status = int(headers.split(b" ", 2)[1])
+            if b"content-length:" in headers:
+                self.length = int(headers.split(b"content-length:")[1].split(b"\r\n")[0])
+            self.body_start = end + 4
+        if self.length >= 0:
+            complete = len(buffer) - self.body_start >= self.length
+        else:  # chunked: until the empty last chunk
+            complete = buffer.endswith(b"0\r\n\r\n") and (
+                len(buffer) - self.body_start == 5 or buffer.endswith(b"\r\n0\r\n\r\n")
+            )
+        if complete and not self.done.done():
+            self.done.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        if self.done is not None and not self.done.done():
+            self.done.set_exception(RuntimeError("the server closed the connection"))
+
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        if self.transport is not None:
+            self.transport.close()
 
 
 def _dechunk(data: bytes) -> bytes:
@@ -253,6 +285,16 @@ def _dechunk(data: bytes) -> bytes:
             return b"".join(out)
         out.append(data[line_end + 2 : line_end + 2 + size])
         i = line_end + 2 + size + 2
+
+
+def stream_tokens(data: bytes) -> int:
+    """The completion tokens of a streamed response, from its usage chunk (the last before
+    ``[DONE]``); RuntimeError unless the stream ends with ``data: [DONE]``."""
+    done = b"data: [DONE]\n\n"
+    if not data.endswith(done):
+        raise RuntimeError(f"the stream did not end with [DONE]: {data[-200:]!r}")
+    usage = data.rindex(b"data: ", 0, len(data) - len(done))
+    return json.loads(data[usage + 6 : len(data) - len(done)])["usage"]["completion_tokens"]
 
 
 async def over_http(
@@ -284,10 +326,10 @@ async def over_http(
                 sent = time.perf_counter()
                 data = await connection.post("/v1/completions", json.dumps(body).encode())
                 latencies.append(time.perf_counter() - sent)
-                if stream:  # the usage chunk comes last, before [DONE]
-                    events = data.decode().split("\n\n")
-                    data = next(e for e in reversed(events) if '"usage":{' in e)[6:].encode()
-                num_tokens += json.loads(data)["usage"]["completion_tokens"]
+                if stream:
+                    num_tokens += stream_tokens(data)
+                else:
+                    num_tokens += json.loads(data)["usage"]["completion_tokens"]
         finally:
             connection.close()
 
@@ -296,7 +338,8 @@ async def over_http(
     result = _result(time.perf_counter() - start, latencies, num_tokens)
     api_s, engine_s = server_cpu_s(server_pid)
     api_s, engine_s = api_s - api_start, engine_s - engine_start
-    result["cpu_s"] = time.process_time() - cpu_start + api_s + engine_s
+    result["client_cpu_s"] = time.process_time() - cpu_start  # the load generator's own
+    result["cpu_s"] = result["client_cpu_s"] + api_s + engine_s
     result["serving_cpu_us_per_token"] = 1e6 * (api_s + engine_s) / num_tokens
     result["api_cpu_us_per_token"] = 1e6 * api_s / num_tokens
     result["engine_cpu_us_per_token"] = 1e6 * engine_s / num_tokens
@@ -404,16 +447,18 @@ def main() -> None:
         print(json.dumps(rows))
         return
     print(f"{'clients':>7}  {'path':<14} {'tok/s':>8} {'ratio':>6} {'mean E2E ms':>12} "
-          f"{'added ms/req':>13} {'CPU s (all processes)':>22} "
+          f"{'added ms/req':>13} {'CPU s (all processes)':>22} {'client CPU s':>13} "
           f"{'serving CPU us/tok':>19} {'API / engine us/tok':>20}")  # fmt: skip
     for r in rows:
-        split = ""
+        split = client = ""
         if "api_cpu_us_per_token" in r:
             split = f"{r['api_cpu_us_per_token']:.0f} / {r['engine_cpu_us_per_token']:.0f}"
+        if "client_cpu_s" in r:
+            client = f"{r['client_cpu_s']:.2f}"
         print(
             f"{r['clients']:>7}  {r['path']:<14} {r['tok_s']:>8.1f} {r['throughput_ratio']:>6.2f} "
             f"{1000 * r['mean_e2e_s']:>12.1f} {r['added_latency_ms']:>13.1f} {r['cpu_s']:>22.2f} "
-            f"{r['serving_cpu_us_per_token']:>19.0f} {split:>20}"
+            f"{client:>13} {r['serving_cpu_us_per_token']:>19.0f} {split:>20}"
         )
     ratio = next(r for r in rows if r["clients"] == 16 and r["path"] == "HTTP stream")
     verdict = "meets" if ratio["throughput_ratio"] >= 0.9 else "misses"
