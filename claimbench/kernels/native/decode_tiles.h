@@ -1,9 +1,9 @@
 // The decode kernel's inner loops for the common shapes, specialized at compile time.
 //
 // With head_dim D and the query group G known to the compiler, one KV head's G queries, their
-// output accumulators and the rows just loaded all stay in vector registers (D = 64, G = 2: 20
-// of them), and the sequence is walked head by head, so each accumulator is loaded and stored
-// once per sequence instead of once per token. Scores are a dot product per token and query,
+// output accumulators and the rows just loaded all stay in vector registers while that head
+// attends a page (D = 64, G = 2: 20 of them); each head's state is loaded and stored once per
+// page, not once per token. Scores are a dot product per token and query,
 // reduced across lanes at the end; the softmax is rescaled once per page (online softmax).
 // Rows are read in place from f32 pages (`stride` floats apart) or from a page's rows
 // dequantized once into a tile.
@@ -67,13 +67,21 @@ struct HeadState {
   // scratch: G rows of `score_stride` floats.
   void Attend(const float* k, const float* v, int64_t row_stride, int64_t n, float soft_cap,
               float* scores, int64_t score_stride) {
+    // Local copies: the compiler keeps them in registers across the token loops.
+    Vec16 qr[G][kChunks], a[G][kChunks];
+    for (int g = 0; g < G; ++g) {
+      for (int c = 0; c < kChunks; ++c) {
+        qr[g][c] = q[g][c];
+        a[g][c] = acc[g][c];
+      }
+    }
     for (int64_t t = 0; t < n; ++t) {
       const float* kt = k + t * row_stride;
       Vec16 kr[kChunks];
       for (int c = 0; c < kChunks; ++c) kr[c] = LoadVec(kt + c * kLanes);
       for (int g = 0; g < G; ++g) {
-        Vec16 dot = q[g][0] * kr[0];
-        for (int c = 1; c < kChunks; ++c) dot += q[g][c] * kr[c];
+        Vec16 dot = qr[g][0] * kr[0];
+        for (int c = 1; c < kChunks; ++c) dot += qr[g][c] * kr[c];
         scores[g * score_stride + t] = HorizontalSum(dot);
       }
     }
@@ -101,7 +109,7 @@ struct HeadState {
     }
     for (int g = 0; g < G; ++g) {
       if (weight_scale[g] != 1.0f) {
-        for (int c = 0; c < kChunks; ++c) acc[g][c] *= weight_scale[g];
+        for (int c = 0; c < kChunks; ++c) a[g][c] *= weight_scale[g];
       }
     }
     for (int64_t t = 0; t < n; ++t) {
@@ -110,8 +118,11 @@ struct HeadState {
       for (int c = 0; c < kChunks; ++c) vr[c] = LoadVec(vt + c * kLanes);
       for (int g = 0; g < G; ++g) {
         const float w = scores[g * score_stride + t];
-        for (int c = 0; c < kChunks; ++c) acc[g][c] += w * vr[c];
+        for (int c = 0; c < kChunks; ++c) a[g][c] += w * vr[c];
       }
+    }
+    for (int g = 0; g < G; ++g) {
+      for (int c = 0; c < kChunks; ++c) acc[g][c] = a[g][c];
     }
   }
 

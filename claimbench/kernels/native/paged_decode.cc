@@ -134,9 +134,10 @@ void AttendSequence(const Decode& p, int64_t seq) {
   }
 }
 
-// The specialized path (decode_tiles.h): head by head, each KV head's G queries attend the
-// sequence's pages with their state in registers. Pages not stored as f32 are dequantized
-// one page and head at a time into a tile.
+// The specialized path (decode_tiles.h): page by page, each KV head's G queries attend the
+// page with their state in registers. A page is read whole and in order (all heads of a token
+// are adjacent), and the next one is prefetched meanwhile; pages not stored as f32 are
+// dequantized one page and head at a time into a tile.
 template <int D, int G>
 void AttendSequenceTiled(const Decode& p, int64_t seq) {
   const PagedKV& kv = p.kv;
@@ -156,39 +157,35 @@ void AttendSequenceTiled(const Decode& p, int64_t seq) {
       reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buffer.data()) + 63) & ~uintptr_t{63});
   float* k_tile = scores + G * score_stride;
   float* v_tile = k_tile + page_size * D;
-  const int64_t token_bytes = kv.token_bytes();
-  const int64_t row_bytes = token_bytes / rows;
+  const int64_t page_bytes = page_size * kv.token_bytes();
   const char* page_base = static_cast<const char*>(kv.pages);
-  HeadState<D, G> state;
+  std::vector<HeadState<D, G>> states(num_kv_heads);
   for (int64_t h = 0; h < num_kv_heads; ++h) {
-    state.Init(p.q + (seq * p.num_q_heads + h * G) * D, p.sm_scale);
-    for (int64_t start = first - first % page_size; start < len; start += page_size) {
-      const int64_t page = table[start / page_size];
-      const int64_t lo = std::max(start, first), hi = std::min(start + page_size, len);
-      const int64_t n = hi - lo;
-      if (start + page_size < len) {  // this head's rows of the next page, K and V adjacent
-        const char* next = page_base + table[start / page_size + 1] * page_size * token_bytes +
-                           2 * h * row_bytes;
-        for (int64_t t = 0; t < page_size; ++t) {
-          for (int64_t off = 0; off < 2 * row_bytes; off += 64) {
-            __builtin_prefetch(next + t * token_bytes + off);
-          }
-        }
-      }
-      const int64_t slot0 = page * page_size + lo % page_size;
+    states[h].Init(p.q + (seq * p.num_q_heads + h * G) * D, p.sm_scale);
+  }
+  for (int64_t start = first - first % page_size; start < len; start += page_size) {
+    const int64_t page = table[start / page_size];
+    const int64_t lo = std::max(start, first), hi = std::min(start + page_size, len);
+    const int64_t n = hi - lo;
+    if (start + page_size < len) {
+      const char* next = page_base + table[start / page_size + 1] * page_bytes;
+      for (int64_t off = 0; off < page_bytes; off += 64) __builtin_prefetch(next + off);
+    }
+    const int64_t slot0 = page * page_size + lo % page_size;
+    for (int64_t h = 0; h < num_kv_heads; ++h) {
       if (in_place) {
         const float* k = static_cast<const float*>(kv.pages) + (slot0 * rows + 2 * h) * D;
-        state.Attend(k, k + D, rows * D, n, p.soft_cap, scores, score_stride);
+        states[h].Attend(k, k + D, rows * D, n, p.soft_cap, scores, score_stride);
       } else {
         for (int64_t t = 0; t < n; ++t) {  // not f32: Row dequantizes into the tile
           kv.Row(slot0 + t, 2 * h, k_tile + t * D);
           kv.Row(slot0 + t, 2 * h + 1, v_tile + t * D);
         }
-        state.Attend(k_tile, v_tile, D, n, p.soft_cap, scores, score_stride);
+        states[h].Attend(k_tile, v_tile, D, n, p.soft_cap, scores, score_stride);
       }
     }
-    state.Store(out + h * G * D);
   }
+  for (int64_t h = 0; h < num_kv_heads; ++h) states[h].Store(out + h * G * D);
 }
 
 using AttendFn = void (*)(const Decode&, int64_t);
