@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from claimbench.serving import completions
 from claimbench.serving.async_engine import IDLE_WAIT_S, EngineStopped
 from claimbench.serving.errors import ApiError, install_handlers, validation_message
+from claimbench.serving.event_stream import RawSendApp
 from claimbench.serving.health import check_golden
 from claimbench.serving.metrics import CONTENT_TYPE
 from claimbench.serving.protocol import (
@@ -43,7 +44,7 @@ def create_app(state: ServerState) -> FastAPI:
         state.draining = True
         await state.engine.shutdown()
 
-    app = FastAPI(title="claimbench", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = RawSendApp(title="claimbench", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.server = state
     install_handlers(app)
 

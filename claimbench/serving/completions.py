@@ -16,13 +16,14 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from claimbench.engine.sampler import SamplingParams
 from claimbench.serving import sse
 from claimbench.serving.async_engine import EngineStopped, RequestRejected, RequestStream
 from claimbench.serving.errors import ApiError
+from claimbench.serving.event_stream import EventStream, Write
 from claimbench.serving.generation import OutputAssembler, Piece, pieces
 from claimbench.serving.protocol import (
     ChatChoice,
@@ -312,32 +313,32 @@ def _sse(
     usage_chunk: BaseModel | None,
     first: BaseModel | None,
     template: TextChunkTemplate | None,
-) -> StreamingResponse:
+) -> EventStream:
     """The response's events; ``template`` (when given) writes the chunks that only carry
-    text, the model of ``chunk`` every other one. The last piece's chunk, the usage chunk
-    and ``[DONE]`` go out in one write."""
+    text, the model of ``chunk`` every other one. A piece (what one wake-up of the request
+    brings) is one write; the last piece's chunk, the usage chunk and ``[DONE]`` are one."""
 
-    async def events() -> AsyncIterator[str]:
+    async def produce(write: Write) -> None:
         if first is not None:
-            yield sse.event(first)
+            await write(sse.event(first), False)
         tail = ""
         try:
             async for piece in job.pieces():
                 if piece.finish_reason is not None:
                     tail = sse.event(chunk(piece))
                 elif template is not None and piece.text:
-                    yield template.event(piece.text)
+                    await write(template.event(piece.text), False)
                 elif piece.text or piece.token_ids:
-                    yield sse.event(chunk(piece))
+                    await write(sse.event(chunk(piece)), False)
         except EngineStopped:
             error = error_body("the server stopped before the request finished", 503)
             tail += f"data: {json.dumps(error)}\n\n"
         if usage_chunk is not None:
             usage_chunk.usage = job.usage()
             tail += sse.event(usage_chunk)
-        yield tail + "data: [DONE]\n\n"
+        await write(tail + "data: [DONE]\n\n", True)
 
-    return StreamingResponse(events(), media_type="text/event-stream")
+    return EventStream(produce)
 
 
 def _completion_logprobs(state: ServerState, piece: Piece, offset: int) -> CompletionLogprobs:

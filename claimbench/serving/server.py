@@ -13,6 +13,7 @@ uvicorn on its own re-raises the signal after shutting down, which would end the
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import logging
 import signal
 from dataclasses import dataclass
@@ -79,6 +80,7 @@ def build_server_state(options: ServeOptions) -> tuple[ServerState, list[str]]:
     if options.precompile:
         lines.append(f"compiled {info.num_compiled} step shapes in {info.compile_s:.1f} s")
     lines.append(f"golden completion recorded: {info.golden_tokens}")
+    lines.append(f"event loop: {event_loop()}")
     state = ServerState(
         engine=engine,
         tokenizer=tokenizer,
@@ -109,11 +111,23 @@ class GracefulServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
+def event_loop() -> str:
+    """uvloop when it imports (the serve extra installs it), else asyncio's own loop."""
+    try:
+        importlib.import_module("uvloop")
+    except ImportError:
+        return "asyncio"
+    return "uvloop"
+
+
 def make_server(state: ServerState, options: ServeOptions) -> GracefulServer:
+    loop = event_loop()
+    log.info("event loop: %s", loop)
     config = uvicorn.Config(
         create_app(state),
         host=options.host,
         port=options.port,
+        loop=loop,
         log_level=options.log_level,
         timeout_graceful_shutdown=options.shutdown_timeout_s,
         access_log=False,
