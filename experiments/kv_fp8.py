@@ -12,6 +12,14 @@ ppl_delta_pct = 100 * (fp8 perplexity / bf16 perplexity - 1) on each trial's win
 engines differing only in the KV format. With ``compare_unit_scale`` a third engine serves
 the same windows with both scales 1.0 (no calibration): ppl_delta_pct_unit_scale, what
 calibrating buys. The calibrated scales are recorded once (k_scale, v_scale).
+
+The engines serve one at a time: each is built, run over every trial's windows (an unrecorded
+warm-up pass first), and freed before the next is built (two 7B engines do not fit one chip
+together). Order and drift: perplexity, the claim's metric, depends only on an engine's
+numbers and the windows, not on when it runs or how fast the machine is then; the settings'
+order is rotated by the run seed (each goes first under a different seed), so a drift in
+machine speed over a run does not always land on the same setting's prompt tokens/s, the one
+timed (supporting) number.
 """
 
 from __future__ import annotations
@@ -21,17 +29,16 @@ from typing import TYPE_CHECKING, Any
 from claimbench.harness.precision import (
     CAPACITY_DEFAULTS,
     QUALITY_DEFAULTS,
+    arm_order,
+    passes_per_engine,
     quality_options,
     record_capacity_ratio,
-    record_served_kv_bytes,
-    run_passes,
-    save_engine_frames,
     trial_windows,
-    warm_up,
 )
 from claimbench.harness.quality import ppl_delta_pct, top1_agreement_pct
 
 if TYPE_CHECKING:
+    from claimbench.engine.engine import LLMEngine
     from claimbench.harness.context import RunContext
 
 DEFAULT_PARAMS: dict[str, Any] = (
@@ -39,29 +46,39 @@ DEFAULT_PARAMS: dict[str, Any] = (
 )
 
 
-def run(ctx: RunContext) -> None:
-    """Record capacity_ratio once (analytic) and ppl_delta_pct per trial."""
-    params = ctx.merged(DEFAULT_PARAMS)
-    record_capacity_ratio(ctx, params, "fp8")
-    settings = {
+def kv_settings(params: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each setting's KV options: bf16, fp8 at ``kv_scale``, and (``compare_unit_scale``) fp8
+    at scale 1.0."""
+    settings: dict[str, dict[str, Any]] = {
         "bf16": {"kv_dtype": "bf16"},
         "fp8": {"kv_dtype": "fp8", "kv_scale": params["kv_scale"]},
     }
     if params["compare_unit_scale"]:
         settings["fp8-unit-scale"] = {"kv_dtype": "fp8", "kv_scale": 1.0}
-    engines = {
-        name: ctx.engine(**quality_options(params, **options)) for name, options in settings.items()
+    return settings
+
+
+def run(ctx: RunContext) -> None:
+    """Record capacity_ratio once (analytic) and ppl_delta_pct per trial."""
+    params = ctx.merged(DEFAULT_PARAMS)
+    record_capacity_ratio(ctx, params, "fp8")
+    windows = [trial_windows(ctx, params, trial) for trial in range(ctx.trials)]
+    settings = kv_settings(params)
+    options = {
+        name: quality_options(params, **settings[name])
+        for name in arm_order(list(settings), ctx.seed)
     }
-    record_served_kv_bytes(ctx, engines)
-    for name, scale in zip(("k_scale", "v_scale"), engines["fp8"].fp8_kv_scales, strict=True):
-        ctx.record(name, scale, trial=0, model=ctx.model_path.name)
-    warm_up(engines, trial_windows(ctx, params, 0))
+
+    def record_scales(setting: str, engine: LLMEngine) -> None:
+        if setting == "fp8":
+            for name, scale in zip(("k_scale", "v_scale"), engine.fp8_kv_scales, strict=True):
+                ctx.record(name, scale, trial=0, model=ctx.model_path.name)
+
+    passes = passes_per_engine(ctx, options, windows, on_build=record_scales)
     for trial in range(ctx.trials):
-        passes = run_passes(ctx, engines, trial_windows(ctx, params, trial), trial=trial)
-        bf16, fp8 = passes["bf16"], passes["fp8"]
+        bf16, fp8 = passes["bf16"][trial], passes["fp8"][trial]
         ctx.record("ppl_delta_pct", ppl_delta_pct(fp8, bf16), trial=trial, unit="%")
         ctx.record("top1_agreement_pct", top1_agreement_pct(fp8, bf16), trial=trial, unit="%")
         if "fp8-unit-scale" in passes:
-            delta = ppl_delta_pct(passes["fp8-unit-scale"], bf16)
+            delta = ppl_delta_pct(passes["fp8-unit-scale"][trial], bf16)
             ctx.record("ppl_delta_pct_unit_scale", delta, trial=trial, unit="%")
-    save_engine_frames(ctx, engines)

@@ -20,6 +20,14 @@ differ only in the lever under test (their weight format and KV format; the same
 and buckets, all computing in bfloat16); delta_x = 100 * (ppl_x / ppl_base - 1) and
 ppl_additivity_gap_pct = delta_both - (delta_weights + delta_kv), in percentage points: by how
 much the combined cost exceeds the sum of the separate ones (negative when it falls short).
+
+The four engines serve one at a time: each is built, run over every trial's windows (an
+unrecorded warm-up pass first), and freed before the next is built (four 7B engines do not
+fit one chip together). Order and drift: perplexity, which the claim scores, depends only on
+an engine's numbers and the windows, not on when it runs or how fast the machine is then; the
+settings' order is rotated by the run seed (each goes first under a different seed), so a
+drift in machine speed over a run does not always land on the same setting's prompt tokens/s,
+the one timed (supporting) number.
 """
 
 from __future__ import annotations
@@ -31,11 +39,10 @@ from claimbench.harness.capacity import pool_capacity, weight_layout_bytes
 from claimbench.harness.model_presets import get_preset, model_config
 from claimbench.harness.precision import (
     QUALITY_DEFAULTS,
+    arm_order,
+    passes_per_engine,
     quality_options,
-    run_passes,
-    save_engine_frames,
     trial_windows,
-    warm_up,
 )
 from claimbench.harness.quality import ppl_delta_pct
 
@@ -101,16 +108,17 @@ def run(ctx: RunContext) -> None:
         ctx.record_analytic(
             "capacity_gain", gains[lever], unit="x", inputs=inputs, model=model, setting=lever
         )
-    engines = {
-        setting: ctx.engine(**quality_options(params, dtype="bfloat16", **formats))
-        for setting, formats in setting_formats(params).items()
+    windows = [trial_windows(ctx, params, trial) for trial in range(ctx.trials)]
+    formats = setting_formats(params)
+    options = {
+        setting: quality_options(params, dtype="bfloat16", **formats[setting])
+        for setting in arm_order(list(formats), ctx.seed)
     }
-    warm_up(engines, trial_windows(ctx, params, 0))
+    passes = passes_per_engine(ctx, options, windows)
     for trial in range(ctx.trials):
-        passes = run_passes(ctx, engines, trial_windows(ctx, params, trial), trial=trial)
-        delta = {lever: ppl_delta_pct(passes[lever], passes["base"]) for lever in LEVERS}
+        base = passes["base"][trial]
+        delta = {lever: ppl_delta_pct(passes[lever][trial], base) for lever in LEVERS}
         gap = delta["both"] - (delta["weights"] + delta["kv"])
         ctx.record("ppl_additivity_gap_pct", gap, trial=trial, unit="pct points")
         for lever in LEVERS:
             ctx.record("lever_ppl_delta_pct", delta[lever], trial=trial, unit="%", setting=lever)
-    save_engine_frames(ctx, engines)

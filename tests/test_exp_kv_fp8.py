@@ -1,8 +1,10 @@
-"""kv-fp8 at tiny size: capacity once, analytic, for Llama-3.1-8B; calibrated-scale quality."""
+"""kv-fp8 at tiny size: capacity once, analytic, for Llama-3.1-8B; calibrated-scale quality;
+one engine alive at a time."""
 
 from __future__ import annotations
 
 import pytest
+from engine_tracking import builds_with_alive
 from precision_helpers import (
     analytic_inputs,
     assert_claim_metrics_recorded,
@@ -20,8 +22,13 @@ PARAMS = {
 
 
 @pytest.fixture(scope="module")
-def frame(tmp_path_factory):
-    return run_experiment("kv-fp8", PARAMS, write_tiny_model(tmp_path_factory.mktemp("tiny")))
+def model_dir(tmp_path_factory):
+    return write_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="module")
+def frame(model_dir):
+    return run_experiment("kv-fp8", PARAMS, model_dir)
 
 
 def test_capacity_is_analytic_once_for_the_claims_model(frame):
@@ -42,3 +49,11 @@ def test_calibrated_fp8_quantizes_and_calibration_is_recorded_once(frame):
     assert ((scales["value"] > 0) & (scales["value"] < 1)).all()  # absmax / 448, not 1.0
     unit = frame[frame["metric"] == "ppl_delta_pct_unit_scale"]
     assert unit["trial"].tolist() == [0, 1]
+
+
+def test_never_holds_two_engines(model_dir, monkeypatch):
+    """Each engine is freed before the next is built: bf16, calibrated fp8, unit-scale fp8."""
+    built = builds_with_alive("kv-fp8", PARAMS, model_dir, monkeypatch)
+    assert [alive for _, alive in built] == [0, 0, 0]
+    arms = {(options["kv_dtype"], options.get("kv_scale")) for options, _ in built}
+    assert arms == {("bf16", None), ("fp8", "calibrate"), ("fp8", 1.0)}

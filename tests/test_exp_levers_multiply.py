@@ -1,9 +1,10 @@
 """levers-multiply at tiny size: pool arithmetic once, analytic; four arms differing only in
-the levers; the additivity gap from the levers' measured costs."""
+the levers, one alive at a time; the additivity gap from the levers' measured costs."""
 
 from __future__ import annotations
 
 import pytest
+from engine_tracking import builds_with_alive
 from precision_helpers import (
     analytic_inputs,
     assert_claim_metrics_recorded,
@@ -21,8 +22,12 @@ PARAMS = {
 
 
 @pytest.fixture(scope="module")
-def ctx(tmp_path_factory):
-    model_dir = write_tiny_model(tmp_path_factory.mktemp("tiny"))
+def model_dir(tmp_path_factory):
+    return write_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="module")
+def ctx(model_dir):
     return run_context("levers-multiply", PARAMS, model_dir)
 
 
@@ -68,3 +73,11 @@ def test_gap_is_the_combined_cost_over_the_sum_of_the_measured_ones(ctx):
 def test_weight_share_must_leave_room(tmp_path):
     with pytest.raises(ValueError, match="weight_share"):
         run_experiment("levers-multiply", {**PARAMS, "weight_share": 1.0}, tmp_path)
+
+
+def test_never_holds_two_engines(model_dir, monkeypatch):
+    """Each of the four engines is freed before the next is built."""
+    built = builds_with_alive("levers-multiply", PARAMS, model_dir, monkeypatch)
+    assert [alive for _, alive in built] == [0, 0, 0, 0]
+    formats = sorted((options["weights"], options["kv_dtype"]) for options, _ in built)
+    assert formats == [("bf16", "bf16"), ("bf16", "int8"), ("fp8", "bf16"), ("fp8", "int8")]

@@ -34,7 +34,14 @@ def _kv_int8(p: dict[str, Any], _: ModelConfig | None) -> Settings:
 
 
 def _kv_fp8(p: dict[str, Any], _: ModelConfig | None) -> Settings:
-    return {kv: quality_options(p, kv_dtype=kv) for kv in ("bf16", "fp8")}
+    # kv_fp8.kv_settings: bf16, fp8 at the claim's scale, and fp8 at scale 1.0 when compared.
+    settings: Settings = {
+        "bf16": quality_options(p, kv_dtype="bf16"),
+        "fp8": quality_options(p, kv_dtype="fp8", kv_scale=p["kv_scale"]),
+    }
+    if p["compare_unit_scale"]:
+        settings["fp8-unit-scale"] = quality_options(p, kv_dtype="fp8", kv_scale=1.0)
+    return settings
 
 
 def _fp8_weights(p: dict[str, Any], _: ModelConfig | None) -> Settings:
@@ -176,7 +183,7 @@ VARIANTS: dict[str, Variant] = {
     "decode_bandwidth_bound": _decode_bandwidth_bound,
 }
 # Experiments that free each engine before building the next (precision.each_engine).
-ONE_AT_A_TIME = {"bf16_not_fp16", "kv_int8"}
+ONE_AT_A_TIME = {"bf16_not_fp16", "kv_int8", "kv_fp8", "levers_multiply"}
 # Experiments that serve a model of their own rather than the run's (--model).
 OWN_MODEL = {"moe_disqualified": "moe_model"}
 

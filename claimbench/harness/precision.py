@@ -120,13 +120,19 @@ def each_engine(
 
 
 def passes_per_engine(
-    ctx: RunContext, options: dict[str, dict[str, Any]], windows: list[np.ndarray]
+    ctx: RunContext,
+    options: dict[str, dict[str, Any]],
+    windows: list[np.ndarray],
+    on_build: Callable[[str, LLMEngine], None] | None = None,
 ) -> dict[str, list[PromptPass]]:
     """Each setting's prompt pass over every trial's windows, one engine at a time
     (``each_engine``): an unrecorded warm-up pass, then one recorded pass per trial; each
-    engine's served KV bytes per token recorded once."""
+    engine's served KV bytes per token recorded once, and ``on_build(setting, engine)`` (what
+    an experiment reads from an engine once, e.g. its calibrated scales) run first."""
 
     def measure(setting: str, engine: LLMEngine) -> list[PromptPass]:
+        if on_build is not None:
+            on_build(setting, engine)
         record_served_kv_bytes(ctx, {setting: engine})
         warm_up({setting: engine}, windows[0])
         passes = []
