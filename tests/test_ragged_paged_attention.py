@@ -25,8 +25,15 @@ from claimbench.kernels import reference, xla_rpa
 from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV, quantize_int8_pages
 from claimbench.kernels.metadata import NULL_PAGE, AttentionMetadata
 from claimbench.kernels.pallas_rpa import ragged_paged_attention
+from claimbench.kernels.rpa_kernel import f16_bits_to_f32
 
-KV_DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "int8": jnp.int8, "fp8": FP8_DTYPE}
+KV_DTYPES = {
+    "f32": jnp.float32,
+    "bf16": jnp.bfloat16,
+    "f16": jnp.float16,
+    "int8": jnp.int8,
+    "fp8": FP8_DTYPE,
+}
 INTERPRET = pltpu.InterpretParams()
 
 
@@ -84,7 +91,7 @@ def make_step(
         num_seqs=jnp.asarray([num_seqs], jnp.int32),
         distribution=jnp.asarray([num_decode, num_decode + num_prefill, num_seqs], jnp.int32),
     )
-    dtype = jnp.float32 if kv == "f32" else jnp.bfloat16
+    dtype = {"f32": jnp.float32, "f16": jnp.float16}.get(kv, jnp.bfloat16)
     q = jnp.asarray(rng.standard_normal((num_tokens, num_q_heads, head_dim)), dtype)
     k = jnp.asarray(rng.standard_normal((num_tokens, num_kv_heads, head_dim)), dtype)
     v = jnp.asarray(rng.standard_normal((num_tokens, num_kv_heads, head_dim)), dtype)
@@ -222,6 +229,14 @@ CASES = [
         dict(sm_scale=128**-0.5, sliding_window=18, soft_cap=1.5),
     ),
     (
+        # f16 pages travel as 16-bit containers and are decoded in the kernel (pallas_rpa).
+        "mixed ps16 gqa2 d64 f16, soft cap",
+        dict(decode=[21, 3], prefill=[9], mixed=[(7, 30)], page_size=16, num_q_heads=4,
+             num_kv_heads=2, head_dim=64, kv="f16", pad_seqs=1, pad_tokens=2),
+        dict(num_kv_pages_per_block=1, num_queries_per_block=8),
+        dict(sm_scale=0.125, soft_cap=20.0),
+    ),
+    (
         "mixed ps16 gqa4 d64 f32, default blocks",
         dict(decode=[20], prefill=[3], mixed=[(9, 40)], page_size=16, num_q_heads=8,
              num_kv_heads=2, head_dim=64, kv="f32", pad_seqs=1, pad_tokens=2),
@@ -239,7 +254,7 @@ def test_random_steps_match_references(step, knobs, options):
     out, new_cache = ragged_paged_attention(
         q, k, v, cache, md, **options, **(knobs or {}), interpret=INTERPRET
     )
-    tol = 1e-5 if step["kv"] == "f32" else 2e-2
+    tol = {"f32": 1e-5, "f16": 2e-3}.get(step["kv"], 2e-2)
     check_against_references(q, k, v, cache, md, out, new_cache, tol=tol, **options)
 
 
@@ -318,7 +333,7 @@ def test_empty_step_leaves_cache_untouched():
     np.testing.assert_array_equal(as_f32(new_cache.pages), as_f32(cache.pages))
 
 
-@pytest.mark.parametrize("kv", ["bf16", "int8", "fp8"])
+@pytest.mark.parametrize("kv", ["bf16", "f16", "int8", "fp8"])
 def test_lowers_to_mosaic_for_tpu(kv):
     # Without a TPU the Mosaic compiler itself cannot run, but lowering to its MLIR dialect
     # catches any primitive or ref indexing the TPU backend does not accept.
@@ -366,3 +381,15 @@ def test_preconditions_raise_value_errors_naming_the_values(name):
     args, knobs, message = _bad_inputs()[name]
     with pytest.raises(ValueError, match=message):
         ragged_paged_attention(*args, sm_scale=0.1, **knobs, interpret=INTERPRET)
+
+
+def test_f16_bits_decode_exactly():
+    # Every finite f16 (subnormals included: the CPU keeps f32 subnormals), infinities, NaN.
+    bits = np.arange(0, 1 << 16, dtype=np.uint16)
+    f16 = bits.view(np.float16)
+    container = jax.lax.bitcast_convert_type(jnp.asarray(bits), jnp.bfloat16)
+    decoded = np.asarray(f16_bits_to_f32(container))
+    finite = np.isfinite(f16)
+    np.testing.assert_array_equal(decoded[finite], f16[finite].astype(np.float32))
+    np.testing.assert_array_equal(np.isnan(decoded), np.isnan(f16))
+    np.testing.assert_array_equal(decoded[np.isinf(f16)], f16[np.isinf(f16)].astype(np.float32))

@@ -28,6 +28,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
@@ -195,10 +196,19 @@ def _call_kernel(
     if pages.shape[3] != model_head_dim:
         lanes = [(0, 0), (0, 0), (0, pages.shape[3] - model_head_dim)]
         q, k, v = jnp.pad(q, lanes), jnp.pad(k, lanes), jnp.pad(v, lanes)
+    out_dtype = q.dtype
+    f16 = pages.dtype == jnp.float16
+    if f16:
+        # TPUs have no f16 arithmetic and Mosaic neither loads nor stores f16 vectors: the
+        # pages travel as 16-bit containers (bf16-typed, f16 bits; DMAs copy them exactly),
+        # the kernel decodes the bits to f32 and attends in f32, as XLA computes f16 dots.
+        q = q.astype(jnp.float32)
+        k, v = (lax.bitcast_convert_type(x.astype(jnp.float16), jnp.bfloat16) for x in (k, v))
+        pages = lax.bitcast_convert_type(pages, jnp.bfloat16)
     num_q_heads, head_dim = q.shape[1:]
     num_kv_heads = k.shape[1]
     _, page_size, num_rows, _ = pages.shape
-    quant = _quant_mode(pages.dtype)
+    quant = "f16" if f16 else _quant_mode(pages.dtype)
     kv_new, new_scales = quantize_rows(interleave_kv(k, v), cache.scales, pages.dtype)
     scales = cache.scales
     if quant == "int8":
@@ -278,6 +288,8 @@ def _call_kernel(
         name="claimbench_ragged_paged_attention",
     )(*scalars, *inputs)
     out, new_pages = results[0][..., :model_head_dim], results[1]
+    if f16:
+        out, new_pages = out.astype(out_dtype), lax.bitcast_convert_type(new_pages, jnp.float16)
     return out, LayerKV(new_pages, scales)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
@@ -57,7 +58,24 @@ class KernelConfig:
     pages_per_seq: int
     num_kv_heads: int
     group: int  # query heads per KV head
-    quant: str  # "none" | "int8" (per-token row scales) | "fp8" (per-tensor scales)
+    # "none" | "int8" (per-token row scales) | "fp8" (per-tensor scales) | "f16" (f16 bits in
+    # bf16-typed pages, decoded to f32 on load)
+    quant: str
+
+
+def f16_bits_to_f32(x: jax.Array) -> jax.Array:
+    """f16 values whose bits are held in a bf16-typed array -> f32, with 32-bit integer ops
+    only. bf16 -> f32 is a 16-bit shift of the bits, which recovers them, except that a
+    processor flushing subnormals reads bf16 subnormals (f16 below 7.6e-6) as zero."""
+    h = lax.shift_right_logical(lax.bitcast_convert_type(x.astype(jnp.float32), jnp.int32), 16)
+    exponent, mantissa = h & 0x7C00, h & 0x3FF
+    # Normal: exponent and mantissa moved into f32's fields, the bias moved from 15 to 127.
+    normal = lax.bitcast_convert_type(lax.shift_left(h & 0x7FFF, 13) + (112 << 23), jnp.float32)
+    subnormal = mantissa.astype(jnp.float32) * jnp.float32(2.0**-24)
+    inf_or_nan = lax.bitcast_convert_type(lax.shift_left(mantissa, 13) | 0x7F800000, jnp.float32)
+    value = jnp.where(exponent == 0, subnormal, normal)
+    value = jnp.where(exponent == 0x7C00, inf_or_nan, value)
+    return jnp.where((h & 0x8000) != 0, -value, value)
 
 
 def rpa_kernel(*refs, cfg: KernelConfig):
@@ -244,6 +262,8 @@ def rpa_kernel(*refs, cfg: KernelConfig):
             return kv[:, 0, :], kv[:, 1, :]
         k = kv_bufs[slot, :, 2 * head, :]  # [bkv, D]
         v = kv_bufs[slot, :, 2 * head + 1, :]
+        if cfg.quant == "f16":
+            return f16_bits_to_f32(k).astype(dtype), f16_bits_to_f32(v).astype(dtype)
         if cfg.quant == "fp8":
             k = k.astype(jnp.float32) * tensor_scales_ref[0]
             v = v.astype(jnp.float32) * tensor_scales_ref[1]
