@@ -15,10 +15,10 @@ fit beside anything on a 32 GB chip. Per trial:
   ``decode_tokens`` greedy tokens each on the bf16 and on the fp16 engine; decode tokens/s
   counts only decode-only steps (their host and device time), each engine's throughput in a
   trial is the mean of two runs, and fp16_speedup = fp16 / bf16. The engines run in turn,
-  bf16 first under an even run seed and fp16 first under an odd one, so a drift in machine
-  speed over a run favours neither format across runs. The claim's scope is TPU, whose MXU
-  takes bf16 natively; elsewhere speed is indicative only (on CPU, XLA emulates both 16-bit
-  types, so the ratio reflects its CPU backend, not the formats).
+  bf16 first under an even run seed and fp16 first under an odd one (precision.each_engine),
+  so a drift in machine speed over a run favours neither format across runs. The claim's
+  scope is TPU, whose MXU takes bf16 natively; elsewhere speed is indicative only (on CPU,
+  XLA emulates both 16-bit types, so the ratio reflects its CPU backend, not the formats).
 
 Supporting metrics: every setting's perplexity (the reference's included), each engine's
 prompt tokens/s, both agreements, both decode throughputs.
@@ -85,7 +85,6 @@ def run(ctx: RunContext) -> None:
     for trial, ref in enumerate(reference):
         ctx.record("perplexity", ref.perplexity, trial=trial, setting="f32")
     max_len = max(params["window_len"], params["decode_prompt_len"] + params["decode_tokens"]) + 1
-    order = ("bf16", "fp16") if ctx.seed % 2 == 0 else ("fp16", "bf16")
     options = {
         setting: quality_options(
             params,
@@ -94,12 +93,12 @@ def run(ctx: RunContext) -> None:
             max_model_len=max_len,
             max_num_seqs=params["decode_batch"],
         )
-        for setting in order
+        for setting in DTYPES
     }
     measured = each_engine(ctx, options, lambda s, e: _measure(ctx, params, windows, s, e))
     for trial, ref in enumerate(reference):
-        agree = {s: top1_agreement_pct(measured[s][trial][0], ref) for s in order}
-        speed = {s: measured[s][trial][1] for s in order}
+        agree = {s: top1_agreement_pct(measured[s][trial][0], ref) for s in DTYPES}
+        speed = {s: measured[s][trial][1] for s in DTYPES}
         ctx.record("fp16_minus_bf16_top1_pts", agree["fp16"] - agree["bf16"], trial=trial)
         ctx.record("fp16_speedup", speed["fp16"] / speed["bf16"], trial=trial)
         for setting in ("bf16", "fp16"):

@@ -17,9 +17,9 @@ The engines serve one at a time: each is built, run over every trial's windows (
 warm-up pass first), and freed before the next is built (two 7B engines do not fit one chip
 together). Order and drift: perplexity, the claim's metric, depends only on an engine's
 numbers and the windows, not on when it runs or how fast the machine is then; the settings'
-order is rotated by the run seed (each goes first under a different seed), so a drift in
-machine speed over a run does not always land on the same setting's prompt tokens/s, the one
-timed (supporting) number.
+order is rotated by the run seed (precision.each_engine: each goes first under a different
+seed), so a drift in machine speed over a run does not always land on the same setting's
+prompt tokens/s, the one timed (supporting) number.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 from claimbench.harness.precision import (
     CAPACITY_DEFAULTS,
     QUALITY_DEFAULTS,
-    arm_order,
     passes_per_engine,
     quality_options,
     record_capacity_ratio,
@@ -64,10 +63,7 @@ def run(ctx: RunContext) -> None:
     record_capacity_ratio(ctx, params, "fp8")
     windows = [trial_windows(ctx, params, trial) for trial in range(ctx.trials)]
     settings = kv_settings(params)
-    options = {
-        name: quality_options(params, **settings[name])
-        for name in arm_order(list(settings), ctx.seed)
-    }
+    options = {name: quality_options(params, **kv) for name, kv in settings.items()}
 
     def record_scales(setting: str, engine: LLMEngine) -> None:
         if setting == "fp8":

@@ -25,7 +25,7 @@ The four engines serve one at a time: each is built, run over every trial's wind
 unrecorded warm-up pass first), and freed before the next is built (four 7B engines do not
 fit one chip together). Order and drift: perplexity, which the claim scores, depends only on
 an engine's numbers and the windows, not on when it runs or how fast the machine is then; the
-settings' order is rotated by the run seed (each goes first under a different seed), so a
+settings' order is rotated by the run seed (precision.each_engine), so a
 drift in machine speed over a run does not always land on the same setting's prompt tokens/s,
 the one timed (supporting) number.
 """
@@ -39,7 +39,6 @@ from claimbench.harness.capacity import pool_capacity, weight_layout_bytes
 from claimbench.harness.model_presets import get_preset, model_config
 from claimbench.harness.precision import (
     QUALITY_DEFAULTS,
-    arm_order,
     passes_per_engine,
     quality_options,
     trial_windows,
@@ -109,10 +108,9 @@ def run(ctx: RunContext) -> None:
             "capacity_gain", gains[lever], unit="x", inputs=inputs, model=model, setting=lever
         )
     windows = [trial_windows(ctx, params, trial) for trial in range(ctx.trials)]
-    formats = setting_formats(params)
     options = {
-        setting: quality_options(params, dtype="bfloat16", **formats[setting])
-        for setting in arm_order(list(formats), ctx.seed)
+        setting: quality_options(params, dtype="bfloat16", **formats)
+        for setting, formats in setting_formats(params).items()
     }
     passes = passes_per_engine(ctx, options, windows)
     for trial in range(ctx.trials):

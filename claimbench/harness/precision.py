@@ -108,10 +108,12 @@ def each_engine(
     """One setting's engine at a time: build it from ``ctx.engine(**options[setting])``, run
     ``measure(setting, engine)`` (which must not keep the engine), keep its frames, and free
     it before the next is built, so the chip never holds two settings' weights and pools (a
-    7B model's bf16 weights are half a v6e's HBM). Returns each setting's measure."""
+    7B model's bf16 weights are half a v6e's HBM). The settings take turns going first across
+    run seeds (``arm_order``), so a drift in machine speed over a run does not always land on
+    the same setting's timings. Returns each setting's measure."""
     results = {}
-    for setting, engine_options in options.items():
-        engine = ctx.engine(**engine_options)
+    for setting in arm_order(list(options), ctx.seed):
+        engine = ctx.engine(**options[setting])
         results[setting] = measure(setting, engine)
         save_engine_frames(ctx, {setting: engine})
         del engine
