@@ -100,10 +100,18 @@ def test_the_kernel_builds_here():
 LENS = [1, PAGE_SIZE, PAGE_SIZE + 1, 2 * PAGE_SIZE - 1, PAGE_SIZE * PAGES_PER_SEQ, 7]
 
 
+@pytest.fixture(params=["tiled", "general"])
+def decode_path(request, monkeypatch):
+    """Each decode loop forced in turn: head_dim 64 and 128 take the specialized (tiled) one
+    where it pays (AVX-512) and the general one elsewhere; other head_dims always the general."""
+    monkeypatch.setenv("CLAIMBENCH_NATIVE_DECODE", request.param)
+    return request.param
+
+
 # head_dim 16 takes the general decode loop, 64 the specialized one (native/decode_tiles.h).
 @pytest.mark.parametrize("storage", ["f32", "f16", "bf16", "bf16-bits", "int8", "fp8", "fp8-bits"])
 @pytest.mark.parametrize("head_dim", [16, 64])
-def test_matches_xla_decode_for_every_storage(storage, head_dim):
+def test_matches_xla_decode_for_every_storage(storage, head_dim, decode_path):
     q, cache, md = decode_case(LENS, len(LENS) + 2, 4, 4, head_dim, storage)
     native, xla = both(q, cache, md, head_dim**-0.5)
     np.testing.assert_allclose(native, xla, rtol=2e-4, atol=2e-5)
@@ -112,7 +120,7 @@ def test_matches_xla_decode_for_every_storage(storage, head_dim):
 
 @pytest.mark.parametrize("num_q_heads, rows", [(2, 4), (4, 4), (8, 4), (4, 8), (8, 2), (6, 4)])
 @pytest.mark.parametrize("head_dim", [8, 64, 80, 128])
-def test_gqa_groups_and_head_dims(num_q_heads, rows, head_dim):
+def test_gqa_groups_and_head_dims(num_q_heads, rows, head_dim, decode_path):
     q, cache, md = decode_case(LENS, len(LENS), num_q_heads, rows, head_dim, "f32", seed=1)
     native, xla = both(q, cache, md, head_dim**-0.5)
     np.testing.assert_allclose(native, xla, rtol=2e-4, atol=2e-5)
@@ -120,7 +128,7 @@ def test_gqa_groups_and_head_dims(num_q_heads, rows, head_dim):
 
 @pytest.mark.parametrize("window", [1, 3, PAGE_SIZE, 9])
 @pytest.mark.parametrize("head_dim", [16, 64])
-def test_sliding_window_and_soft_cap(window, head_dim):
+def test_sliding_window_and_soft_cap(window, head_dim, decode_path):
     q, cache, md = decode_case(LENS, len(LENS) + 1, 4, 4, head_dim, "f32", seed=2)
     scale = head_dim**-0.5
     native, xla = both(q * 4, cache, md, scale, sliding_window=window, soft_cap=3.0)

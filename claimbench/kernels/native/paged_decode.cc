@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -201,8 +202,29 @@ AttendFn PickGroup(int64_t group) {
   }
 }
 
-// The specialized kernel for this shape, else the general one.
+// The tiled kernels keep a KV head's queries and accumulators in vector registers (D = 64,
+// G = 2: 20 512-bit ones). AVX-512 has 32 such registers; with AVX2's 16 of 256 bits every
+// Vec16 takes two and the state spills, and the tiled loop is slower than the general one
+// (Zen 3, benchmarks/attention_kernel.py decode-heavy f32: 6.3 ms against 3.9 ms), so
+// without AVX-512 the general loop is taken. CLAIMBENCH_NATIVE_DECODE=tiled or =general
+// overrides the choice (the tests run both paths on every host).
+#if defined(__AVX512F__)
+constexpr bool kTiledByDefault = true;
+#else
+constexpr bool kTiledByDefault = false;
+#endif
+
+bool UseTiled() {
+  const char* forced = std::getenv("CLAIMBENCH_NATIVE_DECODE");
+  if (forced == nullptr || *forced == '\0') return kTiledByDefault;
+  if (std::strcmp(forced, "tiled") == 0) return true;
+  if (std::strcmp(forced, "general") == 0) return false;
+  return kTiledByDefault;
+}
+
+// The specialized kernel for this shape where it pays here, else the general one.
 AttendFn PickAttend(int64_t head_dim, int64_t group) {
+  if (!UseTiled()) return AttendSequence;
   switch (head_dim) {
     case 64: return PickGroup<64>(group);
     case 128: return PickGroup<128>(group);
