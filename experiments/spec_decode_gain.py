@@ -1,8 +1,10 @@
 """spec-decode-gain: draft-model speculation (k = 4) against plain decoding at batch 1.
 
-The shipped claimbench-tiny-draft proposes 4 tokens a step for claimbench-tiny; the target
+The shipped claimbench-tiny-draft proposes 4 tokens a step for claimbench-tiny (the full
+profile pins Qwen2.5-0.5B-Instruct for Qwen2.5-7B-Instruct: ``draft_model``); the target
 verifies them in one step (exact greedy acceptance, engine/spec_decode.py). Two engines,
-same pool and buckets, serve the same held-out prompt (harness/spec_trials.py); per trial:
+same pool and buckets, built one at a time, serve the same held-out prompt per trial
+(harness/spec_trials.py); per trial:
 the speedup of output tokens/s over plain decoding, the greedy mismatch count (tokens that
 differ from plain decoding's; float32 is batch-invariant, bfloat16 may flip a near-tie)
 and vLLM's acceptance metrics.
@@ -23,6 +25,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "proposer": "draft",
     "input_len": 96,
     "output_len": 128,
+    "draft_model": None,  # the shipped tiny draft, or a pinned checkpoint (draft_models.py)
     "engine": {},
 }
 

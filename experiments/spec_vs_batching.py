@@ -1,8 +1,9 @@
 """spec-vs-batching: the same draft-model speculation (k = 4) at batch 32.
 
 Batching fills the idle compute that speculation also feeds on, so at batch 32 the claim
-expects at most a 1.1x gain. Two engines, same pool and buckets, serve the same 32 held-out
-prompts (harness/spec_trials.py); per trial: the speedup of output tokens/s over plain
+expects at most a 1.1x gain. Two engines, same pool and buckets, built one at a time, serve
+the same 32 held-out prompts per trial (harness/spec_trials.py; the draft as in
+spec-decode-gain, ``draft_model``); per trial: the speedup of output tokens/s over plain
 decoding (``speedup_at_b32``), the greedy mismatch count and vLLM's acceptance metrics.
 """
 
@@ -21,6 +22,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "proposer": "draft",
     "input_len": 96,
     "output_len": 64,
+    "draft_model": None,  # the shipped tiny draft, or a pinned checkpoint (draft_models.py)
     "engine": {},
 }
 

@@ -13,14 +13,14 @@ from precision_helpers import run_context
 from claimbench.harness.context import RunContext
 
 
-def builds_with_alive(
-    claim_id: str, params: dict[str, Any], model_dir: Path, monkeypatch: pytest.MonkeyPatch
+def track_builds(
+    context: type[RunContext], monkeypatch: pytest.MonkeyPatch
 ) -> list[tuple[dict[str, Any], int]]:
-    """Run the claim's experiment; per engine it built, in order: (the options it was built
-    with, how many engines it built before were still alive then)."""
+    """From now on, per engine ``context.engine`` builds, in order: (the options it was built
+    with, how many engines it built before were still alive then); the list fills as it runs."""
     alive: list[weakref.ref] = []
     built: list[tuple[dict[str, Any], int]] = []
-    engine = RunContext.engine
+    engine = context.engine
 
     def tracked(self, **options):
         gc.collect()
@@ -29,6 +29,15 @@ def builds_with_alive(
         alive.append(weakref.ref(made))
         return made
 
-    monkeypatch.setattr(RunContext, "engine", tracked)
+    monkeypatch.setattr(context, "engine", tracked)
+    return built
+
+
+def builds_with_alive(
+    claim_id: str, params: dict[str, Any], model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> list[tuple[dict[str, Any], int]]:
+    """Run the claim's experiment; per engine it built, in order: (the options it was built
+    with, how many engines it built before were still alive then)."""
+    built = track_builds(RunContext, monkeypatch)
     run_context(claim_id, params, model_dir)
     return built

@@ -37,14 +37,14 @@ class TinySpecContext(RunContext):
         return engine
 
 
-def run_tiny(claim_id: str, params: dict, draft_seed: int, trials: int = 2):
+def run_tiny(claim_id: str, params: dict, draft_seed: int, trials: int = 2, seed: int = 0):
     """Run the claim's experiment at the tiny size; its measurements frame."""
     ctx = TinySpecContext(
         claim_id=claim_id,
         profile="quick",
         params=params,
         trials=trials,
-        seed=0,
+        seed=seed,
         hardware={"platform": "cpu"},
         dtype="float32",
     )

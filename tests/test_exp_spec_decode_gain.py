@@ -1,7 +1,8 @@
 """spec-decode-gain at a tiny size: the comparison's mechanism, never its verdict."""
 
 import pytest
-from spec_exp_helpers import TINY, run_tiny, values
+from engine_tracking import track_builds
+from spec_exp_helpers import TINY, TinySpecContext, run_tiny, values
 
 
 @pytest.mark.parametrize("draft_seed", [0, 1])
@@ -26,3 +27,17 @@ def test_bad_params_are_named():
         run_tiny("spec-decode-gain", {**TINY, "proposer": "medusa"}, 0)
     with pytest.raises(ValueError, match="unknown|num_spec_token"):
         run_tiny("spec-decode-gain", {**TINY, "num_spec_token": 4}, 0)
+
+
+@pytest.mark.parametrize(("seed", "first"), [(0, "none"), (1, "draft")])
+def test_one_engine_at_a_time_in_an_order_the_run_seed_turns(monkeypatch, seed, first):
+    built = track_builds(TinySpecContext, monkeypatch)
+    frame = run_tiny("spec-decode-gain", TINY, draft_seed=1, seed=seed)
+    # The plain engine is gone before the speculative one (target and draft) is built, or
+    # the other way round; each built once, for every trial.
+    assert [alive for _, alive in built] == [0, 0]
+    assert [options["speculative"] for options, _ in built][0] == first
+    assert {options["speculative"] for options, _ in built} == {"none", "draft"}
+    # Each trial pairs both arms on the same prompts: a stranger's drafts, plain's tokens.
+    assert values(frame, "greedy_mismatch") == [0.0, 0.0]
+    assert len(values(frame, "speedup")) == 2

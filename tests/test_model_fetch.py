@@ -159,6 +159,8 @@ def test_cli_fetches_the_claims_yaml_model_from_a_local_dir(tmp_path: Path) -> N
 # Qwen/Qwen2.5-7B-Instruct's config.json at the pinned commit (the fields the loader reads).
 QWEN_CONFIG = {
     "architectures": ["Qwen2ForCausalLM"],
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
     "hidden_act": "silu",
     "hidden_size": 3584,
     "intermediate_size": 18944,

@@ -114,7 +114,7 @@ def test_save_frames_labels_and_stacking():
         ctx.save_frames(requests=requests, ttft_s=1.0)
 
 
-def test_engine_builds_from_profile_params(monkeypatch):
+def test_engine_builds_from_profile_params(monkeypatch, tmp_path):
     built = {}
 
     def fake_build(config):
@@ -136,7 +136,10 @@ def test_engine_builds_from_profile_params(monkeypatch):
     assert ctx.models_used == [default_model_path()]
     ctx.engine(model_path=default_draft_path())
     assert ctx.models_used == [default_model_path(), default_draft_path()]
-    assert [c["page_size"] for c in ctx.engine_configs] == [32, 8]
+    # A speculative engine's draft is a model the run used as well.
+    ctx.engine(speculative="draft", draft_model_path=tmp_path / "draft")
+    assert ctx.models_used == [default_model_path(), default_draft_path(), tmp_path / "draft"]
+    assert [c["page_size"] for c in ctx.engine_configs] == [32, 8, 8]
     assert ctx.engine_configs[0]["attention_backend_resolved"] in ("cpu", "xla")
 
 

@@ -66,10 +66,11 @@ def _total_variation(samples, dist):
     return 0.5 * np.abs(counts - dist).sum()
 
 
-@pytest.mark.parametrize("proposer", ["draft", "one-hot"])
+@pytest.mark.parametrize("proposer", ["draft", "one-hot", "draft-prefix"])
 def test_sampled_tokens_follow_the_target_distribution(proposer):
     # vLLM's rejection-sampler check: a known target p and draft q over 8 tokens; every
-    # emitted token must be p-distributed whatever q proposed.
+    # emitted token must be p-distributed whatever q proposed. "draft-prefix": a draft whose
+    # vocabulary is the target's first 6 ids (q f32[..., 6], read as 0 on ids 6 and 7).
     rng = np.random.default_rng(0)
     vocab, k, num_samples = 8, 2, 20000
     p = rng.dirichlet(np.ones(vocab))
@@ -78,6 +79,10 @@ def test_sampled_tokens_follow_the_target_distribution(proposer):
     if proposer == "draft":
         drafts = rng.choice(vocab, size=(num_samples, k), p=q).astype(np.int32)
         probs = np.broadcast_to(q, (num_samples, k, vocab)).astype(np.float32)
+    elif proposer == "draft-prefix":
+        q = np.concatenate([rng.dirichlet(np.ones(vocab - 2)), np.zeros(2)])
+        drafts = rng.choice(vocab, size=(num_samples, k), p=q).astype(np.int32)
+        probs = np.broadcast_to(q[:-2], (num_samples, k, vocab - 2)).astype(np.float32)
     else:  # n-gram: a deterministic guess, q one-hot on it
         drafts = np.full((num_samples, k), int(np.argmin(p)), np.int32)
         probs = None

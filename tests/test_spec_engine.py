@@ -144,10 +144,10 @@ def test_seeded_sampling_runs_and_reports_acceptance():
 def test_a_draft_with_another_vocabulary_is_refused():
     from engine_helpers import TINY_MODEL
 
-    other = dataclasses.replace(TINY_MODEL, vocab_size=50)
+    other = dataclasses.replace(TINY_MODEL, vocab_size=150)
     base = tiny_engine()
     config = dataclasses.replace(base.config, speculative="draft")
-    with pytest.raises(ValueError, match=r"vocabulary \(50\) differs from the target's \(97\)"):
+    with pytest.raises(ValueError, match=r"vocabulary \(150\) is larger than the target's \(97\)"):
         build_engine(config, model=tiny_model(), draft_model=tiny_model(0, other))
 
 

@@ -3,6 +3,7 @@ chip at its largest bucket (compiles skipped where libtpu is not installed)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -97,10 +98,15 @@ def test_engines_follow_what_each_experiment_builds_and_holds_at_once() -> None:
     # No float32 engine (a layer-by-layer reference), and each engine alone on the chip.
     assert (bf16.options["dtype"], fp16.options["dtype"]) == ("bfloat16", "float16")
     assert (bf16.group, fp16.group) != (0, 0) and bf16.group != fp16.group
-    # The speculative claims hold a plain and a speculative engine at once.
-    plain, spec = claim_engines(ROOT, find_claim(load_claims(ROOT), "spec-decode-gain"), "full")
-    assert (plain.options["speculative"], spec.options["speculative"]) == ("none", "draft")
-    assert plain.group == spec.group
+    # The speculative claims build a plain and a speculative engine one at a time; the
+    # speculative one (target and draft at once) drafts with the pinned Qwen2.5-0.5B.
+    for claim_id in ("spec-decode-gain", "spec-vs-batching"):
+        plain, spec = claim_engines(ROOT, find_claim(load_claims(ROOT), claim_id), "full")
+        assert (plain.options["speculative"], spec.options["speculative"]) == ("none", "draft")
+        assert plain.group != spec.group
+        assert (plain.draft, spec.draft) == (None, "qwen2.5-0.5b-instruct")
+    quick = claim_engines(ROOT, find_claim(load_claims(ROOT), "spec-decode-gain"), "quick")
+    assert [e.draft for e in quick] == [None, None]  # the engine's own: the shipped tiny draft
 
 
 def test_pools_computed_at_run_time_come_from_the_checked_model() -> None:
@@ -160,4 +166,9 @@ def test_a_draft_that_cannot_propose_for_the_model_is_refused_without_compiling(
     name, qwen = tpu_check.resolve_model("qwen2.5-7b-instruct")
     spec = ClaimEngine("c", "speculative", {"speculative": "draft", "max_num_batched_tokens": 64})
     refused = _check_engine(spec, "v6e", name, qwen)
-    assert refused.bucket is None and "vocabulary (4096) differs" in refused.error
+    # The shipped tiny draft: another tokenizer, whose special ids are not Qwen's.
+    assert refused.bucket is None and "bos_token_id (0) differs" in refused.error
+    larger = dataclasses.replace(spec, draft="qwen2.5-7b-instruct")
+    qwen_05b = tpu_check.resolve_model("qwen2.5-0.5b-instruct")
+    refused = _check_engine(larger, "v6e", *qwen_05b)
+    assert "vocabulary (152064) is larger than the target's (151936)" in refused.error

@@ -154,7 +154,10 @@ def fetch(
     ctx: typer.Context,
     repo: Annotated[
         str | None,
-        typer.Argument(help="owner/name on the Hub (default: claims.yaml full_profile.model)."),
+        typer.Argument(
+            help="owner/name on the Hub (default: claims.yaml full_profile.model; a claim's "
+            "draft_model param pins a speculative draft)."
+        ),
     ] = None,
     revision: Annotated[
         str | None,
@@ -183,15 +186,14 @@ def fetch(
         hub_download,
     )
 
-    pinned = open_project_config(global_options(ctx).root).full_profile
+    root = global_options(ctx).root
+    pinned = open_project_config(root).full_profile
     if repo is None:
         if pinned is None:
             fail("name a repo, or pin one in claims.yaml full_profile.model")
         repo = pinned.model.repo
     if revision is None:
-        if pinned is None or pinned.model.repo != repo:
-            fail(f"--revision is required for {repo} (claims.yaml pins no revision for it)")
-        revision = pinned.model.revision
+        revision = _pinned_revision(root, repo)
     target = out if out is not None else default_dir(repo, revision)
     download = copy_from(from_dir) if from_dir is not None else hub_download
     try:
@@ -209,3 +211,19 @@ def fetch(
         highlight=False,
     )
     console.print(str(fetched.path), highlight=False, soft_wrap=True)
+
+
+def _pinned_revision(root: Path, repo: str) -> str:
+    """The commit claims.yaml pins for ``repo``: the full profile's model, or a draft a
+    claim's draft_model param names; exit 2 when it pins none."""
+    from claimbench.cli.budget_cmd import open_project_config
+    from claimbench.cli.project import open_claims
+    from claimbench.harness.draft_models import claim_draft_pins
+
+    pinned = open_project_config(root).full_profile
+    pins = [pinned.model] if pinned is not None else []
+    pins += claim_draft_pins(open_claims(root))
+    for pin in pins:
+        if pin.repo == repo:
+            return pin.revision
+    fail(f"--revision is required for {repo} (claims.yaml pins no revision for it)")

@@ -71,8 +71,12 @@ def _catch_up(
     """One ragged draft step -> (token i32[N], q f32[N, V], cache): feeds each sequence the
     tokens its draft K/V lacks and samples draft token 0 after the last."""
     model = _model(static, weights)
+    # A token past the draft's vocabulary (a target row no tokenizer id uses, drawn only by
+    # a sampled or untrained target) is fed as the draft's last id: only the draft's guesses
+    # can suffer, since the target verifies every one.
+    token_ids = jnp.minimum(inputs.token_ids, model.cfg.vocab_size - 1)
     hidden, kv_caches = model(
-        inputs.token_ids,
+        token_ids,
         inputs.positions,
         kv_caches,
         inputs.md,

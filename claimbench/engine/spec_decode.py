@@ -51,6 +51,16 @@ def propose_ngram(
     return []
 
 
+def pad_vocab(draft_probs: jax.Array, vocab: int) -> jax.Array:
+    """f32[..., V_draft] -> f32[..., vocab]: a draft's distributions over the target's
+    vocabulary, whose first V_draft ids it shares (draft_model.check_draft). The ids beyond
+    the draft's have probability 0, as logits of -inf would give: it never proposes them."""
+    missing = vocab - draft_probs.shape[-1]
+    if missing == 0:
+        return draft_probs
+    return jnp.pad(draft_probs, [(0, 0)] * (draft_probs.ndim - 1) + [(0, missing)])
+
+
 def _leading_true(flags: jax.Array) -> jax.Array:
     """b[N, k] -> i32[N]: how many leading entries of each row are True."""
     return jnp.sum(jnp.cumprod(flags.astype(jnp.int32), axis=1), axis=1)
@@ -96,7 +106,12 @@ def _accept_sampled(
     p = filtered_probs(logits.reshape(-1, vocab), rows).reshape(num_seqs, width, vocab)
     # q: the distribution each draft token was drawn from; a one-hot for a deterministic
     # proposer (n-gram), which makes the rule below accept token x with probability p(x).
-    q = jax.nn.one_hot(draft_tokens, vocab) if draft_probs is None else draft_probs
+    # A draft with a smaller vocabulary (a prefix of the target's) gives them 0 beyond it.
+    q = (
+        jax.nn.one_hot(draft_tokens, vocab)
+        if draft_probs is None
+        else pad_vocab(draft_probs, vocab)
+    )
     p_draft = jnp.take_along_axis(p[:, :k], draft_tokens[..., None], -1)[..., 0]  # p_j(x_j)
     q_draft = jnp.take_along_axis(q, draft_tokens[..., None], -1)[..., 0]  # q_j(x_j) > 0
     keys = jax.vmap(lambda s, i: jax.random.fold_in(jax.random.key(s), i))(

@@ -21,6 +21,7 @@ from typing import Any
 
 from claimbench.harness.claims import Claim
 from claimbench.harness.context import merge_params
+from claimbench.harness.draft_models import DRAFT_PARAM, draft_model_name
 from claimbench.harness.precision import quality_options
 from claimbench.harness.registry import load_experiment
 from claimbench.models.config import ModelConfig
@@ -81,8 +82,9 @@ def _continuous_batching(p: dict[str, Any], _: ModelConfig | None) -> Settings:
 
 
 def _spec(p: dict[str, Any], _: ModelConfig | None) -> Settings:
-    # spec_trials.engines: a plain and a speculative engine, held at once; the speculative
-    # one's draft model (its step and pool) is compiled beside it (tpu_check_claims.py).
+    # spec_trials.engine_options: a plain and a speculative engine, one at a time; the
+    # speculative one's draft model (its step and pool) is compiled beside it
+    # (tpu_check_claims.py), the one its draft_model param names (ClaimEngine.draft).
     batch, k = p["batch"], p["num_spec_tokens"]
     shared = dict(
         max_num_seqs=batch,
@@ -183,7 +185,14 @@ VARIANTS: dict[str, Variant] = {
     "decode_bandwidth_bound": _decode_bandwidth_bound,
 }
 # Experiments that free each engine before building the next (precision.each_engine).
-ONE_AT_A_TIME = {"bf16_not_fp16", "kv_int8", "kv_fp8", "levers_multiply"}
+ONE_AT_A_TIME = {
+    "bf16_not_fp16",
+    "kv_int8",
+    "kv_fp8",
+    "levers_multiply",
+    "spec_decode_gain",
+    "spec_vs_batching",
+}
 # Experiments that serve a model of their own rather than the run's (--model).
 OWN_MODEL = {"moe_disqualified": "moe_model"}
 
@@ -197,6 +206,9 @@ class ClaimEngine:
     options: dict[str, Any] = field(default_factory=dict)  # EngineConfig kwargs (no model_path)
     model: str | None = None  # a model of the experiment's own (name or dir); None = the run's
     group: int = 0  # engines of one claim in the same group are resident at once
+    # A speculative engine's draft (tpu_check.resolve_model: a preset or a directory), from
+    # the experiment's draft_model param; None = the engine's own (the shipped tiny draft).
+    draft: str | None = None
 
 
 def claim_engines(
@@ -212,8 +224,16 @@ def claim_engines(
     model = None
     if name in OWN_MODEL:
         model = params.get(OWN_MODEL[name]) or "claimbench-tiny-moe"
+    draft = draft_model_name(params.get(DRAFT_PARAM))
     return [
-        ClaimEngine(claim.id, setting, base | overrides, model, i if name in ONE_AT_A_TIME else 0)
+        ClaimEngine(
+            claim.id,
+            setting,
+            base | overrides,
+            model,
+            i if name in ONE_AT_A_TIME else 0,
+            draft if overrides.get("speculative") == "draft" else None,
+        )
         for i, (setting, overrides) in enumerate(settings.items())
     ]
 

@@ -187,6 +187,10 @@ class RunContext:
         utilization = options.pop(HBM_UTILIZATION, None)
         config = EngineConfig(**options)
         self._use_model(config.model_path)
+        if config.speculative == "draft":  # the draft's weights are the run's too
+            from claimbench.models.checkpoint import default_draft_path
+
+            self._use_model(config.draft_model_path or default_draft_path())
         fit = None
         if utilization is not None:
             # The pool from the chip's HBM (vLLM's gpu_memory_utilization): harness/pool_fit.py.

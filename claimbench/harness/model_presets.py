@@ -39,6 +39,9 @@ class ModelShape:
     rope_theta: float = 10000.0
     rope_scaling: RopeScaling | None = None
     rms_norm_eps: float = 1e-5
+    # config.json's special ids, where pinned: a draft must share them with its target.
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
 
     def __post_init__(self) -> None:
         for field in (
@@ -154,6 +157,28 @@ PRESETS: dict[str, ModelShape] = {
         max_position_embeddings=32768,
         rope_theta=1000000.0,
         rms_norm_eps=1e-6,
+        bos_token_id=151643,
+        eos_token_id=151645,
+    ),
+    # Qwen/Qwen2.5-0.5B-Instruct config.json: 0.49B parameters, GQA with 2 KV heads, tied
+    # embeddings. The same tokenizer as the 7B (ids < 151,665), with 151,936 embedding rows
+    # where the 7B has 152,064: the full profile's speculative draft (claims.yaml params).
+    "qwen2.5-0.5b-instruct": ModelShape(
+        name="qwen2.5-0.5b-instruct",
+        num_layers=24,
+        hidden_size=896,
+        num_heads=14,
+        num_kv_heads=2,
+        head_dim=64,
+        intermediate_size=4864,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+        qkv_bias=True,
+        max_position_embeddings=32768,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+        bos_token_id=151643,
+        eos_token_id=151645,
     ),
     # meta-llama/Meta-Llama-3-70B config.json: 70.6B parameters, GQA with 8 KV heads.
     "llama-3-70b": ModelShape(
@@ -207,6 +232,8 @@ def shape_from_config(name: str, cfg: ModelConfig) -> ModelShape:
         rope_theta=cfg.rope_theta,
         rope_scaling=cfg.rope_scaling,
         rms_norm_eps=cfg.rms_norm_eps,
+        bos_token_id=cfg.bos_token_id,
+        eos_token_id=cfg.eos_token_id,
     )
 
 
@@ -231,6 +258,8 @@ def model_config(shape: ModelShape) -> ModelConfig:
         rope_theta=shape.rope_theta,
         rope_scaling=shape.rope_scaling,
         rms_norm_eps=shape.rms_norm_eps,
+        bos_token_id=shape.bos_token_id,
+        eos_token_id=shape.eos_token_id,
         architecture="Qwen2ForCausalLM" if qwen2 else "LlamaForCausalLM",
     )
 

@@ -104,9 +104,12 @@ def each_engine(
     ctx: RunContext,
     options: dict[str, dict[str, Any]],
     measure: Callable[[str, LLMEngine], T],
+    *,
+    save_frames: bool = True,
 ) -> dict[str, T]:
     """One setting's engine at a time: build it from ``ctx.engine(**options[setting])``, run
-    ``measure(setting, engine)`` (which must not keep the engine), keep its frames, and free
+    ``measure(setting, engine)`` (which must not keep the engine), keep its frames (unless
+    ``save_frames`` is False: ``measure`` saves its own, e.g. per trial), and free
     it before the next is built, so the chip never holds two settings' weights and pools (a
     7B model's bf16 weights are half a v6e's HBM). The settings take turns going first across
     run seeds (``arm_order``), so a drift in machine speed over a run does not always land on
@@ -115,7 +118,8 @@ def each_engine(
     for setting in arm_order(list(options), ctx.seed):
         engine = ctx.engine(**options[setting])
         results[setting] = measure(setting, engine)
-        save_engine_frames(ctx, {setting: engine})
+        if save_frames:
+            save_engine_frames(ctx, {setting: engine})
         del engine
         gc.collect()  # the engine's device buffers go now, not at some later collection
     return results

@@ -1,10 +1,13 @@
 """One speculative-decoding comparison, shared by spec-decode-gain and spec-vs-batching.
 
 Two engines over the same model, pool and buckets, one plain and one speculative, serve the
-same batch of greedy requests (EOS ignored, so both produce exactly ``output_len`` tokens
-each). A trial times both arms (alternating which goes first, so drift on the machine
-favours neither) and records output tokens/s per arm, the speedup, the greedy mismatch
-count (output tokens that differ from plain decoding's) and vLLM's acceptance metrics.
+same batches of greedy requests (EOS ignored, so both produce exactly ``output_len`` tokens
+each). They are built one at a time (precision.each_engine): the plain engine never shares
+the chip with the speculative one, which holds the target and its draft. Each, once warmed,
+serves every trial's batch; trial t's batch is the same prompts for both, so per trial the
+speedup pairs the two arms' output tokens/s and the greedy mismatch count compares their
+tokens. Which engine goes first turns with the run seed. vLLM's acceptance metrics are
+recorded per trial from the speculative engine's steps.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from claimbench.engine.sampler import SamplingParams
+from claimbench.harness.draft_models import DRAFT_PARAM, draft_path, pinned_draft
+from claimbench.harness.precision import each_engine
 from claimbench.harness.serving_summary import spec_decode_summary
 from claimbench.workload.corpus import heldout_prompts
 from claimbench.workload.tokens import random_token_source
@@ -22,8 +27,6 @@ from claimbench.workload.tokens import random_token_source
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
     from claimbench.harness.context import RunContext
-
-ARMS = ("plain", "speculative")
 
 
 def check_params(params: dict[str, Any]) -> None:
@@ -33,23 +36,26 @@ def check_params(params: dict[str, Any]) -> None:
             raise ValueError(f"param {key} must be a positive integer, got {params[key]!r}")
     if params["proposer"] not in ("draft", "ngram"):
         raise ValueError(f"param proposer must be draft or ngram, got {params['proposer']!r}")
+    pinned_draft(params[DRAFT_PARAM])
 
 
-def engines(ctx: RunContext, params: dict[str, Any]) -> dict[str, LLMEngine]:
-    """The two arms' engines, compiled ahead: room for every sequence's verify chunk in one
-    step, prefix caching off (neither arm reuses the other's prompts)."""
+def engine_options(params: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each arm's ctx.engine options, compiled ahead: room for every sequence's verify chunk
+    in one step, prefix caching off (neither arm reuses the other's prompts); the
+    speculative arm's draft where the params pin one (harness/draft_models.py)."""
     batch, k = params["batch"], params["num_spec_tokens"]
     shared = dict(
+        precompile=True,
         max_num_seqs=batch,
         max_num_batched_tokens=max(64, batch * (1 + k)),
         max_model_len=params["input_len"] + params["output_len"],
         prefix_caching="off",
         num_spec_tokens=k,
     )
-    return {
-        "plain": ctx.engine(precompile=True, speculative="none", **shared),
-        "speculative": ctx.engine(precompile=True, speculative=params["proposer"], **shared),
-    }
+    speculative = shared | {"speculative": params["proposer"]}
+    if params["proposer"] == "draft" and (path := draft_path(params[DRAFT_PARAM])) is not None:
+        speculative["draft_model_path"] = path
+    return {"plain": shared | {"speculative": "none"}, "speculative": speculative}
 
 
 def draw_prompts(engine: LLMEngine, params: dict[str, Any], seed: int) -> list[list[int]]:
@@ -72,36 +78,50 @@ def serve(engine: LLMEngine, prompts: list[list[int]], output_len: int) -> tuple
 
 
 def run_trials(ctx: RunContext, params: dict[str, Any], speedup_metric: str) -> None:
-    """Every trial of the comparison; the speedup is recorded as ``speedup_metric``."""
-    arms = engines(ctx, params)
+    """Every trial of the comparison, one engine at a time; the speedup is recorded as
+    ``speedup_metric``."""
     output_len = params["output_len"]
-    for engine in arms.values():  # warm caches and allocator paths before anything is timed
-        serve(engine, draw_prompts(engine, params, ctx.seed), min(output_len, 8))
+    batches: list[list[list[int]]] = []  # per trial, drawn once: both arms serve the same
+
+    def measure(arm: str, engine: LLMEngine) -> list[tuple[list, float]]:
+        if not batches:
+            batches.extend(draw_prompts(engine, params, ctx.seed + t) for t in range(ctx.trials))
+        serve(engine, batches[0], min(output_len, 8))  # warm caches and allocator paths
+        served = []
+        for trial, prompts in enumerate(batches):
+            tokens, seconds = serve(engine, prompts, output_len)
+            rate = len(prompts) * output_len / seconds
+            served.append((tokens, rate))
+            ctx.record("output_throughput", rate, trial=trial, unit="tok/s", arm=arm)
+            steps = engine.steps_frame()
+            ctx.save_frames(requests=engine.requests_frame(), steps=steps, arm=arm, trial=trial)
+            if arm == "speculative":
+                record_acceptance(ctx, spec_decode_summary(steps), trial, params)
+        return served
+
+    arms = each_engine(ctx, engine_options(params), measure, save_frames=False)
     for trial in range(ctx.trials):
-        prompts = draw_prompts(arms["plain"], params, ctx.seed + trial)
-        tokens, rate = {}, {}
-        for arm in ARMS[:: 1 if trial % 2 == 0 else -1]:
-            tokens[arm], seconds = serve(arms[arm], prompts, output_len)
-            rate[arm] = len(prompts) * output_len / seconds
-            ctx.record("output_throughput", rate[arm], trial=trial, unit="tok/s", arm=arm)
-            steps = arms[arm].steps_frame()
-            ctx.save_frames(requests=arms[arm].requests_frame(), steps=steps, arm=arm, trial=trial)
-        ctx.record(speedup_metric, rate["speculative"] / rate["plain"], trial=trial, unit="x")
+        (plain, plain_rate), (spec, spec_rate) = arms["plain"][trial], arms["speculative"][trial]
+        ctx.record(speedup_metric, spec_rate / plain_rate, trial=trial, unit="x")
         mismatch = sum(
-            sum(a != b for a, b in zip(s, p, strict=True))
-            for s, p in zip(tokens["speculative"], tokens["plain"], strict=True)
+            sum(a != b for a, b in zip(s, p, strict=True)) for s, p in zip(spec, plain, strict=True)
         )
         ctx.record("greedy_mismatch", mismatch, trial=trial, unit="tokens")
-        spec = spec_decode_summary(arms["speculative"].steps_frame())
-        for metric, unit in (
-            ("draft_acceptance_rate", "ratio"),
-            ("mean_acceptance_length", "tokens"),
-            ("num_drafts", "drafts"),
-            ("num_draft_tokens", "tokens"),
-            ("num_accepted_tokens", "tokens"),
-            ("draft_share_pct", "%"),
-        ):
-            ctx.record(metric, spec.get(metric, 0.0), trial=trial, unit=unit)
-        for j in range(params["num_spec_tokens"]):
-            rate_j = spec.get(f"acceptance_rate_pos_{j}", 0.0)
-            ctx.record("acceptance_rate_per_pos", rate_j, trial=trial, unit="ratio", position=j)
+
+
+def record_acceptance(
+    ctx: RunContext, spec: dict[str, float], trial: int, params: dict[str, Any]
+) -> None:
+    """vLLM's acceptance metrics of one trial's speculative serving."""
+    for metric, unit in (
+        ("draft_acceptance_rate", "ratio"),
+        ("mean_acceptance_length", "tokens"),
+        ("num_drafts", "drafts"),
+        ("num_draft_tokens", "tokens"),
+        ("num_accepted_tokens", "tokens"),
+        ("draft_share_pct", "%"),
+    ):
+        ctx.record(metric, spec.get(metric, 0.0), trial=trial, unit=unit)
+    for j in range(params["num_spec_tokens"]):
+        rate_j = spec.get(f"acceptance_rate_pos_{j}", 0.0)
+        ctx.record("acceptance_rate_per_pos", rate_j, trial=trial, unit="ratio", position=j)

@@ -176,7 +176,10 @@ def _check_engine(
             )
         draft_cfg = None
         if config.speculative == "draft":
-            draft_cfg = read_config(config.draft_model_path or default_draft_path())
+            if engine.draft is not None:
+                _, draft_cfg = resolve_model(engine.draft)
+            else:
+                draft_cfg = read_config(config.draft_model_path or default_draft_path())
             check_draft(draft_cfg, model_cfg, None, None)
         pool = None
         if utilization is not None:
