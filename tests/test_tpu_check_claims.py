@@ -160,6 +160,10 @@ def test_engines_held_at_once_are_summed_against_the_chip() -> None:
     draft = groups["draft"]
     assert (draft.resident_bytes, draft.temp_bytes) == (40 + 15, 25)
     assert resident_groups(checks[:2], 99)[0].error.startswith("does not fit HBM: 2 engines")
+    # An engine alone with its draft: both steps' arguments and the larger temporaries.
+    crowded = ClaimCheck("draft", "s", "m", 1, _bucket(80, 5), draft=_bucket(30, 25))
+    assert (crowded.resident_bytes, crowded.temp_bytes) == (80, 25) and not crowded.ok
+    assert crowded.error.startswith("does not fit HBM with its draft: 0.00 GB")
 
 
 def test_a_draft_that_cannot_propose_for_the_model_is_refused_without_compiling() -> None:

@@ -52,7 +52,23 @@ class ClaimCheck:
     @property
     def error(self) -> str | None:
         errors = [self.config_error] + [b.error for b in (self.bucket, self.draft) if b]
+        errors.append(self.draft_fit_error)
         return "; ".join(e for e in errors if e) or None
+
+    @property
+    def draft_fit_error(self) -> str | None:
+        """A speculative engine whose step and draft step each fit, but not both resident
+        with the larger step's temporaries; None otherwise."""
+        if self.bucket is None or self.draft is None or self.bucket.error or self.draft.error:
+            return None
+        needed, hbm = self.resident_bytes + self.temp_bytes, self.bucket.hbm_bytes
+        if needed <= hbm:
+            return None
+        return (
+            f"does not fit HBM with its draft: {needed / 1e9:.2f} GB (target and draft "
+            f"resident {self.resident_bytes / 1e9:.2f} GB, temporaries "
+            f"{self.temp_bytes / 1e9:.2f} GB) > {hbm / 1e9:.1f} GB"
+        )
 
     @property
     def resident_bytes(self) -> int:
