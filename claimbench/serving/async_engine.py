@@ -80,10 +80,15 @@ class RequestStream:
 
     A deque and one waiter future rather than an asyncio.Queue: a step's events for a
     request arrive together and are taken together, one wake-up per step. A reader that
-    only wants the whole output (``wake_at_end``) is woken once, by its last event."""
+    only wants the whole output (``wake_at_end``) is woken once, by its last event.
+
+    A ``listener`` may take a step's events as they are pushed, with no reader woken: it
+    returns True when it took them all, False (having taken none) to let them queue. It is
+    offered events only while nothing is queued, so nothing overtakes a queued event."""
 
     def __init__(self, request_id: str = "") -> None:
         self.request_id = request_id
+        self.listener: Callable[[Sequence[Event | Exception]], bool] | None = None
         self._events: collections.deque[Event | Exception] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
         self._at_end_only = False
@@ -94,7 +99,11 @@ class RequestStream:
         self._at_end_only = True
 
     def push(self, events: Sequence[Event | Exception]) -> None:
-        """Add events (on the event loop's thread) and wake the reader."""
+        """Add events (on the event loop's thread) and wake the reader, unless the
+        listener takes them."""
+        listener = self.listener
+        if listener is not None and not self._events and listener(events):
+            return
         self._events.extend(events)
         if events and isinstance(events[-1], FinishEvent | RejectEvent | Exception):
             self._ended = True

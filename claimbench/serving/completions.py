@@ -10,15 +10,17 @@ every generated token, the one that completed a stop string included (vLLM count
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
+from claimbench.engine.outputs import TokenEvent
 from claimbench.engine.sampler import SamplingParams
 from claimbench.serving import sse
 from claimbench.serving.async_engine import EngineStopped, RequestRejected, RequestStream
@@ -321,6 +323,8 @@ def _sse(
     async def produce(write: Write) -> None:
         if first is not None:
             await write(sse.event(first), False)
+        if template is not None and not job.assembler.stop:
+            job.stream.listener = functools.partial(_write_tokens, job, chunk, template, write)
         tail = ""
         try:
             async for piece in job.pieces():
@@ -333,12 +337,35 @@ def _sse(
         except EngineStopped:
             error = error_body("the server stopped before the request finished", 503)
             tail += f"data: {json.dumps(error)}\n\n"
+        finally:
+            job.stream.listener = None
         if usage_chunk is not None:
             usage_chunk.usage = job.usage()
             tail += sse.event(usage_chunk)
         await write(tail + "data: [DONE]\n\n", True)
 
     return EventStream(produce)
+
+
+def _write_tokens(
+    job: Job,
+    chunk: Callable[[Piece], BaseModel],
+    template: TextChunkTemplate,
+    write: Write,
+    events: Sequence[object],
+) -> bool:
+    """A stream's listener (``RequestStream.listener``): a step's tokens written as one
+    chunk from the pipe reader's callback, the chunk ``_sse``'s loop would write for the
+    same piece. Declines (False, nothing taken) anything but plain tokens, and whenever the
+    chunk cannot go out at once (``BodyWriter.can_write_now``); set only for requests without
+    stop strings or log-probs, so a token can never end the output here."""
+    if not write.can_write_now() or not all(type(e) is TokenEvent for e in events):
+        return False
+    assembler = job.assembler
+    text = "".join([assembler.push(e.token_id, e.logprob) for e in events])
+    if text:
+        return write.write_now(template.event(text))
+    return write.write_now(sse.event(chunk(Piece("", [e.token_id for e in events], [], None))))
 
 
 def _completion_logprobs(state: ServerState, piece: Piece, offset: int) -> CompletionLogprobs:
