@@ -83,6 +83,16 @@ if [ "$profile" = full ]; then
   model_dir=$("${cb[@]}" model fetch --json | .venv/bin/python -c 'import json, sys; print(json.load(sys.stdin)["path"])')
   echo "serving $model_dir"
   model_args=(--model "$model_dir")
+  # The drafts the speculative claims pin (their draft_model param), fetched and checked the
+  # same way; a run loads each from where the fetch puts it.
+  drafts=$(.venv/bin/python -c 'from pathlib import Path
+from claimbench.cli.project import open_claims
+from claimbench.harness.draft_models import claim_draft_pins
+print(" ".join(sorted({p.repo for p in claim_draft_pins(open_claims(Path(".")))})))')
+  for draft in $drafts; do
+    step "model fetch $draft (a speculative claim's draft)"
+    "${cb[@]}" model fetch "$draft"
+  done
 fi
 
 step "run --profile $profile"
