@@ -79,7 +79,7 @@ class Arm:
             num_pages,
             cfg.page_size,
             resolve_kv_dtype("auto", model.dtype),
-            bit_containers=backend != "pallas",
+            attention_backend=backend,
         )
         self.rope = jax.device_put(rope_table(model.cfg, cfg.max_model_len))
 

@@ -22,7 +22,14 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from claimbench.kernels import reference, xla_rpa
-from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV, quantize_int8_pages
+from claimbench.kernels.kv_quant import (
+    F16_CONTAINER,
+    FP8_DTYPE,
+    LayerKV,
+    from_container,
+    quantize_int8_pages,
+    value_dtype,
+)
 from claimbench.kernels.metadata import NULL_PAGE, AttentionMetadata
 from claimbench.kernels.pallas_rpa import ragged_paged_attention
 from claimbench.kernels.rpa_kernel import f16_bits_to_f32
@@ -106,6 +113,14 @@ def make_step(
     return q, k, v, cache, md
 
 
+def kernel_cache(cache: LayerKV) -> LayerKV:
+    """The cache as the kernel takes it: f16 pages as bf16 containers of their bits, as the
+    engine allocates them for the Pallas backend (kv_quant.kv_container_dtype)."""
+    if cache.pages.dtype != jnp.float16:
+        return cache
+    return LayerKV(jax.lax.bitcast_convert_type(cache.pages, F16_CONTAINER), None, True)
+
+
 def num_real_tokens(md: AttentionMetadata) -> int:
     return int(md.cu_q_lens[int(md.num_seqs[0])])
 
@@ -134,7 +149,8 @@ def check_against_references(q, k, v, cache, md, out, new_cache, *, tol, **optio
     )
     assert not np.any(as_f32(out[num_tokens:])), "rows of padded tokens must stay zero"
     # Real pages exactly as the reference's scatter left them; page 0 takes padding writes.
-    np.testing.assert_array_equal(as_f32(new_cache.pages[1:]), as_f32(ref_cache.pages[1:]))
+    pages = from_container(new_cache.pages, value_dtype(new_cache))
+    np.testing.assert_array_equal(as_f32(pages[1:]), as_f32(ref_cache.pages[1:]))
     if cache.pages.dtype == jnp.int8:
         np.testing.assert_array_equal(
             np.asarray(new_cache.scales[1:]), np.asarray(ref_cache.scales[1:])
@@ -229,7 +245,7 @@ CASES = [
         dict(sm_scale=128**-0.5, sliding_window=18, soft_cap=1.5),
     ),
     (
-        # f16 pages travel as 16-bit containers and are decoded in the kernel (pallas_rpa).
+        # f16 pages reach the kernel as bf16 containers and are decoded there (kernel_cache).
         "mixed ps16 gqa2 d64 f16, soft cap",
         dict(decode=[21, 3], prefill=[9], mixed=[(7, 30)], page_size=16, num_q_heads=4,
              num_kv_heads=2, head_dim=64, kv="f16", pad_seqs=1, pad_tokens=2),
@@ -252,7 +268,7 @@ CASES = [
 def test_random_steps_match_references(step, knobs, options):
     q, k, v, cache, md = make_step(len(step["decode"]) + 7 * len(step["mixed"]), **step)
     out, new_cache = ragged_paged_attention(
-        q, k, v, cache, md, **options, **(knobs or {}), interpret=INTERPRET
+        q, k, v, kernel_cache(cache), md, **options, **(knobs or {}), interpret=INTERPRET
     )
     tol = {"f32": 1e-5, "f16": 2e-3}.get(step["kv"], 2e-2)
     check_against_references(q, k, v, cache, md, out, new_cache, tol=tol, **options)
@@ -347,7 +363,11 @@ def test_lowers_to_mosaic_for_tpu(kv):
     device = jax.sharding.AbstractDevice(device_kind="TPU v6 lite", num_cores=1, platform="tpu")
     mesh = jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device)
     with jax.sharding.use_abstract_mesh(mesh):
-        lowered = jax.jit(kernel).trace(q, k, v, cache, md).lower(lowering_platforms=("tpu",))
+        lowered = (
+            jax.jit(kernel)
+            .trace(q, k, v, kernel_cache(cache), md)
+            .lower(lowering_platforms=("tpu",))
+        )
     assert "tpu_custom_call" in lowered.as_text()
 
 

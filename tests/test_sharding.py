@@ -220,7 +220,7 @@ def test_each_device_holds_an_unsharded_cache_of_its_own_kv_heads(variant, dtype
     info = worker("formats")[variant]["2"]["describe"]
     local = dataclasses.replace(TINY_MODEL, num_kv_heads=TINY_MODEL.num_kv_heads // 2)
     caches = jax.eval_shape(
-        lambda: allocate_kv_cache(local, info["num_pages"], 8, dtype, bit_containers=True)
+        lambda: allocate_kv_cache(local, info["num_pages"], 8, dtype, attention_backend="xla")
     )
     expected = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(caches))
     assert info["kv_cache_bytes_per_device"] == expected

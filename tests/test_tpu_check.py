@@ -100,6 +100,21 @@ def test_v6e_head_dim_64_pages_alias_in_place() -> None:
 
 
 @needs_libtpu
+def test_v6e_f16_pages_alias_in_place() -> None:
+    # Mosaic takes no f16: the pool was f16 and bitcast to bf16 and back around the kernel,
+    # each bitcast-convert a pass over a layer's whole cache (and bf16-not-fp16's small pool
+    # was staged through VMEM: 7 copies a step). The pool is now allocated as bf16 containers
+    # of the f16 bits (kv_quant.kv_container_dtype) and aliased in place.
+    name, model_cfg = tpu_check.resolve_model("claimbench-tiny")
+    engine_cfg = dataclasses.replace(EngineConfig(), dtype="float16")
+    report = tpu_check.check("v6e", model_cfg, engine_cfg, model_name=name, buckets=[(16, 8)])
+    (bucket,) = report.buckets
+    assert report.kv_dtype == "float16"
+    assert bucket.ok, bucket.error
+    assert bucket.full_cache_copies == 0
+
+
+@needs_libtpu
 def test_a_pool_larger_than_hbm_is_an_error_naming_the_sizes() -> None:
     name, model_cfg = tpu_check.resolve_model("claimbench-tiny")
     engine_cfg = dataclasses.replace(EngineConfig(), kv_pool_bytes=20 * 2**30)

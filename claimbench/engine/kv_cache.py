@@ -16,8 +16,8 @@ import jax.numpy as jnp
 from claimbench.kernels.kv_quant import (
     FP8_DTYPE,
     LayerKV,
-    container_dtype,
     int8_scales_shape,
+    kv_container_dtype,
     kv_storage_dtype,
 )
 from claimbench.models.config import ModelConfig
@@ -99,13 +99,18 @@ def allocate_kv_cache(
     page_size: int,
     storage_dtype: jnp.dtype,
     fp8_scales: tuple[float, float] = (1.0, 1.0),
-    bit_containers: bool = False,
+    attention_backend: str | None = None,
 ) -> list[LayerKV]:
     """One zeroed LayerKV per layer; int8 scales start at 1, fp8 tensor scales at fp8_scales
-    (k_scale, v_scale), the same for every layer. With ``bit_containers`` bf16/fp8 pages are
-    held as same-width unsigned ints (kv_quant.BIT_CONTAINERS: in-place writes on XLA:CPU)."""
+    (k_scale, v_scale), the same for every layer. Pages are in the container dtype the
+    resolved ``attention_backend`` reads (kv_quant.kv_container_dtype: bf16/fp8 bits in
+    unsigned ints for "xla" and "cpu", f16 bits in bf16 for "pallas"); None: in
+    ``storage_dtype`` itself. Containers take the same bytes as the values."""
     storage_dtype = jnp.dtype(storage_dtype)
-    page_dtype = container_dtype(storage_dtype) if bit_containers else storage_dtype
+    page_dtype = storage_dtype
+    if attention_backend is not None:
+        page_dtype = kv_container_dtype(storage_dtype, attention_backend)
+    f16_bits = storage_dtype == jnp.float16 and page_dtype != storage_dtype
     shape = (num_pages, page_size, 2 * cfg.num_kv_heads, cfg.head_dim)
     caches = []
     for _ in range(cfg.num_layers):
@@ -115,5 +120,5 @@ def allocate_kv_cache(
             scales = jnp.asarray(fp8_scales, jnp.float32)
         else:
             scales = None
-        caches.append(LayerKV(jnp.zeros(shape, page_dtype), scales))
+        caches.append(LayerKV(jnp.zeros(shape, page_dtype), scales, f16_bits))
     return caches

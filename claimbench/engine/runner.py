@@ -235,9 +235,9 @@ class ModelRunner:
             page_size=cfg.page_size,
             storage_dtype=self.kv_dtype,
             fp8_scales=fp8_kv_scales,
-            # The Pallas kernel reads pages in their value dtype; the XLA path writes
-            # in place only into integer containers (see kv_quant.BIT_CONTAINERS).
-            bit_containers=backend != "pallas",
+            # Pages in the dtype this backend reads and writes them in (XLA writes in
+            # place only into integer containers; Mosaic takes no f16): kv_container_dtype.
+            attention_backend=backend,
         )
         if self.tp is None:
             self.kv_caches = allocate(kv_cfg)

@@ -157,9 +157,9 @@ def cache_spec(cache: LayerKV) -> LayerKV:
     [num_pages, page_size, 2 * kv_heads] rows or as one row of lanes per page (each device's
     share its own rows, side by side); fp8's tensor scales f32[2] replicated."""
     if cache.scales is None:
-        return LayerKV(PAGES, None)
+        return LayerKV(PAGES, None, cache.f16_bits)
     specs = {3: ROW_SCALES, 2: PAGE_SCALES, 1: REPLICATED}
-    return LayerKV(PAGES, specs[cache.scales.ndim])
+    return LayerKV(PAGES, specs[cache.scales.ndim], cache.f16_bits)
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,7 @@ def teacher_forced(
             num_pages,
             PAGE_SIZE,
             resolve_kv_dtype("auto", model.dtype),
-            bit_containers=backend != "pallas",
+            attention_backend=backend,
         )
         results[name] = _teacher_forced(
             get_backend(attention_backend), float(cut), graphdef, state, rope, caches, inputs

@@ -113,7 +113,9 @@ def build_target(
         local_cfg, kv_dtype, engine_cfg.page_size, engine_cfg.kv_pool_bytes
     )
     local = jax.eval_shape(
-        lambda: allocate_kv_cache(local_cfg, num_pages, engine_cfg.page_size, kv_dtype)
+        lambda: allocate_kv_cache(
+            local_cfg, num_pages, engine_cfg.page_size, kv_dtype, attention_backend="pallas"
+        )
     )
     if mesh is None:
         cache_shardings = [jax.tree.map(lambda _: replicated, c) for c in local]

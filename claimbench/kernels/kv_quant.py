@@ -5,7 +5,7 @@ A layer's cache is a ``LayerKV``: ``pages`` of shape
 the head axis (row 2h is K of head h, row 2h + 1 is V of head h), and
 ``scales``, whose shape depends on the storage dtype:
 
-- bf16 / f32: ``None``.
+- bf16 / f16 / f32: ``None``.
 - int8: f32[num_pages, scale_lanes], one symmetric scale per token and per K/V
   head row (absmax / 127). Row p holds page p's scales token-major (lane
   t * 2 * num_kv_heads + r for token t, head row r), padded to a multiple of 128
@@ -15,11 +15,14 @@ the head axis (row 2h is K of head h, row 2h + 1 is V of head h), and
   whole 128-lane tiles keep their row-major layout, written in place and read by DMA.
 - fp8 (float8_e4m3fn): f32[2] = (k_scale, v_scale), per tensor, 1.0 or
   calibrated from held-out text.
+
+Pages may hold their values as the bits of another dtype of the same width ("containers"),
+per attention backend; ``kv_container_dtype`` is the whole convention.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass, field
 
 import jax
 import jax.numpy as jnp
@@ -36,11 +39,41 @@ FP8_MAX = float(jnp.finfo(FP8_DTYPE).max)  # 448
 # containers"); values are bitcast on the way in and on the way out, never converted.
 BIT_CONTAINERS = {jnp.dtype(jnp.bfloat16): jnp.uint16, jnp.dtype(FP8_DTYPE): jnp.uint8}
 CONTAINED = {jnp.dtype(c): d for d, c in BIT_CONTAINERS.items()}
+# Mosaic (Pallas TPU) neither loads, stores nor takes f16 arrays, so the Pallas path holds f16
+# pages as bf16-typed arrays of their bits (DMAs copy them exactly; the kernel decodes them,
+# rpa_kernel.f16_bits_to_f32). The pool is allocated that way, not bitcast per call: XLA:TPU
+# runs a bitcast-convert as a pass over the whole array, so bitcasting the pool in and out of
+# the kernel moved every layer's cache each step (v6e, tiny model: each bitcast a fusion of
+# its own, the pool staged through VMEM by copies). bf16 alone cannot tell f16 bits from bf16
+# values: LayerKV.f16_bits does.
+F16_CONTAINER = jnp.dtype(jnp.bfloat16)
 
 
-class LayerKV(NamedTuple):
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class LayerKV:
     pages: jax.Array  # [num_pages, page_size, 2 * num_kv_heads, head_dim]
     scales: jax.Array | None  # see module docstring
+    # Static: the pages are bf16-typed containers of f16 bits (kv_container_dtype, "pallas").
+    f16_bits: bool = field(default=False, metadata={"static": True})
+
+
+def kv_container_dtype(storage_dtype: jnp.dtype, attention_backend: str) -> jnp.dtype:
+    """The dtype a pool of ``storage_dtype`` values is allocated in for a resolved attention
+    backend name. "pallas": f16 in bf16 containers (F16_CONTAINER, marked ``f16_bits``), the
+    rest as is, Mosaic reading bf16 and fp8 pages as what they are. "xla" and "cpu": bf16 and
+    fp8 in same-width unsigned ints (BIT_CONTAINERS, told apart by dtype), the rest as is."""
+    storage_dtype = jnp.dtype(storage_dtype)
+    if attention_backend == "pallas":
+        return F16_CONTAINER if storage_dtype == jnp.float16 else storage_dtype
+    return container_dtype(storage_dtype)
+
+
+def value_dtype(cache: LayerKV) -> jnp.dtype:
+    """The dtype of the values a cache's pages hold: their own, or the one they contain."""
+    if cache.f16_bits:
+        return jnp.dtype(jnp.float16)
+    return logical_dtype(cache.pages.dtype)
 
 
 def kv_storage_dtype(kv_dtype: str, compute_dtype: jnp.dtype) -> jnp.dtype:
@@ -64,16 +97,19 @@ def logical_dtype(pages_dtype: jnp.dtype) -> jnp.dtype:
 
 
 def to_container(x: jax.Array, pages_dtype: jnp.dtype) -> jax.Array:
-    """Values in the logical dtype -> what is stored in pages of ``pages_dtype`` (a bitcast)."""
-    if jnp.dtype(pages_dtype) in CONTAINED:
+    """Values in the pages' value dtype -> what pages of ``pages_dtype`` store (a bitcast
+    for containers, else x itself)."""
+    if x.dtype != jnp.dtype(pages_dtype):
         return jax.lax.bitcast_convert_type(x, pages_dtype)
     return x
 
 
-def from_container(x: jax.Array) -> jax.Array:
-    """Stored page values -> the logical dtype (a bitcast for bit containers)."""
-    if x.dtype in CONTAINED:
-        return jax.lax.bitcast_convert_type(x, CONTAINED[x.dtype])
+def from_container(x: jax.Array, dtype: jnp.dtype | None = None) -> jax.Array:
+    """Stored page values -> their values in ``dtype`` (None: the dtype x's own contains,
+    uint16 -> bf16, uint8 -> fp8); a bitcast for containers, else x itself."""
+    dtype = logical_dtype(x.dtype) if dtype is None else jnp.dtype(dtype)
+    if x.dtype != dtype:
+        return jax.lax.bitcast_convert_type(x, dtype)
     return x
 
 

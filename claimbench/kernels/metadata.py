@@ -21,7 +21,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV, int8_scales_shape, logical_dtype
+from claimbench.kernels.kv_quant import (
+    F16_CONTAINER,
+    FP8_DTYPE,
+    LayerKV,
+    int8_scales_shape,
+    logical_dtype,
+)
 
 NULL_PAGE = 0
 FLOAT_PAGE_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16), jnp.dtype(jnp.float32))
@@ -117,6 +123,8 @@ def check_scales(cache: LayerKV, *, bit_containers: bool = True) -> None:
     """Raise ValueError unless ``cache.scales`` is what its page dtype needs (kv_quant.py)."""
     pages, scales = cache.pages, cache.scales
     dtype = jnp.dtype(pages.dtype)
+    if cache.f16_bits and dtype != F16_CONTAINER:
+        raise ValueError(f"f16_bits pages must be {F16_CONTAINER} containers, got {dtype}")
     if bit_containers:
         dtype = logical_dtype(dtype)
     if dtype == jnp.int8:

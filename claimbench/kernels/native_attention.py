@@ -142,6 +142,11 @@ def ragged_paged_attention(
     soft_cap: float | None = None,
 ) -> tuple[jax.Array, LayerKV]:
     """``xla_rpa.ragged_paged_attention`` with the native kernels (the "cpu" backend)."""
+    if cache.f16_bits:
+        raise ValueError(
+            "the native kernels read pages in their own dtype, not f16 bits in bf16 "
+            "containers (the Pallas layout); allocate with attention_backend='cpu'"
+        )
     return xla_rpa.ragged_paged_attention(
         q,
         k,

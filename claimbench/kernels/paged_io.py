@@ -16,10 +16,10 @@ from claimbench.kernels.kv_quant import (
     fp8_row_scales,
     from_container,
     interleave_kv,
-    logical_dtype,
     page_row_scales,
     quantize_rows,
     to_container,
+    value_dtype,
     write_row_scales,
 )
 
@@ -31,15 +31,13 @@ def write_kv(cache: LayerKV, k: jax.Array, v: jax.Array, slot_mapping: jax.Array
     """
     pages = cache.pages
     num_pages, page_size, num_rows, head_dim = pages.shape
-    stored, row_scales = quantize_rows(
-        interleave_kv(k, v), cache.scales, logical_dtype(pages.dtype)
-    )
+    stored, row_scales = quantize_rows(interleave_kv(k, v), cache.scales, value_dtype(cache))
     flat = pages.reshape(num_pages * page_size, num_rows, head_dim)
     pages = flat.at[slot_mapping].set(to_container(stored, pages.dtype)).reshape(pages.shape)
     scales = cache.scales
     if row_scales is not None:
         scales = write_row_scales(scales, slot_mapping, row_scales, page_size)
-    return LayerKV(pages, scales)
+    return LayerKV(pages, scales, cache.f16_bits)
 
 
 def gather_sequences(cache: LayerKV, page_indices: jax.Array, dtype) -> jax.Array:
@@ -47,7 +45,7 @@ def gather_sequences(cache: LayerKV, page_indices: jax.Array, dtype) -> jax.Arra
     num_seqs, pages_per_seq = page_indices.shape
     _, page_size, num_rows, head_dim = cache.pages.shape
     kv = cache.pages[page_indices].reshape(num_seqs, pages_per_seq * page_size, num_rows, head_dim)
-    kv = from_container(kv)
+    kv = from_container(kv, value_dtype(cache))
     if kv.dtype == jnp.int8:
         row_scales = page_row_scales(cache.scales[page_indices], page_size, num_rows)
         row_scales = row_scales.reshape(num_seqs, pages_per_seq * page_size, num_rows)

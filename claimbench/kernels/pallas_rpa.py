@@ -28,7 +28,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
@@ -38,6 +37,8 @@ from claimbench.kernels.kv_quant import (
     interleave_kv,
     page_row_scales,
     quantize_rows,
+    to_container,
+    value_dtype,
 )
 from claimbench.kernels.metadata import (
     AttentionMetadata,
@@ -79,9 +80,11 @@ def ragged_paged_attention(
     """Write the step's new K/V into the cache and attend every token over its sequence.
 
     q: f[T, num_q_heads, D]; k, v: f[T, num_kv_heads, D]; cache.pages:
-    [num_pages, page_size, 2 * num_kv_heads, D or page_head_dim(D)] in bf16/f16/f32 (scales
-    None), int8 (scales f32[num_pages, page_size * 2 * num_kv_heads padded to 128 lanes],
-    kv_quant.int8_scales_shape) or fp8 e4m3 (scales f32[2]).
+    [num_pages, page_size, 2 * num_kv_heads, D or page_head_dim(D)] in bf16/f32 (scales
+    None), f16 as bf16 containers of its bits (``cache.f16_bits``, scales None: Mosaic takes
+    no f16 arrays; kv_quant.kv_container_dtype), int8 (scales f32[num_pages, page_size * 2 *
+    num_kv_heads padded to 128 lanes], kv_quant.int8_scales_shape) or fp8 e4m3 (scales
+    f32[2]).
     md: kv_lens i32[N] (after this step's write), cu_q_lens i32[N + 1], page_indices
     i32[N, pages_per_seq], num_seqs i32[1], distribution i32[3] (decode-only first).
     Token t of sequence i sits at position kv_lens[i] - q_len_i + (t - cu_q_lens[i]) and
@@ -116,6 +119,11 @@ def ragged_paged_attention(
         page_head_dims=(head_dim, page_head_dim(head_dim)),
         bit_containers=False,  # Mosaic reads bf16 and fp8 pages as what they are
     )
+    if cache.pages.dtype == jnp.float16:
+        raise ValueError(
+            "the Pallas kernel takes f16 pages as bf16 containers of their bits, not float16 "
+            "arrays: allocate_kv_cache(..., attention_backend='pallas') (LayerKV.f16_bits)"
+        )
     num_tokens = q.shape[0]
     page_size = cache.pages.shape[1]
     pages_per_seq = md.pages_per_seq
@@ -197,19 +205,19 @@ def _call_kernel(
         lanes = [(0, 0), (0, 0), (0, pages.shape[3] - model_head_dim)]
         q, k, v = jnp.pad(q, lanes), jnp.pad(k, lanes), jnp.pad(v, lanes)
     out_dtype = q.dtype
-    f16 = pages.dtype == jnp.float16
-    if f16:
+    if cache.f16_bits:
         # TPUs have no f16 arithmetic and Mosaic neither loads nor stores f16 vectors: the
-        # pages travel as 16-bit containers (bf16-typed, f16 bits; DMAs copy them exactly),
+        # pool is allocated as bf16-typed containers of f16 bits (DMAs copy them exactly),
         # the kernel decodes the bits to f32 and attends in f32, as XLA computes f16 dots.
+        # Only the step's new rows are bitcast here; the pool never is (on TPU that bitcast
+        # is a pass over the whole cache: kv_quant.F16_CONTAINER).
         q = q.astype(jnp.float32)
-        k, v = (lax.bitcast_convert_type(x.astype(jnp.float16), jnp.bfloat16) for x in (k, v))
-        pages = lax.bitcast_convert_type(pages, jnp.bfloat16)
     num_q_heads, head_dim = q.shape[1:]
     num_kv_heads = k.shape[1]
     _, page_size, num_rows, _ = pages.shape
-    quant = "f16" if f16 else _quant_mode(pages.dtype)
-    kv_new, new_scales = quantize_rows(interleave_kv(k, v), cache.scales, pages.dtype)
+    quant = "f16" if cache.f16_bits else _quant_mode(pages.dtype)
+    kv_new, new_scales = quantize_rows(interleave_kv(k, v), cache.scales, value_dtype(cache))
+    kv_new = to_container(kv_new, pages.dtype)
     scales = cache.scales
     if quant == "int8":
         # Every scale the kernel needs, the new tokens' included, arrives per KV block
@@ -287,10 +295,8 @@ def _call_kernel(
         interpret=interpret,
         name="claimbench_ragged_paged_attention",
     )(*scalars, *inputs)
-    out, new_pages = results[0][..., :model_head_dim], results[1]
-    if f16:
-        out, new_pages = out.astype(out_dtype), lax.bitcast_convert_type(new_pages, jnp.float16)
-    return out, LayerKV(new_pages, scales)
+    out = results[0][..., :model_head_dim].astype(out_dtype)
+    return out, LayerKV(results[1], scales, cache.f16_bits)
 
 
 def _pad_table(md: AttentionMetadata, bkv_pages: int) -> jax.Array:
