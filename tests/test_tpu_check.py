@@ -43,6 +43,9 @@ def test_copy_counter_finds_the_whole_cache_copies() -> None:
     assert count_full_copies(HLO_WITH_COPIES, [("f32", CACHE[1])]) == 0
     no_copy = HLO_WITH_COPIES.replace(" copy(", " negate(").replace("copy-start(", "add(")
     assert count_full_copies(no_copy, [CACHE]) == 0
+    # XLA:TPU runs a bitcast-convert as a pass over the array (the kernel's old f16 path).
+    bitcast = no_copy.replace(" negate(%get", " bitcast-convert(%get")
+    assert count_full_copies(bitcast, [CACHE]) == 1
 
 
 def test_hlo_shape_spells_dtypes_as_hlo_does() -> None:
