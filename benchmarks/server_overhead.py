@@ -18,8 +18,9 @@ tokens) and whole. Every stream must end with ``data: [DONE]``; tokens are count
 each response's usage.
 Same prompts (held-out, BOS + --min-input..--max-input tokens), same greedy --output-len
 tokens (EOS ignored), prefix caching off everywhere, step shapes compiled before timing.
-The paths alternate, and each reports its best of --repeats runs (the host may be shared),
-and the ratio of the medians beside the ratio of the bests.
+The paths alternate, --repeats runs each (the host may be shared): each path's best run is
+shown, and the target is judged on the ratio of the medians (one lucky or unlucky run moves
+a ratio of two bests; the median of alternating runs is steadier), printed beside it.
 
 Reported per concurrency and path: output tokens/s and its ratio to in process (target:
 streamed HTTP keeps >= 90% at 16 clients), mean end-to-end latency and the server's added
@@ -507,11 +508,11 @@ def main() -> None:
             f"{client:>13} {r['serving_cpu_us_per_token']:>19.0f} {split:>20}"
         )
     ratio = next(r for r in rows if r["clients"] == 16 and r["path"] == "HTTP stream")
-    verdict = "meets" if ratio["throughput_ratio"] >= 0.9 else "misses"
+    verdict = "meets" if ratio["median_ratio"] >= 0.9 else "misses"
     print(
-        f"streamed HTTP keeps {100 * ratio['throughput_ratio']:.0f}% of in-process throughput "
-        f"at 16 clients (best of {args.repeats} each; medians: "
-        f"{100 * ratio['median_ratio']:.0f}%): {verdict} the >= 90% target"
+        f"streamed HTTP keeps {100 * ratio['median_ratio']:.0f}% of in-process throughput "
+        f"at 16 clients (median of {args.repeats} alternating runs each; best against best: "
+        f"{100 * ratio['throughput_ratio']:.0f}%): {verdict} the >= 90% target"
     )
 
 
