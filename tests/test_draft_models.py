@@ -90,3 +90,25 @@ def test_a_bad_draft_param_is_one_line() -> None:
     assert "\n" not in str(info.value)
     with pytest.raises(ValueError, match="param draft_model preset: unknown preset 'qwen-9b'"):
         pinned_draft({"repo": REPO, "revision": REV, "preset": "qwen-9b"})
+
+
+def test_the_shipped_model_drafts_with_the_shipped_draft_whatever_the_pin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pinned draft belongs to the model it shares a tokenizer with: a run serving the
+    shipped model (a lent device with no checkpoints) keeps the shipped draft, not an error."""
+    from claimbench.harness.spec_trials import engine_options
+
+    monkeypatch.setattr(fetch, "DEFAULT_CACHE", tmp_path / "models")  # nothing fetched
+    params = {
+        "batch": 1,
+        "num_spec_tokens": 4,
+        "input_len": 8,
+        "output_len": 8,
+        "proposer": "draft",
+        "draft_model": {"repo": REPO, "revision": REV, "preset": "qwen2.5-0.5b-instruct"},
+    }
+    shipped = engine_options(params, serves_shipped_model=True)["speculative"]
+    assert shipped["speculative"] == "draft" and "draft_model_path" not in shipped
+    with pytest.raises(ValueError, match="model fetch"):
+        engine_options(params, serves_shipped_model=False)

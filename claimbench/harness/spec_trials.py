@@ -39,10 +39,15 @@ def check_params(params: dict[str, Any]) -> None:
     pinned_draft(params[DRAFT_PARAM])
 
 
-def engine_options(params: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def engine_options(
+    params: dict[str, Any], serves_shipped_model: bool = False
+) -> dict[str, dict[str, Any]]:
     """Each arm's ctx.engine options, compiled ahead: room for every sequence's verify chunk
     in one step, prefix caching off (neither arm reuses the other's prompts); the
-    speculative arm's draft where the params pin one (harness/draft_models.py)."""
+    speculative arm's draft where the params pin one (harness/draft_models.py). A pinned
+    draft drafts for the model it shares a tokenizer with (the full profile's); a run that
+    serves the shipped model (no --model: a lent device without the checkpoints) drafts with
+    the shipped draft, and its provenance lists that draft among the models it used."""
     batch, k = params["batch"], params["num_spec_tokens"]
     shared = dict(
         precompile=True,
@@ -53,7 +58,8 @@ def engine_options(params: dict[str, Any]) -> dict[str, dict[str, Any]]:
         num_spec_tokens=k,
     )
     speculative = shared | {"speculative": params["proposer"]}
-    if params["proposer"] == "draft" and (path := draft_path(params[DRAFT_PARAM])) is not None:
+    pinned = params["proposer"] == "draft" and not serves_shipped_model
+    if pinned and (path := draft_path(params[DRAFT_PARAM])) is not None:
         speculative["draft_model_path"] = path
     return {"plain": shared | {"speculative": "none"}, "speculative": speculative}
 
@@ -99,7 +105,8 @@ def run_trials(ctx: RunContext, params: dict[str, Any], speedup_metric: str) -> 
                 record_acceptance(ctx, spec_decode_summary(steps), trial, params)
         return served
 
-    arms = each_engine(ctx, engine_options(params), measure, save_frames=False)
+    options = engine_options(params, serves_shipped_model=ctx.model_option is None)
+    arms = each_engine(ctx, options, measure, save_frames=False)
     for trial in range(ctx.trials):
         (plain, plain_rate), (spec, spec_rate) = arms["plain"][trial], arms["speculative"][trial]
         ctx.record(speedup_metric, spec_rate / plain_rate, trial=trial, unit="x")
