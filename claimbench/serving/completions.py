@@ -320,20 +320,24 @@ def _sse(
     text, the model of ``chunk`` every other one. A piece (what one wake-up of the request
     brings) is one write; the last piece's chunk, the usage chunk and ``[DONE]`` are one."""
 
+    def middle(piece: Piece) -> str:
+        """The event of a piece that does not end the stream."""
+        if template is not None and piece.text:
+            return template.event(piece.text)
+        return sse.event(chunk(piece))
+
     async def produce(write: Write) -> None:
         if first is not None:
             await write(sse.event(first), False)
         if template is not None and not job.assembler.stop:
-            job.stream.listener = functools.partial(_write_tokens, job, chunk, template, write)
+            job.stream.listener = functools.partial(_write_tokens, job, middle, write)
         tail = ""
         try:
             async for piece in job.pieces():
                 if piece.finish_reason is not None:
                     tail = sse.event(chunk(piece))
-                elif template is not None and piece.text:
-                    await write(template.event(piece.text), False)
                 elif piece.text or piece.token_ids:
-                    await write(sse.event(chunk(piece)), False)
+                    await write(middle(piece), False)
         except EngineStopped:
             error = error_body("the server stopped before the request finished", 503)
             tail += f"data: {json.dumps(error)}\n\n"
@@ -348,11 +352,7 @@ def _sse(
 
 
 def _write_tokens(
-    job: Job,
-    chunk: Callable[[Piece], BaseModel],
-    template: TextChunkTemplate,
-    write: Write,
-    events: Sequence[object],
+    job: Job, middle: Callable[[Piece], str], write: Write, events: Sequence[object]
 ) -> bool:
     """A stream's listener (``RequestStream.listener``): a step's tokens written as one
     chunk from the pipe reader's callback, the chunk ``_sse``'s loop would write for the
@@ -363,9 +363,7 @@ def _write_tokens(
         return False
     assembler = job.assembler
     text = "".join([assembler.push(e.token_id, e.logprob) for e in events])
-    if text:
-        return write.write_now(template.event(text))
-    return write.write_now(sse.event(chunk(Piece("", [e.token_id for e in events], [], None))))
+    return write.write_now(middle(Piece(text, [e.token_id for e in events], [], None)))
 
 
 def _completion_logprobs(state: ServerState, piece: Piece, offset: int) -> CompletionLogprobs:
