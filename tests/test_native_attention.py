@@ -188,22 +188,23 @@ def test_cpu_engine_greedy_tokens_match_xla(kv_dtype):
         assert cpu.token_ids == xla.token_ids
 
 
-# -- the whole "cpu" backend (native decode and prefill) against dense attention ---------
+# -- the whole "cpu" backend (native decode; native or XLA prefill) against dense attention
 
 cpu_paged = jax.jit(
     native_attention.ragged_paged_attention,
-    static_argnames=("sm_scale", "sliding_window", "soft_cap"),
+    static_argnames=("sm_scale", "sliding_window", "soft_cap", "prefill"),
 )
 
 
+@pytest.mark.parametrize("prefill", native_attention.PREFILL_PATHS)
 @pytest.mark.parametrize("name", sorted(ref.CASES))
 @pytest.mark.parametrize("pad_tokens, pad_seqs", [(0, 0), (5, 3)])
-def test_cpu_backend_matches_dense_attention(name, pad_tokens, pad_seqs):
+def test_cpu_backend_matches_dense_attention(name, pad_tokens, pad_seqs, prefill):
     specs = ref.CASES[name]
     q, k, v, cache, md, k_all, v_all = ref.build_case(
         specs, pad_tokens=pad_tokens, pad_seqs=pad_seqs
     )
-    out, new_cache = cpu_paged(q, k, v, cache, md, sm_scale=ref.SM_SCALE)
+    out, new_cache = cpu_paged(q, k, v, cache, md, sm_scale=ref.SM_SCALE, prefill=prefill)
     num_real = len(q) - pad_tokens
     expected = ref.dense_reference(q, specs, k_all, v_all)
     np.testing.assert_allclose(out[:num_real], expected, rtol=2e-5, atol=2e-5)
@@ -223,11 +224,12 @@ def test_cpu_backend_matches_dense_attention(name, pad_tokens, pad_seqs):
         ({}, FP8_DTYPE),
     ],
 )
-def test_cpu_backend_options_and_storages(options, dtype):
+@pytest.mark.parametrize("prefill", native_attention.PREFILL_PATHS)
+def test_cpu_backend_options_and_storages(options, dtype, prefill):
     # Long chunks: more query rows than one tile, more keys than one key tile.
     specs = [(ref.MAX_LEN - 1, 1), (7, 1), (0, 1), (0, 23), (5, 19), (9, 17)]
     q, k, v, cache, md, k_all, v_all = ref.build_case(specs, pad_tokens=3, pad_seqs=1, dtype=dtype)
-    out, _ = cpu_paged(q, k, v, cache, md, sm_scale=ref.SM_SCALE, **options)
+    out, _ = cpu_paged(q, k, v, cache, md, sm_scale=ref.SM_SCALE, prefill=prefill, **options)
     xla, _ = jax.jit(
         reference.ragged_paged_attention, static_argnames=("sm_scale", "sliding_window", "soft_cap")
     )(q, k, v, cache, md, sm_scale=ref.SM_SCALE, **options)
@@ -271,3 +273,40 @@ def test_native_prefill_tiles_head_dims_and_groups(head_dim, num_q_heads, num_kv
     expected = jax.jit(xla_prefill.prefill_attention, static_argnums=static)(qg, *args)
     np.testing.assert_allclose(native, expected, rtol=2e-4, atol=2e-5)
     assert np.all(np.asarray(native[0]) == 7.0)
+
+
+# -- which prefill the "cpu" backend takes -----------------------------------------------
+
+
+@pytest.mark.parametrize("avx512, expected", [(True, "native"), (False, "xla")])
+def test_prefill_path_follows_the_cpu_unless_forced(monkeypatch, avx512, expected):
+    monkeypatch.delenv(native_attention.PREFILL_ENV, raising=False)
+    monkeypatch.setattr(native_attention, "_has_avx512", lambda: avx512)
+    assert native_attention.prefill_path() == expected
+    for forced in native_attention.PREFILL_PATHS:
+        monkeypatch.setenv(native_attention.PREFILL_ENV, forced)
+        assert native_attention.prefill_path() == forced
+    monkeypatch.setenv(native_attention.PREFILL_ENV, "fast")
+    with pytest.raises(ValueError, match="CLAIMBENCH_NATIVE_PREFILL='fast'"):
+        native_attention.prefill_path()
+
+
+@pytest.mark.parametrize("prefill", native_attention.PREFILL_PATHS)
+def test_the_chosen_prefill_is_the_one_traced(monkeypatch, prefill):
+    """The path not chosen is never called: each stand-in raises if it is traced."""
+    calls = []
+    for path, module, name in (
+        ("native", native_attention, "paged_prefill_attention"),
+        ("xla", native_attention.xla_prefill, "prefill_attention"),
+    ):
+        real = getattr(module, name)
+
+        def traced(*args, _real=real, _path=path, **kwargs):
+            calls.append(_path)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, traced)
+    q, k, v, cache, md, _, _ = ref.build_case(ref.CASES["mixed"])
+    monkeypatch.setenv(native_attention.PREFILL_ENV, prefill)
+    native_attention.ragged_paged_attention(q, k, v, cache, md, sm_scale=ref.SM_SCALE)
+    assert calls == [prefill]
