@@ -203,7 +203,10 @@ def children(pid: int) -> list[int]:
     """The live child processes of ``pid`` (the server's engine process among them)."""
     found = []
     for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(c) for c in (task / "children").read_text().split()]
+        try:  # a thread may end between the listing and the read
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except FileNotFoundError:
+            continue
     return found
 
 

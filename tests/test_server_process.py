@@ -27,10 +27,16 @@ def child_states(pid: int) -> dict[int, str]:
     """Each live child of ``pid`` and its state letter (Z: a zombie nobody reaped)."""
     states = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            stat = Path(f"/proc/{child}/stat")
-            if stat.exists():
-                states[int(child)] = stat.read_text().rsplit(")", 1)[1].split()[0]
+        try:  # a thread, or a child, may end between the listing and the read
+            children = (task / "children").read_text().split()
+        except FileNotFoundError:
+            continue
+        for child in children:
+            try:
+                stat = Path(f"/proc/{child}/stat").read_text()
+            except FileNotFoundError:
+                continue
+            states[int(child)] = stat.rsplit(")", 1)[1].split()[0]
     return states
 
 

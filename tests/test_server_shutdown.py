@@ -51,9 +51,16 @@ def engine_processes(pid: int) -> list[int]:
     """The spawned children of ``pid`` (its engine process; not multiprocessing's tracker)."""
     found = []
     for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            cmdline = Path(f"/proc/{child}/cmdline")
-            if cmdline.exists() and b"spawn_main" in cmdline.read_bytes():
+        try:  # a thread, or a child, may end between the listing and the read
+            children = (task / "children").read_text().split()
+        except FileNotFoundError:
+            continue
+        for child in children:
+            try:
+                cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+            except FileNotFoundError:
+                continue
+            if b"spawn_main" in cmdline:
                 found.append(int(child))
     return found
 
