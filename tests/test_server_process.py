@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from server_helpers import MODEL, TEST_ENGINE, free_port, start_server, wait_for
+from server_helpers import MODEL, TEST_ENGINE, children, free_port, start_server, wait_for
 
 from claimbench.engine.outputs import FinishEvent, RejectEvent, RejectKind, TokenEvent
 from claimbench.models.checkpoint import default_model_path
@@ -26,17 +26,12 @@ from claimbench.serving.server import ServeOptions
 def child_states(pid: int) -> dict[int, str]:
     """Each live child of ``pid`` and its state letter (Z: a zombie nobody reaped)."""
     states = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:  # a thread, or a child, may end between the listing and the read
-            children = (task / "children").read_text().split()
+    for child in children(pid):
+        try:
+            stat = Path(f"/proc/{child}/stat").read_text()
         except FileNotFoundError:
             continue
-        for child in children:
-            try:
-                stat = Path(f"/proc/{child}/stat").read_text()
-            except FileNotFoundError:
-                continue
-            states[int(child)] = stat.rsplit(")", 1)[1].split()[0]
+        states[child] = stat.rsplit(")", 1)[1].split()[0]
     return states
 
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
-from server_helpers import free_port
+from server_helpers import children, free_port
 
 STREAMS = 4
 MAX_TOKENS = 100  # about a second of decoding: still running when SIGTERM comes
@@ -50,18 +50,13 @@ def wait_until_live(url: str, process: subprocess.Popen, timeout_s: float = 180)
 def engine_processes(pid: int) -> list[int]:
     """The spawned children of ``pid`` (its engine process; not multiprocessing's tracker)."""
     found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:  # a thread, or a child, may end between the listing and the read
-            children = (task / "children").read_text().split()
+    for child in children(pid):
+        try:
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
         except FileNotFoundError:
             continue
-        for child in children:
-            try:
-                cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
-            except FileNotFoundError:
-                continue
-            if b"spawn_main" in cmdline:
-                found.append(int(child))
+        if b"spawn_main" in cmdline:
+            found.append(child)
     return found
 
 
