@@ -62,6 +62,7 @@ from claimbench.serving.engine_core import CoreOptions
 from claimbench.workload.corpus import heldout_prompts
 
 CONCURRENCIES = (1, 16)
+ASYNC_FLAGS = {"auto": [], "on": ["--async-scheduling"], "off": ["--no-async-scheduling"]}
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -73,6 +74,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         max_num_batched_tokens=args.budget,
         kv_pool_bytes=64 * 2**20,
         prefix_caching="off",
+        async_scheduling={"auto": None, "on": True, "off": False}[args.async_scheduling],
     )
 
 
@@ -84,6 +86,7 @@ def serve_args(args: argparse.Namespace, port: int) -> list[str]:
         "--max-num-batched-tokens", str(cfg.max_num_batched_tokens),
         "--kv-pool-mb", str(cfg.kv_pool_bytes // 2**20), "--prefix-sharing", "off",
         "--served-model-name", "bench", "--stream-interval", str(args.stream_interval),
+        *ASYNC_FLAGS[args.async_scheduling],
     ]  # fmt: skip
 
 
@@ -432,6 +435,11 @@ def main() -> None:
     parser.add_argument(
         "--client-nice", type=int, default=10,
         help="niceness of the HTTP load generator's process (it stands for remote clients)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--async-scheduling", choices=tuple(ASYNC_FLAGS), default="auto",
+        help="every path's engine: build step N+1 while step N runs (auto: the platform's "
+        "default, as serve's)",
     )  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

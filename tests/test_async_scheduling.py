@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import jax
 import numpy as np
 import pytest
 from engine_helpers import tiny_engine, tiny_model
@@ -14,6 +15,8 @@ from claimbench.engine.async_step import PLACEHOLDER
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.outputs import FinishEvent, RejectEvent, TokenEvent
 from claimbench.engine.sampler import SamplingParams
+
+BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
 
 
 @pytest.fixture(scope="module")
@@ -283,15 +286,27 @@ def test_stop_strings_cut_the_same_text_and_nothing_follows():
         assert text == whole[: whole.index(stop[0])]
 
 
-def test_precompile_covers_the_token_merge():
-    """With overlap, precompile also compiles the device-side token merge at every shape, so
-    serving never compiles (here: a batch that shrinks from 8 sequences to 1)."""
+def test_precompile_covers_the_token_merge_and_the_steps_it_feeds():
+    """With overlap, precompile also compiles the device-side token merge at every shape, and
+    every step taking merged ids (a device array, another jit signature than the host's
+    numpy ids), so serving never compiles (here: a batch that shrinks from 8 sequences to 1)."""
     from claimbench.engine.async_step import merge_token_ids
 
     engine = tiny_engine(async_scheduling=True)
     engine.precompile()
-    before = merge_token_ids._cache_size()
+    before = merge_token_ids._cache_size(), engine.runner.num_compilations
+    compiles = []
+
+    def listener(event, duration, **kwargs):
+        if event == BACKEND_COMPILE:
+            compiles.append(duration)
+
     sampling = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (2, 3, 4, 5, 6, 7, 8, 20)]
-    engine.generate(_prompts(8, seed=7), sampling)
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        engine.generate(_prompts(8, seed=7), sampling)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
     assert engine.steps_frame()["num_seqs"].nunique() > 4
-    assert merge_token_ids._cache_size() == before
+    assert (merge_token_ids._cache_size(), engine.runner.num_compilations) == before
+    assert compiles == []

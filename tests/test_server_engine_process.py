@@ -109,3 +109,17 @@ def test_a_failing_start_is_one_clear_error():
     with pytest.raises(EngineProcessError, match="max_model_len=1000000") as e:
         engine.launch()
     assert "\n" not in str(e.value) and not engine.is_alive
+
+
+def test_the_engine_process_reports_whether_its_steps_overlap(grouped_engine):
+    """CPU's default is no overlap; asked for, the engine process overlaps its steps (and
+    then waits for replacements while one runs: test_server_replacement_wait.py)."""
+    assert grouped_engine.info.async_scheduling is False
+    config = dataclasses.replace(TEST_ENGINE, async_scheduling=True)
+    engine = ProcessEngine(CoreOptions(config, precompile=False))
+
+    async def scenario():
+        return tokens((await collect(await engine.add([1, 5, 6], GREEDY, tenant="t")))[0])
+
+    assert engine.launch().async_scheduling is True
+    assert len(run(engine, scenario)) == GREEDY.max_tokens

@@ -47,6 +47,14 @@ def serve(
     shutdown_timeout_s: Annotated[
         float, typer.Option(help="On SIGTERM, wait this long for in-flight requests.")
     ] = 30.0,
+    async_scheduling: Annotated[
+        bool | None,
+        typer.Option(
+            help="Build step N+1 while step N runs; the engine process then waits, while a "
+            "step runs, for the requests clients send as theirs finish (default: the "
+            "platform's, off today)."
+        ),
+    ] = None,
     stream_interval: Annotated[
         int,
         typer.Option(
@@ -81,6 +89,7 @@ def serve(
                 scheduling_policy=scheduling_policy,
                 victim_policy=victim_policy,
                 ladder=load_ladder(ladder) if ladder is not None else (),
+                async_scheduling=async_scheduling,
             ),
             tenants_file=tenants,
             prefix_sharing=prefix_sharing,

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from claimbench.engine.batch import StepPlan, build_step, empty_inputs
-from claimbench.engine.buckets import pick_pair, seq_buckets, token_buckets
+from claimbench.engine.buckets import bucket_pairs, pick_pair, seq_buckets, token_buckets
 from claimbench.engine.outputs import Event, TokenEvent
 from claimbench.engine.request import Request
 from claimbench.engine.runner import StepOutput
@@ -157,6 +157,7 @@ class OverlapStepper:
         tokens come from real all-padding steps, so they are placed as a step's outputs are."""
         cfg, runner = self.engine.config, self.engine.runner
         start, before = time.perf_counter(), merge_token_ids._cache_size()
+        steps_before = runner.num_compilations
         for num_seqs in seq_buckets(cfg):
             num_tokens = pick_pair(cfg, num_seqs, num_seqs)[0]
             prev = runner.execute(empty_inputs(cfg, num_tokens, num_seqs), False).tokens
@@ -164,7 +165,16 @@ class OverlapStepper:
             for bucket in token_buckets(cfg):
                 src = np.full(bucket, -1, np.int32)
                 jax.block_until_ready(merge_token_ids(np.zeros(bucket, np.int32), src, prev))
-        return merge_token_ids._cache_size() - before, time.perf_counter() - start
+        # A step whose ids were merged on the device takes them as a jax.Array: compile
+        # every bucket pair that way too (the merge's source is all -1: ids unchanged).
+        for num_tokens, num_seqs in bucket_pairs(cfg):
+            inputs = empty_inputs(cfg, num_tokens, num_seqs)
+            src = np.full(num_tokens, -1, np.int32)
+            merged = merge_token_ids(inputs.token_ids, src, prev)
+            merged_inputs = dataclasses.replace(inputs, token_ids=merged)
+            jax.block_until_ready(runner.execute(merged_inputs, False))
+        num = merge_token_ids._cache_size() - before + runner.num_compilations - steps_before
+        return num, time.perf_counter() - start
 
     def step(self, events: list[Event]) -> list[Event]:
         engine = self.engine

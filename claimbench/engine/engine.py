@@ -259,6 +259,13 @@ class LLMEngine:
         inflight = self._overlap is not None and self._overlap.inflight is not None
         return self.scheduler.has_unfinished or bool(self._pending) or inflight
 
+    def step_in_flight(self) -> bool:
+        """Whether a step dispatched by the last ``step()`` is still running on the device
+        (async scheduling only): until it ends, the next ``step()`` call would only queue
+        behind it, so requests added meanwhile lose nothing by waiting for it."""
+        inflight = self._overlap.inflight if self._overlap is not None else None
+        return inflight is not None and not inflight.out.tokens.is_ready()
+
     @property
     def async_scheduling(self) -> bool:
         """Whether steps overlap (config.async_scheduling, None resolved for the platform).

@@ -283,14 +283,17 @@ class ModelRunner:
         before_n, before_s = self.num_compilations, self.compile_time_s
         for num_tokens, num_seqs in bucket_pairs(self.cfg):
             for flag in (False, True) if prompt_logprobs else (False,):
-                if (num_tokens, num_seqs, flag) not in self._warm:
+                if (num_tokens, num_seqs, flag, False) not in self._warm:
                     inputs = empty_inputs(self.cfg, num_tokens, num_seqs)
                     jax.block_until_ready(self.execute(inputs, flag))
         return self.num_compilations - before_n, self.compile_time_s - before_s
 
     def execute(self, inputs: StepInputs, prompt_logprobs: bool) -> StepOutput:
         """Dispatch one step (asynchronously); the cache is replaced by the step's output."""
-        key = (len(inputs.token_ids), len(inputs.logits_indices), prompt_logprobs)
+        # Token ids merged on the device (async scheduling) are a committed jax.Array, a
+        # different jit signature from the host's numpy ids: compiled and counted apart.
+        on_device = isinstance(inputs.token_ids, jax.Array)
+        key = (len(inputs.token_ids), len(inputs.logits_indices), prompt_logprobs, on_device)
         first = key not in self._warm
         start = time.perf_counter()
         out, self.kv_caches = self._step(

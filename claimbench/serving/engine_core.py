@@ -47,6 +47,8 @@ log = logging.getLogger("claimbench.serving")
 ADD, ABORT, CALL, METRICS, STOP = "add", "abort", "call", "metrics", "stop"
 READY, FAILED, REPLY, STEP, BEAT = "ready", "failed", "reply", "step", "beat"
 HEARTBEAT_S = 0.5  # the longest the process stays silent while its loop goes round
+REPLACEMENT_WAIT_SHARE = 0.5  # of the last step's device time, at most, per wait
+POLL_S = 0.0005  # how often the wait checks whether the step in flight has ended
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ class CoreInfo:
     max_model_len: int
     num_compiled: int  # step shapes compiled before serving (0 without precompile)
     compile_s: float
+    async_scheduling: bool  # steps overlap; the loop then waits for replacements meanwhile
 
 
 def run_engine_core(options: CoreOptions, inbox: Connection, outbox: Connection) -> None:
@@ -93,7 +96,9 @@ def run_engine_core(options: CoreOptions, inbox: Connection, outbox: Connection)
         message = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
         outbox.send_bytes(pickle.dumps((FAILED, (message.splitlines() or [""])[0])))
         return
-    info = CoreInfo(prompt_ids, golden, engine.config.max_model_len, num, seconds)
+    info = CoreInfo(
+        prompt_ids, golden, engine.config.max_model_len, num, seconds, engine.async_scheduling
+    )
     outbox.send_bytes(pickle.dumps((READY, info)))
     EngineCore(engine, options, inbox, outbox).run()
 
@@ -122,7 +127,9 @@ class EngineCore:
                 if not self._receive(wait=not engine.has_unfinished):
                     return  # the server is gone: nobody to serve
                 if engine.has_unfinished:
-                    self._deliver(engine.step())
+                    finished = self._deliver(engine.step())
+                    if finished and not self._await_replacements(finished):
+                        return
                 if time.monotonic() - self.last_sent > HEARTBEAT_S:
                     self._send((BEAT,))
             for request_id, request in engine.requests.items():
@@ -148,6 +155,35 @@ class EngineCore:
                 message = pickle.loads(self.inbox.recv_bytes())
             except EOFError:
                 return False
+            self._handle(message)
+        return True
+
+    def _await_replacements(self, finished: int) -> bool:
+        """Wait, while the dispatched step still runs, for up to ``finished`` new requests.
+
+        A closed-loop client sends its next request as soon as its last one ends. In
+        process it is added before the next step is scheduled; here it crosses two pipes
+        and the server, and the loop would schedule the next step before it arrives, so it
+        would start a step later. Waiting costs nothing while the step in flight runs (the
+        next one could only queue behind it); the wait ends at half the last step's device
+        time, so the next step is still dispatched before the device runs dry. False once
+        the server's end is closed."""
+        engine = self.engine
+        records = engine.step_records
+        budget = REPLACEMENT_WAIT_SHARE * records[-1].device_s if records else 0.0
+        deadline = time.perf_counter() + budget
+        adds = 0
+        while adds < finished and engine.step_in_flight():
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                break
+            if not self.inbox.poll(min(left, POLL_S)):
+                continue
+            try:
+                message = pickle.loads(self.inbox.recv_bytes())
+            except EOFError:
+                return False
+            adds += message[0] == ADD
             self._handle(message)
         return True
 
@@ -198,9 +234,11 @@ class EngineCore:
 
     # -- out --------------------------------------------------------------------------
 
-    def _deliver(self, events: list[Event]) -> None:
+    def _deliver(self, events: list[Event]) -> int:
+        """Send the step's events; the number of live requests that finished."""
         engine = self.engine
         out: list[Event] = []
+        finished = 0
         for event in events:
             last = isinstance(event, FinishEvent | RejectEvent)
             if last:
@@ -210,6 +248,7 @@ class EngineCore:
                 continue  # aborted by its client, or a rejection already answered
             if last:
                 self.live.discard(event.request_id)
+                finished += 1
             out += self.interval.hand_over(event, last)
         if out:
             self._send((STEP, [encode_event(e) for e in out]))
@@ -218,6 +257,7 @@ class EngineCore:
             engine.forget(self.finished.popleft())  # its last event went out: done with it
         if len(engine.step_records) >= 2 * self.keep_step_records:
             engine.trim_step_records(self.keep_step_records)
+        return finished
 
     def _send(self, message: tuple) -> None:
         self.outbox.send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))

@@ -77,6 +77,7 @@ def build_server_state(options: ServeOptions) -> tuple[ServerState, list[str]]:
     engine = ProcessEngine(core)
     info = engine.launch()
     lines.append(f"engine process {engine.pid}")
+    lines.append(f"async scheduling: {'on' if info.async_scheduling else 'off'}")
     if options.precompile:
         lines.append(f"compiled {info.num_compiled} step shapes in {info.compile_s:.1f} s")
     lines.append(f"golden completion recorded: {info.golden_tokens}")
