@@ -1,7 +1,7 @@
 """What the HTTP server costs: the same workload in process and over HTTP, side by side.
 
     python benchmarks/server_overhead.py [--requests-per-client 8] [--output-len 32] [--repeats 5]
-        [--stream-interval 1] [--client-nice 10]
+        [--stream-interval 1] [--client-nice 10] [--async-scheduling auto|on|off]
 
 Closed loop at 1 and at 16 concurrent clients: each client sends its next request as
 soon as its previous one finishes. In process, the clients are slots of a plain
@@ -17,7 +17,9 @@ other machines, and on a CPU host they share the server's cores, so they take th
 tokens) and whole. Every stream must end with ``data: [DONE]``; tokens are counted from
 each response's usage.
 Same prompts (held-out, BOS + --min-input..--max-input tokens), same greedy --output-len
-tokens (EOS ignored), prefix caching off everywhere, step shapes compiled before timing.
+tokens (EOS ignored), prefix caching off everywhere, step shapes compiled before timing, and
+every path's engine with the same --async-scheduling (auto: the platform's default, which is
+also serve's).
 The paths alternate, --repeats runs each (the host may be shared): each path's best run is
 shown, and the target is judged on the ratio of the medians (one lucky or unlucky run moves
 a ratio of two bests; the median of alternating runs is steadier), printed beside it.

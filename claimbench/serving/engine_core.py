@@ -14,10 +14,12 @@ cache_salt)``, ``(ABORT, request_id)``, ``(CALL, seq, fn, args)``, ``(METRICS, s
 ``(REPLY, seq, ok, value)`` for each ADD/CALL/METRICS, ``(STEP, events)`` with every
 event of one engine step (not a message per token) as plain tuples (``encode_event``: a
 third of a dataclass's pickling time, paid on the engine's own loop), and ``(BEAT,)`` when
-nothing else
-went out for ``HEARTBEAT_S``. The process
-ignores SIGINT and SIGTERM (the server decides when it ends) and exits when the server's
-end of the pipe closes.
+nothing else went out for ``HEARTBEAT_S``. The process ignores SIGINT and SIGTERM (the
+server decides when it ends) and exits when the server's end of the pipe closes.
+
+With async scheduling, after a step that finished requests the loop waits, while the next
+step runs on the device, for the requests their clients send next (``_await_replacements``):
+they then join the step after it, as they do in process, instead of one step later.
 """
 
 from __future__ import annotations
