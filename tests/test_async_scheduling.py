@@ -310,3 +310,24 @@ def test_precompile_covers_the_token_merge_and_the_steps_it_feeds():
     assert engine.steps_frame()["num_seqs"].nunique() > 4
     assert (merge_token_ids._cache_size(), engine.runner.num_compilations) == before
     assert compiles == []
+
+
+def test_precompile_with_prompt_logprobs_covers_their_merged_steps():
+    """A request asking for prompt log-probs that arrives while others decode runs in a step
+    whose ids were merged on the device: precompile(prompt_logprobs=True) compiled it."""
+    engine = tiny_engine(async_scheduling=True)
+    engine.precompile(prompt_logprobs=True)
+    before = engine.runner.num_compilations
+    greedy = SamplingParams(max_tokens=12, ignore_eos=True)
+    for prompt in _prompts(3, seed=3):
+        engine.add_request(prompt, greedy)
+    for _ in range(3):
+        engine.step()
+    asking = SamplingParams(max_tokens=2, ignore_eos=True, prompt_logprobs=True)
+    request_id = engine.add_request(_prompts(1, seed=4)[0], asking)
+    while engine.has_unfinished:
+        engine.step()
+    assert None not in engine.requests[request_id].prompt_logprobs
+    steps = engine.steps_frame()
+    assert ((steps["num_prefill_seqs"] > 0) & (steps["num_decode_seqs"] > 0)).any()
+    assert engine.runner.num_compilations == before

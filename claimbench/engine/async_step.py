@@ -151,7 +151,7 @@ class OverlapStepper:
         self.inflight: InFlight | None = None
         self.last_ready = 0.0  # when the last step's outputs were seen ready
 
-    def precompile(self) -> tuple[int, float]:
+    def precompile(self, prompt_logprobs: bool = False) -> tuple[int, float]:
         """Compile the token merge at every (token bucket, previous step's sequence bucket),
         so serving with overlap never compiles: (variants compiled now, seconds). The previous
         tokens come from real all-padding steps, so they are placed as a step's outputs are."""
@@ -167,12 +167,15 @@ class OverlapStepper:
                 jax.block_until_ready(merge_token_ids(np.zeros(bucket, np.int32), src, prev))
         # A step whose ids were merged on the device takes them as a jax.Array: compile
         # every bucket pair that way too (the merge's source is all -1: ids unchanged).
+        # Steps asking for prompt log-probs complete within their call, but their ids can be
+        # merged all the same: with ``prompt_logprobs``, that variant too.
         for num_tokens, num_seqs in bucket_pairs(cfg):
             inputs = empty_inputs(cfg, num_tokens, num_seqs)
             src = np.full(num_tokens, -1, np.int32)
             merged = merge_token_ids(inputs.token_ids, src, prev)
             merged_inputs = dataclasses.replace(inputs, token_ids=merged)
-            jax.block_until_ready(runner.execute(merged_inputs, False))
+            for flag in (False, True) if prompt_logprobs else (False,):
+                jax.block_until_ready(runner.execute(merged_inputs, flag))
         num = merge_token_ids._cache_size() - before + runner.num_compilations - steps_before
         return num, time.perf_counter() - start
 

@@ -442,7 +442,7 @@ class LLMEngine:
             num_draft, draft_s = self.speculator.precompile()
             num, seconds = num + num_draft, seconds + draft_s
         if self._overlap is not None:
-            num_merge, merge_s = self._overlap.precompile()  # async scheduling's token merge
+            num_merge, merge_s = self._overlap.precompile(prompt_logprobs)  # the token merge
             num, seconds = num + num_merge, seconds + merge_s
         return num, seconds
 
