@@ -129,6 +129,7 @@ def closed_loop_through_core(engine, monkeypatch, share: float) -> int:
     thread.start()
     finished = 0
     while finished < len(PROMPTS):
+        assert from_core.poll(60), "the engine loop went silent"
         message = pickle.loads(from_core.recv_bytes())
         if message[0] == REPLY:
             assert message[2], message[3]

@@ -153,12 +153,19 @@ class EngineCore:
         timeout = HEARTBEAT_S if wait else 0.0
         while self.inbox.poll(timeout):
             timeout = 0.0
-            try:
-                message = pickle.loads(self.inbox.recv_bytes())
-            except EOFError:
+            if self._take() is None:
                 return False
-            self._handle(message)
         return True
+
+    def _take(self) -> str | None:
+        """Read and handle the message waiting: its kind, or None once the server's end is
+        closed."""
+        try:
+            message = pickle.loads(self.inbox.recv_bytes())
+        except EOFError:
+            return None
+        self._handle(message)
+        return message[0]
 
     def _await_replacements(self, finished: int) -> bool:
         """Wait, while the dispatched step still runs, for up to ``finished`` new requests.
@@ -181,12 +188,10 @@ class EngineCore:
                 break
             if not self.inbox.poll(min(left, POLL_S)):
                 continue
-            try:
-                message = pickle.loads(self.inbox.recv_bytes())
-            except EOFError:
+            kind = self._take()
+            if kind is None:
                 return False
-            adds += message[0] == ADD
-            self._handle(message)
+            adds += kind == ADD
         return True
 
     def _handle(self, message: tuple) -> None:
