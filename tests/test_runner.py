@@ -57,6 +57,49 @@ def test_build_step_orders_decode_prefill_mixed_and_pads_into_the_null_page():
     assert md.page_indices[2, :3].tolist() == mixed.block_table
 
 
+def test_build_step_lays_out_verify_chunks_sampling_and_prompt_targets():
+    cfg = EngineConfig(
+        page_size=4,
+        max_num_seqs=8,
+        max_num_batched_tokens=32,
+        max_model_len=32,
+        speculative="ngram",
+        num_spec_tokens=3,
+    )
+    bm = BlockManager(32, 4)
+    # Two caught-up requests verifying 2 and 0 drafts, and a prompt asking for log-probs.
+    two, none = make_request(5, temperature=0.5, top_k=7), make_request(6)
+    scored = make_request(4, prompt_logprobs=True)
+    for r in (two, none):
+        r.output_token_ids = [40]
+        bm.allocate(r, r.num_tokens - 1)
+        r.num_computed_tokens = r.num_tokens - 1
+    two.spec_token_ids = [50, 51]
+    scheduled = [(scored, 4), (two, 3), (none, 1)]
+    for r, n in scheduled:
+        bm.allocate(r, n)
+    plan = build_step(cfg, scheduled)
+    md, x = plan.inputs.md, plan.inputs
+    assert plan.requests == [none, scored, two] and plan.num_draft == [0, 0, 2]
+    assert md.cu_q_lens[:5].tolist() == [0, 1, 5, 8, 8]
+    assert md.kv_lens[:4].tolist() == [7, 4, 8, 0]
+    assert x.positions[:8].tolist() == [6, 0, 1, 2, 3, 5, 6, 7]
+    assert x.token_ids[:8].tolist() == [40, 3, 4, 5, 6, 40, 50, 51]
+    # A row repeats its last index once its drafts run out.
+    assert x.logits_indices[:3].tolist() == [[0, 0, 0, 0], [4, 4, 4, 4], [5, 6, 7, 7]]
+    assert x.draft_tokens[2].tolist() == [50, 51, 0] and x.num_draft[:4].tolist() == [0, 0, 2, 0]
+    # Prompt position p's target is prompt token p + 1; the last prompt token has none.
+    assert x.target_ids[1:5].tolist() == [4, 5, 6, 0] and plan.wants_prompt_logprobs
+    assert x.sampling.temperature[:3].tolist() == [0.0, 0.0, 0.5]
+    assert x.sampling.top_k[:3].tolist() == [0, 0, 7]
+    assert x.sampling.seeds[:3].tolist() == [none.seed, scored.seed, two.seed]
+    assert x.sampling.output_index[:3].tolist() == [1, 0, 1]
+    assert not bool(x.sampling.all_greedy)
+    # Position 7 of the verify chunk is slot 3 of its second page.
+    assert md.slot_mapping[7] == two.block_table[1] * 4 + 3
+    assert md.page_indices[1, : len(scored.block_table)].tolist() == scored.block_table
+
+
 def test_precompile_covers_every_step_of_a_workload():
     engine = tiny_engine(tiny_model())
     compiled, seconds = engine.precompile()

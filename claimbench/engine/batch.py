@@ -98,55 +98,95 @@ def empty_inputs(cfg: EngineConfig, num_tokens: int, num_seqs: int) -> StepInput
 
 def build_step(cfg: EngineConfig, scheduled: list[tuple[Request, int]]) -> StepPlan:
     """Flatten (request, num_tokens) pairs into one padded batch; tokens beyond a request's
-    uncomputed ones are its draft tokens (``request.spec_token_ids``)."""
-    decode = [(r, n) for r, n in scheduled if n == 1]
-    prefill = [(r, n) for r, n in scheduled if n > 1 and r.num_computed_tokens == 0]
-    mixed = [(r, n) for r, n in scheduled if n > 1 and r.num_computed_tokens > 0]
+    uncomputed ones are its draft tokens (``request.spec_token_ids``).
+
+    One pass over the requests gathers plain Python lists; the per-token arrays (positions,
+    slot mapping, page tables) are then filled with whole-array operations, so the host's
+    cost per step stays small beside the device's even with many decode sequences."""
+    decode: list[tuple[Request, int]] = []
+    prefill: list[tuple[Request, int]] = []
+    mixed: list[tuple[Request, int]] = []
+    for request, n in scheduled:
+        if n == 1:
+            decode.append((request, n))
+        elif request.num_computed_tokens == 0:
+            prefill.append((request, n))
+        else:
+            mixed.append((request, n))
     ordered = decode + prefill + mixed
+    num_seqs = len(ordered)
     total = sum(n for _, n in ordered)
-    token_bucket, seq_bucket = pick_pair(cfg, total, len(ordered))
+    token_bucket, seq_bucket = pick_pair(cfg, total, num_seqs)
     inputs = empty_inputs(cfg, token_bucket, seq_bucket)
     md, sp = inputs.md, inputs.sampling
-    page_size = cfg.page_size
+    starts, counts, num_drafts, tokens, tables, table_lens = [], [], [], [], [], []
+    temperature, top_k, top_p, seeds, output_index = [], [], [], [], []
     wants_prompt_logprobs = False
-    num_drafts: list[int] = []
+    all_greedy = True
     offset = 0
     for i, (request, n) in enumerate(ordered):
         start = request.num_computed_tokens
         end = start + n
         num_spec = max(n - request.num_uncomputed_tokens, 0)
-        table = request.block_table
-        md.page_indices[i, : len(table)] = table
-        positions = np.arange(start, end, dtype=np.int32)
-        known = request.token_ids(start, end - num_spec)
-        inputs.token_ids[offset : offset + n] = known + request.spec_token_ids[:num_spec]
-        inputs.draft_tokens[i, :num_spec] = request.spec_token_ids[:num_spec]
-        inputs.num_draft[i] = num_spec
+        starts.append(start)
+        counts.append(n)
         num_drafts.append(num_spec)
-        inputs.positions[offset : offset + n] = positions
-        md.slot_mapping[offset : offset + n] = (
-            md.page_indices[i, positions // page_size] * page_size + positions % page_size
-        )
-        md.kv_lens[i] = end
-        md.cu_q_lens[i + 1] = offset + n
-        # The last real token, then each draft token: position j predicts output j.
-        last_real = offset + n - 1 - num_spec
-        inputs.logits_indices[i] = last_real + np.minimum(np.arange(1 + cfg.spec_tokens), num_spec)
+        tokens += request.token_ids(start, end - num_spec)
+        if num_spec:
+            spec = request.spec_token_ids[:num_spec]
+            tokens += spec
+            inputs.draft_tokens[i, :num_spec] = spec
+        tables += request.block_table
+        table_lens.append(len(request.block_table))
         params = request.sampling
-        sp.temperature[i] = params.temperature
-        sp.top_k[i] = params.top_k
-        sp.top_p[i] = params.top_p
-        sp.seeds[i] = request.seed
-        sp.output_index[i] = request.num_output_tokens
+        temperature.append(params.temperature)
+        top_k.append(params.top_k)
+        top_p.append(params.top_p)
+        seeds.append(request.seed)
+        output_index.append(request.num_output_tokens)
+        all_greedy = all_greedy and params.greedy
         if params.prompt_logprobs and start + 1 < request.num_prompt_tokens:
             wants_prompt_logprobs = True
             targets = request.token_ids(start + 1, min(end + 1, request.num_prompt_tokens))
             inputs.target_ids[offset : offset + len(targets)] = targets
         offset += n
-    md.cu_q_lens[len(ordered) + 1 :] = offset
-    md.num_seqs[0] = len(ordered)
-    md.distribution[:] = (len(decode), len(decode) + len(prefill), len(ordered))
-    all_greedy = all(r.sampling.greedy for r, _ in ordered)
+    i32 = np.int32
+    slots = np.arange(num_seqs)
+    count = np.asarray(counts, i32)
+    start = np.asarray(starts, i32)
+    num_spec = np.asarray(num_drafts, i32)
+    cu = np.cumsum(count, dtype=i32)
+    # Page tables: row i holds request i's pages from column 0.
+    table_len = np.asarray(table_lens, i32)
+    table_row = np.repeat(slots, table_len)
+    table_first = np.cumsum(table_len) - table_len
+    table_col = np.arange(len(tables), dtype=i32) - np.repeat(table_first, table_len)
+    md.page_indices[table_row, table_col] = tables
+    # Each token's slot, position and cache slot.
+    row = np.repeat(slots, count)
+    positions = start[row] + np.arange(total, dtype=i32) - (cu - count)[row]
+    page_size = cfg.page_size
+    inputs.token_ids[:total] = tokens
+    inputs.positions[:total] = positions
+    md.slot_mapping[:total] = (
+        md.page_indices[row, positions // page_size] * page_size + positions % page_size
+    )
+    md.kv_lens[:num_seqs] = start + count
+    md.cu_q_lens[1 : num_seqs + 1] = cu
+    md.cu_q_lens[num_seqs + 1 :] = total
+    md.num_seqs[0] = num_seqs
+    md.distribution[:] = (len(decode), len(decode) + len(prefill), num_seqs)
+    inputs.num_draft[:num_seqs] = num_spec
+    # The last real token, then each draft token: position j predicts output j.
+    last_real = cu - 1 - num_spec
+    inputs.logits_indices[:num_seqs] = last_real[:, None] + np.minimum(
+        np.arange(1 + cfg.spec_tokens, dtype=i32), num_spec[:, None]
+    )
+    sp.temperature[:num_seqs] = temperature
+    sp.top_k[:num_seqs] = top_k
+    sp.top_p[:num_seqs] = top_p
+    sp.seeds[:num_seqs] = seeds
+    sp.output_index[:num_seqs] = output_index
     inputs = StepInputs(
         inputs.token_ids,
         inputs.positions,
