@@ -8,9 +8,11 @@ through vLLM, in a worker process run by the vLLM environment's python (vLLM liv
 own virtual environment: scripts/setup_vllm.sh; --vllm-python or CLAIMBENCH_VLLM_PYTHON
 names its interpreter). Both load the model once, serve the whole workload once untimed
 (compilation, warm-up), then take turns, A B A B, for --rounds timed rounds each, so that
-other load on the machine falls on both alike. Reported: output tokens/s of each round and
-the mean, TTFT and TPOT percentiles over the timed rounds where the side reports them, and
-the ratio ours / vLLM (target >= 2).
+other load on the machine falls on both alike; before each timed round the other side's
+processes are let go quiet (``settle``: vLLM's worker polls its queue for a second after a
+round, which would otherwise run on our round's cores). Reported: output tokens/s of each
+round and the mean, TTFT and TPOT percentiles over the timed rounds where the side reports
+them, and the ratio ours / vLLM (target >= 2).
 
 Settings that correspond are the same on both sides: dtype (float32 on CPU, which both run
 natively), max_num_seqs, max_num_batched_tokens (one step's token budget), max_model_len,
@@ -33,6 +35,7 @@ stores only such a record (the nightly, when vLLM could not be installed).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -48,6 +51,12 @@ VLLM_PYTHON_ENV = "CLAIMBENCH_VLLM_PYTHON"
 DEFAULT_VLLM_PYTHON = Path(__file__).resolve().parents[2] / "vllm-venv" / "bin" / "python"
 RESULT_PREFIX = "@@result "
 READY = "@@ready"
+# Before a side's timed round, the other side's processes must have gone quiet: vLLM's
+# worker keeps polling its shared-memory queue for a second after its last read (its
+# SpinCondition busy loop), which would otherwise land on our round's cores.
+SETTLE_MAX_S = 5.0  # the longest wait for quiet
+SETTLE_WINDOW_S = 0.25  # quiet: under SETTLE_SHARE of one core over such a window
+SETTLE_SHARE = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +99,45 @@ def percentiles_ms(values: list[float] | None) -> dict[str, float] | None:
         return 1000 * ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
     return {"p50": at(0.5), "p90": at(0.9), "p99": at(0.99)}
+
+
+def process_tree(pid: int) -> list[int]:
+    """The process and its descendants (Linux /proc; just the process elsewhere)."""
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        tree.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            with contextlib.suppress(OSError):  # the task ended meanwhile
+                todo += [int(c) for c in (task / "children").read_text().split()]
+    return tree
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of the processes (ended ones count 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def settle(pid: int, descendants: bool = True) -> float:
+    """Wait until the process (with its descendants) uses under SETTLE_SHARE of a core over
+    SETTLE_WINDOW_S (at most SETTLE_MAX_S): seconds waited. Without /proc it returns at once."""
+    start = time.perf_counter()
+    if not Path(f"/proc/{pid}/stat").exists():
+        return 0.0
+    while time.perf_counter() - start < SETTLE_MAX_S:
+        pids = process_tree(pid) if descendants else [pid]
+        before = cpu_seconds(pids)
+        time.sleep(SETTLE_WINDOW_S)
+        if cpu_seconds(pids) - before < SETTLE_SHARE * SETTLE_WINDOW_S:
+            break
+    return time.perf_counter() - start
 
 
 # -- the vLLM side (runs under the vLLM environment's python) ------------------------------
@@ -409,6 +457,7 @@ def compare(args) -> dict:
         dataclasses.replace(job, model=str(vllm_model)).write(job_path)
         log = args.vllm_log or Path(tmp) / "vllm.log"
         rounds: dict[str, list[dict]] = {"ours": [], "vllm": []}
+        settled: dict[str, list[float]] = {"ours": [], "vllm": []}  # waits before rounds
         worker = VllmWorker(args.vllm_python, job_path, log)
         in_turn = sequential(args)
         try:
@@ -419,8 +468,11 @@ def compare(args) -> dict:
             engine = build_ours(args, job)
             ours_round(engine, job)  # warm-up, as the worker's
             for _ in range(args.rounds):
+                if not in_turn:
+                    settled["ours"].append(settle(worker.proc.pid))
                 rounds["ours"].append(ours_round(engine, job))
                 if not in_turn:
+                    settled["vllm"].append(settle(os.getpid(), descendants=False))
                     rounds["vllm"].append(worker.run_round())
         finally:
             worker.close()
@@ -440,6 +492,7 @@ def compare(args) -> dict:
         "vllm_version": vllm_version(args.vllm_python),
         "ours": ours,
         "vllm": vllm,
+        "settle_s": settled,
         "ratio": ours["mean_tok_s"] / vllm["mean_tok_s"],
     }
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,41 @@ def test_vllm_gets_the_checkpoint_without_extras_copied_only_when_needed(tmp_pat
         shutil.copy(shipped / name, plain / name)
     assert bench.llama_only_copy(plain, tmp_path / "unused") == plain
     assert not (tmp_path / "unused").exists()
+
+
+# A parent that sleeps, and its child that spins until a file appears, then sleeps.
+SPINNING_CHILD = """
+import os, subprocess, sys, time
+if sys.argv[1] == "parent":
+    child = subprocess.Popen([sys.executable, __file__, "child", sys.argv[2]])
+    print(child.pid, flush=True)
+    time.sleep(60)
+else:
+    while not os.path.exists(sys.argv[2]):
+        pass
+    time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="settle reads Linux /proc")
+def test_settle_waits_for_a_descendant_to_stop_spinning(tmp_path):
+    bench = load_benchmark()
+    script, stop = tmp_path / "spin.py", tmp_path / "stop"
+    script.write_text(SPINNING_CHILD)
+    parent = subprocess.Popen(
+        [sys.executable, str(script), "parent", str(stop)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        child = int(parent.stdout.readline())
+        assert child in bench.process_tree(parent.pid)
+        # The parent alone is quiet at once; with its spinning child the wait runs out.
+        assert bench.settle(parent.pid, descendants=False) < 2 * bench.SETTLE_WINDOW_S
+        assert bench.settle(parent.pid) >= bench.SETTLE_MAX_S
+        stop.touch()
+        assert bench.settle(parent.pid) < bench.SETTLE_MAX_S
+        spent = bench.cpu_seconds([child])
+        time.sleep(bench.SETTLE_WINDOW_S)
+        assert bench.cpu_seconds([child]) - spent < bench.SETTLE_SHARE
+    finally:
+        parent.kill()
+        subprocess.run(["pkill", "-f", str(script)], check=False)
