@@ -35,7 +35,6 @@ stores only such a record (the nightly, when vLLM could not be installed).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
@@ -101,41 +100,19 @@ def percentiles_ms(values: list[float] | None) -> dict[str, float] | None:
     return {"p50": at(0.5), "p90": at(0.9), "p99": at(0.99)}
 
 
-def process_tree(pid: int) -> list[int]:
-    """The process and its descendants (Linux /proc; just the process elsewhere)."""
-    tree, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        tree.append(current)
-        for task in Path(f"/proc/{current}/task").glob("*"):
-            with contextlib.suppress(OSError):  # the task ended meanwhile
-                todo += [int(c) for c in (task / "children").read_text().split()]
-    return tree
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU seconds of the processes (ended ones count 0)."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
-    return total / os.sysconf("SC_CLK_TCK")
-
-
 def settle(pid: int, descendants: bool = True) -> float:
     """Wait until the process (with its descendants) uses under SETTLE_SHARE of a core over
     SETTLE_WINDOW_S (at most SETTLE_MAX_S): seconds waited. Without /proc it returns at once."""
+    from claimbench.harness.processes import process_tree, tree_cpu_seconds
+
     start = time.perf_counter()
     if not Path(f"/proc/{pid}/stat").exists():
         return 0.0
     while time.perf_counter() - start < SETTLE_MAX_S:
         pids = process_tree(pid) if descendants else [pid]
-        before = cpu_seconds(pids)
+        before = tree_cpu_seconds(pids)
         time.sleep(SETTLE_WINDOW_S)
-        if cpu_seconds(pids) - before < SETTLE_SHARE * SETTLE_WINDOW_S:
+        if tree_cpu_seconds(pids) - before < SETTLE_SHARE * SETTLE_WINDOW_S:
             break
     return time.perf_counter() - start
 

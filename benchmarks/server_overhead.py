@@ -56,6 +56,7 @@ from claimbench.engine.config import EngineConfig
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.outputs import FinishEvent
 from claimbench.engine.sampler import SamplingParams
+from claimbench.harness.processes import children, cpu_seconds
 from claimbench.models.checkpoint import default_model_path
 from claimbench.models.tokenizer import Tokenizer
 from claimbench.serving.async_engine import AsyncEngine
@@ -172,10 +173,10 @@ def through_engine_process(
     async def run_all() -> None:
         await asyncio.gather(*(client() for _ in range(clients)))
 
-    start, cpu_start, engine_start = time.perf_counter(), time.process_time(), cpu_s(core.pid)
+    start, cpu_start, engine_start = time.perf_counter(), time.process_time(), cpu_seconds(core.pid)
     loop.run_until_complete(run_all())
     result = _result(time.perf_counter() - start, latencies, num_tokens)
-    api_s, engine_s = time.process_time() - cpu_start, cpu_s(core.pid) - engine_start
+    api_s, engine_s = time.process_time() - cpu_start, cpu_seconds(core.pid) - engine_start
     result["cpu_s"] = api_s + engine_s
     result["serving_cpu_us_per_token"] = 1e6 * (api_s + engine_s) / num_tokens
     result["api_cpu_us_per_token"] = 1e6 * api_s / num_tokens  # the clients' tasks included
@@ -198,26 +199,9 @@ def start_engine_process(
     return core, loop
 
 
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds a process has used (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def children(pid: int) -> list[int]:
-    """The live child processes of ``pid`` (the server's engine process among them)."""
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:  # a thread may end between the listing and the read
-            found += [int(c) for c in (task / "children").read_text().split()]
-        except FileNotFoundError:
-            continue
-    return found
-
-
 def server_cpu_s(pid: int) -> tuple[float, float]:
     """CPU seconds of the server's API process and of its child processes (the engine)."""
-    return cpu_s(pid), sum(cpu_s(child) for child in children(pid))
+    return cpu_seconds(pid), sum(cpu_seconds(child) for child in children(pid))
 
 
 class RawConnection(asyncio.Protocol):

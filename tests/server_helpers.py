@@ -167,15 +167,3 @@ def wait_for(predicate, timeout_s: float = 10.0) -> bool:
             return True
         time.sleep(0.02)
     return predicate()
-
-
-def children(pid: int) -> list[int]:
-    """The live children of ``pid``, from /proc; a thread or child that ends between the
-    listing and the read is skipped."""
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            found += [int(c) for c in (task / "children").read_text().split()]
-        except FileNotFoundError:
-            continue
-    return found

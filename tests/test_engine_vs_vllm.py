@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from claimbench.harness.processes import cpu_seconds, process_tree
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "engine_vs_vllm.py"
 
 
@@ -151,15 +153,15 @@ def test_settle_waits_for_a_descendant_to_stop_spinning(tmp_path):
     )
     try:
         child = int(parent.stdout.readline())
-        assert child in bench.process_tree(parent.pid)
+        assert child in process_tree(parent.pid)
         # The parent alone is quiet at once; with its spinning child the wait runs out.
         assert bench.settle(parent.pid, descendants=False) < 2 * bench.SETTLE_WINDOW_S
         assert bench.settle(parent.pid) >= bench.SETTLE_MAX_S
         stop.touch()
         assert bench.settle(parent.pid) < bench.SETTLE_MAX_S
-        spent = bench.cpu_seconds([child])
+        spent = cpu_seconds(child)
         time.sleep(bench.SETTLE_WINDOW_S)
-        assert bench.cpu_seconds([child]) - spent < bench.SETTLE_SHARE
+        assert cpu_seconds(child) - spent < bench.SETTLE_SHARE
     finally:
         parent.kill()
         subprocess.run(["pkill", "-f", str(script)], check=False)

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from server_helpers import MODEL, TEST_ENGINE, children, free_port, start_server, wait_for
+from server_helpers import MODEL, TEST_ENGINE, free_port, start_server, wait_for
 
 from claimbench.engine.outputs import FinishEvent, RejectEvent, RejectKind, TokenEvent
+from claimbench.harness.processes import children
 from claimbench.models.checkpoint import default_model_path
 from claimbench.serving.engine_client import FrameReader
 from claimbench.serving.engine_core import decode_event, encode_event

@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 
 import httpx
-from server_helpers import children, free_port
+from server_helpers import free_port
+
+from claimbench.harness.processes import children
 
 STREAMS = 4
 MAX_TOKENS = 100  # about a second of decoding: still running when SIGTERM comes

@@ -96,6 +96,15 @@ def empty_inputs(cfg: EngineConfig, num_tokens: int, num_seqs: int) -> StepInput
     )
 
 
+def _segments(lengths: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """For items laid out back to back in segments of ``lengths``: each item's segment and
+    its index within it (i32 arrays of sum(lengths))."""
+    length = np.asarray(lengths, np.int32)
+    row = np.repeat(np.arange(len(lengths), dtype=np.int32), length)
+    first = np.cumsum(length, dtype=np.int32) - length
+    return row, np.arange(len(row), dtype=np.int32) - first[row]
+
+
 def build_step(cfg: EngineConfig, scheduled: list[tuple[Request, int]]) -> StepPlan:
     """Flatten (request, num_tokens) pairs into one padded batch; tokens beyond a request's
     uncomputed ones are its draft tokens (``request.spec_token_ids``).
@@ -151,20 +160,15 @@ def build_step(cfg: EngineConfig, scheduled: list[tuple[Request, int]]) -> StepP
             inputs.target_ids[offset : offset + len(targets)] = targets
         offset += n
     i32 = np.int32
-    slots = np.arange(num_seqs)
     count = np.asarray(counts, i32)
     start = np.asarray(starts, i32)
     num_spec = np.asarray(num_drafts, i32)
     cu = np.cumsum(count, dtype=i32)
     # Page tables: row i holds request i's pages from column 0.
-    table_len = np.asarray(table_lens, i32)
-    table_row = np.repeat(slots, table_len)
-    table_first = np.cumsum(table_len) - table_len
-    table_col = np.arange(len(tables), dtype=i32) - np.repeat(table_first, table_len)
-    md.page_indices[table_row, table_col] = tables
+    md.page_indices[_segments(table_lens)] = tables
     # Each token's slot, position and cache slot.
-    row = np.repeat(slots, count)
-    positions = start[row] + np.arange(total, dtype=i32) - (cu - count)[row]
+    row, index = _segments(counts)
+    positions = start[row] + index
     page_size = cfg.page_size
     inputs.token_ids[:total] = tokens
     inputs.positions[:total] = positions
