@@ -40,6 +40,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--input-len", type=int, default=64)
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3, help="batches served per setting")
+    parser.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=256,
+        help="step budget (at least --batch); precompile compiles its token buckets",
+    )
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--attention-backend", default="auto")
     parser.add_argument("--profile", action="store_true", help="collective share of the trace")
@@ -92,7 +98,7 @@ def main() -> None:
         config = EngineConfig(
             dtype=args.dtype,
             max_num_seqs=args.batch,
-            max_num_batched_tokens=max(args.batch, 256),
+            max_num_batched_tokens=max(args.batch, args.max_num_batched_tokens),
             max_model_len=max_len,
             attention_backend=args.attention_backend,
             tp=tp,

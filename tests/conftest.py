@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +16,25 @@ import pytest
 from claimbench.harness.results import StoredRun
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def _share_compiled_programs() -> None:
+    """One persistent XLA compilation cache for the whole run, in a temporary directory: many
+    modules build the same tiny engines, and each module's end frees its compiled programs
+    (below), so without it every module compiled them again. Set before JAX starts, so the
+    subprocesses tests launch (CLI runs, workers) inherit it; experiments' own cache
+    (``compile_cache``) lands there too, not in the user's. The cold-start probe strips it
+    from its processes. A run under pytest-xdist creates it in the controller, whose
+    environment the workers inherit, and the creator removes it at exit."""
+    if not os.environ.get("CLAIMBENCH_COMPILE_CACHE"):
+        path = tempfile.mkdtemp(prefix="claimbench-tests-xla-")
+        os.environ["CLAIMBENCH_COMPILE_CACHE"] = path
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.environ["CLAIMBENCH_COMPILE_CACHE"])
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+
+
+_share_compiled_programs()
 
 
 @pytest.fixture(autouse=True, scope="module")

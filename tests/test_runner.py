@@ -139,6 +139,7 @@ def test_precompile_covers_every_step_of_a_workload():
 
 def test_persistent_compilation_cache_is_written(tmp_path):
     previous = jax.config.jax_persistent_cache_min_compile_time_secs
+    previous_dir = jax.config.jax_compilation_cache_dir
     try:
         # A pool size no other test uses, so the step really compiles here.
         engine = tiny_engine(
@@ -149,6 +150,6 @@ def test_persistent_compilation_cache_is_written(tmp_path):
     finally:
         from jax.experimental.compilation_cache import compilation_cache
 
-        jax.config.update("jax_compilation_cache_dir", None)
+        jax.config.update("jax_compilation_cache_dir", previous_dir)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", previous)
         compilation_cache.reset_cache()

@@ -42,7 +42,8 @@ def test_collective_share_counts_only_collective_ops(tmp_path) -> None:
 def test_benchmark_runs_side_by_side_at_tiny_size() -> None:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     cmd = [sys.executable, str(SCRIPT), "--tps", "1,2", "--batch", "2", "--input-len", "8"]
-    cmd += ["--output-len", "4", "--repeats", "1", "--json"]
+    # A 16-token step budget: one token bucket to precompile (the 2 x 8 prompt tokens fit).
+    cmd += ["--output-len", "4", "--repeats", "1", "--max-num-batched-tokens", "16", "--json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,7 +23,11 @@ if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
 
 DEFAULT_TRIALS = 3  # the fewest trials scoring accepts for a verdict
-COMPILE_CACHE_DIR = Path.home() / ".cache" / "claimbench" / "xla"
+# The persistent compilation cache experiments share; CLAIMBENCH_COMPILE_CACHE moves it (the
+# test suite points it at one temporary directory per run).
+COMPILE_CACHE_DIR = Path(
+    os.environ.get("CLAIMBENCH_COMPILE_CACHE") or Path.home() / ".cache" / "claimbench" / "xla"
+)
 ANALYTIC_TRIAL = 0  # analytic values are recorded once, on this row
 
 
