@@ -22,7 +22,7 @@ from flax import nnx  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from engine_helpers import TINY_MODEL, tiny_engine  # noqa: E402
+from engine_helpers import TINY_MODEL, dense_logits, tiny_engine  # noqa: E402
 
 from claimbench.engine.sampler import SamplingParams  # noqa: E402
 from claimbench.models.llama import LlamaForCausalLM  # noqa: E402
@@ -44,25 +44,12 @@ PROMPTS = [[3, 5, 7], [11, 13, 17, 19, 23, 29, 31, 37, 41], [43, 47, 53, 59, 61]
 MAX_TOKENS = 6
 
 
-DENSE_LEN = 16  # the longest prompt plus MAX_TOKENS fits
-
-
-def dense_greedy(model: LlamaForCausalLM) -> list[list[int]]:
-    """Each prompt's greedy tokens from the unsharded dense forward, one token at a time, the
-    forward jitted over ids padded at the end to DENSE_LEN (causal attention never looks
-    right, so the padding changes no logit read): one compile, not an eager forward a token."""
-    graphdef, state = nnx.split(model)
-    forward = jax.jit(lambda ids: nnx.merge(graphdef, state).forward_dense(ids))
-    return [greedy_tokens(forward, prompt) for prompt in PROMPTS]
-
-
-def greedy_tokens(forward, prompt: list[int]) -> list[int]:
+def dense_greedy(model: LlamaForCausalLM, prompt: list[int]) -> list[int]:
+    """Greedy tokens from the unsharded dense forward (engine_helpers.dense_logits: jitted
+    once per model over padded ids), one token at a time."""
     ids = list(prompt)
     for _ in range(MAX_TOKENS):
-        padded = np.zeros((1, DENSE_LEN), np.int32)
-        padded[0, : len(ids)] = ids
-        logits = forward(jnp.asarray(padded))
-        ids.append(int(jnp.argmax(logits[0, len(ids) - 1])))
+        ids.append(int(np.argmax(dense_logits(model, ids)[-1])))
     return ids[len(prompt) :]
 
 
@@ -87,7 +74,7 @@ def shapes_case() -> dict:
                     noise = np.random.default_rng(0).normal(0, 0.05, shape)
                     proj.bias.set_value(jnp.asarray(noise, jnp.float32))
         result[name] = {
-            "dense": dense_greedy(model),
+            "dense": [dense_greedy(model, p) for p in PROMPTS],
             **{str(tp): serve(model, tp=tp, attention_backend="xla") for tp in (1, 2, 4)},
         }
     return result
