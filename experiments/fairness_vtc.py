@@ -11,9 +11,10 @@ Service is w_in * input + w_out * output tokens (``input_weight``, ``output_weig
 is the largest difference in service two tenants received over an interval in which both
 had waiting requests (harness/service.py). The bound is Sheng et al.'s 2 * max(w_in * L_in,
 w_out * M), from each run's own measurements: L_in its longest prompt, M the most tokens of
-context its running batch held after any step. Throughput is output tokens produced between
-the first and last arrival (the overload window, where both arms run a full batch), per
-second; the cost is VTC's shortfall against FCFS in percent.
+context its running batch held after any step. Throughput is output tokens per second over
+the steps that ran while a request was waiting (the overload, where both arms run a full
+batch; tenant_runs.backlogged_throughput, the engine's clock, so HTTP latency to the client
+does not move the window); the cost is VTC's shortfall against FCFS in percent.
 
 Why each condition can come out either way: the episode is fixed in service units and
 pre-registered, so FCFS's gap is what arrival-order service accumulates over that episode,
@@ -33,9 +34,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
-import pandas as pd
 
 from claimbench.engine.fairness import RUNNING_TOKENS
 from claimbench.harness import tenant_runs as tr
@@ -97,13 +95,6 @@ def service_gap(served: tr.ServedRun, params: dict[str, Any]) -> dict[str, float
     return {"gap": gap, "bound": bound, "gap_over_bound": tr.ratio(gap, bound)}
 
 
-def window_throughput(requests: pd.DataFrame) -> float:
-    """Output tokens per second produced between the first and the last arrival."""
-    start, end = requests["arrival_s"].min(), requests["arrival_s"].max()
-    times = np.concatenate([np.asarray(t, float) for t in requests["token_times_s"]])
-    return tr.ratio(float(((times >= start) & (times <= end)).sum()), float(end - start))
-
-
 def run(ctx: RunContext) -> None:
     """Record vtc_gap_over_bound, fcfs_gap_over_bound and throughput_cost_pct per trial."""
     params = ctx.merged(DEFAULT_PARAMS)
@@ -132,7 +123,7 @@ def run(ctx: RunContext) -> None:
             ctx, engine, baseline, arms, trial, timeout_s=timeout_s, via=params["via"]
         )
         results = {
-            mode: service_gap(r, params) | {"throughput": window_throughput(r.requests)}
+            mode: service_gap(r, params) | {"throughput": tr.backlogged_throughput(r.steps)}
             for mode, r in served.items()
         }
         labels = {

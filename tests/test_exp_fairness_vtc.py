@@ -16,14 +16,6 @@ from claimbench.harness.tenant_runs import ServedRun
 CLAIM = "fairness-vtc"
 
 
-def test_window_throughput_counts_tokens_between_first_and_last_arrival():
-    requests = pd.DataFrame(
-        {"arrival_s": [1.0, 3.0], "token_times_s": [[0.5, 1.5, 2.0], [3.0, 3.5]]}
-    )
-    # Tokens at 1.5, 2.0 and 3.0 fall in [1, 3]: 3 tokens over 2 s.
-    assert experiment(CLAIM).window_throughput(requests) == 1.5
-
-
 def test_service_gap_uses_the_runs_own_bound():
     steps = pd.DataFrame(
         {

@@ -62,7 +62,7 @@ def test_fairness_vtc_runs_over_http_with_the_engines_service_record(tmp_path):
         1,
         base=TINY_ENGINE_PARAMS,
         via="http",
-        episode_requests=32,  # an arrival window long enough to see tokens in over HTTP
+        episode_requests=32,  # enough overload that steps run with requests waiting over HTTP
     )
     assert_claim_metrics_recorded(ctx)
     frames = ctx.frames()

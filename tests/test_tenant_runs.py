@@ -1,5 +1,6 @@
 """The tenant-experiment helpers: service units, phased timelines, the fixed-step driver."""
 
+import pandas as pd
 import pytest
 from engine_helpers import tiny_engine
 
@@ -61,3 +62,22 @@ def test_step_driver_serves_the_same_schedule_every_time():
     assert runs[0].ttft_steps.max() > 2
     with pytest.raises(ValueError, match="unfinished after 3"):
         serve_by_step(engine, arrivals, max_steps=3)
+
+
+def test_backlogged_throughput_counts_only_steps_that_ran_with_a_request_waiting():
+    steps = pd.DataFrame(
+        {
+            "start_s": [0.0, 1.0, 3.0, 4.0, 10.0],
+            # Cumulative: the steps made 2, 4, 1, 6 and 3 tokens.
+            "output_tokens.a": [2, 4, 4, 8, 11],
+            "output_tokens.b": [0, 2, 3, 5, 5],
+            "backlogged.a": [True, False, False, True, True],
+            "backlogged.b": [False, True, False, False, False],
+        }
+    )
+    # Steps 0, 1 and 3 were backlogged (2 + 4 + 6 tokens over 1 + 2 + 6 s); step 2 was not,
+    # and step 4 has no successor to time it.
+    assert tr.backlogged_throughput(steps) == pytest.approx(12 / 9)
+    never = steps.assign(**{"backlogged.a": False, "backlogged.b": False})
+    with pytest.raises(ValueError, match="did not overload"):
+        tr.backlogged_throughput(never)

@@ -191,6 +191,25 @@ def measure_saturation(
     )
 
 
+def backlogged_throughput(steps: pd.DataFrame) -> float:
+    """Output tokens per second over the steps that ran while some tenant had a request
+    waiting (the batch kept full): each such step's tokens over the time to the next
+    step's start. The engine's own clock, so the same in process and over HTTP; a step
+    with no successor has no duration and is left out. ValueError when no timed step was
+    backlogged (the workload never overloaded the engine)."""
+    outputs = steps[[c for c in steps.columns if c.startswith(OUTPUT_PREFIX)]].sum(axis=1)
+    queued = steps[[c for c in steps.columns if c.startswith(BACKLOG_PREFIX)]].any(axis=1)
+    made = np.diff(outputs.to_numpy(float), prepend=0.0)[:-1]
+    took = np.diff(steps["start_s"].to_numpy(float))
+    full = queued.to_numpy(bool)[:-1]
+    if not full.any():
+        raise ValueError(
+            f"no timed step of {len(steps)} ran with a request waiting: the workload did "
+            "not overload the engine"
+        )
+    return ratio(float(made[full].sum()), float(took[full].sum()))
+
+
 @dataclass(frozen=True)
 class Phase:
     """A stretch of a trial's timeline: it lasts the time the engine needs to serve
