@@ -13,6 +13,7 @@ cannot hold a single max_model_len sequence does not fit.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,22 +112,31 @@ def size_pool(
     one-sequence pool, on ``devices`` (default: the described chip's). ``hbm_bytes``
     defaults to the chip's spec; ``in_use_bytes`` (already held on the chip) count as
     resident. ValueError (one line) when the step does not compile."""
-    from claimbench.engine.buckets import bucket_pairs
     from claimbench.harness.hardware import get_chip
-    from claimbench.harness.tpu_check import check
 
     utilization = check_utilization(utilization)
     min_bytes, need_bytes = pool_bounds(model_cfg, engine_cfg)
     probe = dataclasses.replace(engine_cfg, kv_pool_bytes=min_bytes)
-    report = check(
-        chip, model_cfg, probe, model_name="", buckets=[bucket_pairs(probe)[-1]], devices=devices
-    )
+    step_bytes = _step_bytes(chip, model_cfg, probe, tuple(devices) if devices else None)
+    hbm = int(hbm_bytes if hbm_bytes is not None else get_chip(chip).hbm_bytes)
+    return fit_pool(hbm, utilization, step_bytes + in_use_bytes, min_bytes, need_bytes)
+
+
+@functools.lru_cache(maxsize=64)
+def _step_bytes(chip: str, model_cfg: Any, probe: Any, devices: tuple[Any, ...] | None) -> int:
+    """What the probe's compiled step keeps in HBM besides its pool, once per process for
+    the same chip, model, config and devices (a compile of the whole step, the same bytes
+    every time: several engines and claims of a run share a configuration)."""
+    from claimbench.engine.buckets import bucket_pairs
+    from claimbench.harness.tpu_check import check
+
+    buckets = [bucket_pairs(probe)[-1]]
+    devices_list = list(devices) if devices else None
+    report = check(chip, model_cfg, probe, model_name="", buckets=buckets, devices=devices_list)
     (bucket,) = report.buckets
     if bucket.total_bytes == 0:  # no executable to measure: the compile failed
         raise ValueError(bucket.error)
-    hbm = int(hbm_bytes if hbm_bytes is not None else get_chip(chip).hbm_bytes)
-    resident = bucket.total_bytes - bucket.kv_pool_bytes + in_use_bytes
-    return fit_pool(hbm, utilization, resident, min_bytes, need_bytes)
+    return bucket.total_bytes - bucket.kv_pool_bytes
 
 
 def run_pool(model_cfg: Any, engine_cfg: Any, utilization: float, hardware: dict) -> PoolFit:
