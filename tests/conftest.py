@@ -40,9 +40,9 @@ _share_compiled_programs()
 # elemental emitters instead of the MLIR fusion emitters: the same computation, compiled
 # about 3x faster (the tiny engine's precompile: 6 s of backend compile against 2 s). Compile
 # is over half of the suite's time, and its tiny shapes run in microseconds either way.
-# Only XLA:CPU reads these (a TPU compile's report is unchanged); benchmarks and runs keep
-# XLA's defaults. Set before JAX starts, so workers and test subprocesses inherit them; a
-# caller's own XLA_FLAGS come after and win.
+# A TPU compile gives the same report with them (tpu-check: every field but compile_s);
+# benchmarks and runs keep XLA's defaults. Set before JAX starts, so workers and test
+# subprocesses inherit them; a caller's own XLA_FLAGS come after and win.
 _FAST_CPU_COMPILE = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 if _FAST_CPU_COMPILE not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{_FAST_CPU_COMPILE} {os.environ.get('XLA_FLAGS', '')}".strip()
