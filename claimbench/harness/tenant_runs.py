@@ -145,6 +145,14 @@ def at_load(spec: WorkloadSpec, saturation: Saturation, load: float) -> Workload
     return scale_rates(spec, target / offered_output_tokens_per_s(spec))
 
 
+def outputs_and_backlog(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per step of a run's steps frame: the output tokens made so far (all tenants), and
+    whether any tenant had a request waiting."""
+    outputs = steps[[c for c in steps.columns if c.startswith(OUTPUT_PREFIX)]].sum(axis=1)
+    queued = steps[[c for c in steps.columns if c.startswith(BACKLOG_PREFIX)]].any(axis=1)
+    return outputs.to_numpy(float), queued.to_numpy(bool)
+
+
 def measure_saturation(
     engine: LLMEngine,
     spec: WorkloadSpec,
@@ -172,17 +180,16 @@ def measure_saturation(
         for r in workload_requests(burst, engine.model_cfg.vocab_size)
     ]
     steps = serve(engine, requests, 3600.0, via).steps
-    outputs = steps[[c for c in steps.columns if c.startswith(OUTPUT_PREFIX)]].sum(axis=1)
-    queued = steps[[c for c in steps.columns if c.startswith(BACKLOG_PREFIX)]].any(axis=1)
+    outputs, queued = outputs_and_backlog(steps)
     # Steps 0..last queued step ran full; the next step's start ends the window.
-    last = int(np.flatnonzero(queued.to_numpy())[-1]) if queued.any() else -1
+    last = int(np.flatnonzero(queued)[-1]) if queued.any() else -1
     if last < 1 or last + 1 >= len(steps):
         raise ValueError(
             f"a burst of {num_requests} requests kept the queue busy for {last + 1} of "
             f"{len(steps)} steps; saturation needs more requests than max_num_seqs"
         )
     span_s = float(steps["start_s"].iloc[last + 1] - steps["start_s"].iloc[0])
-    tokens = float(outputs.iloc[last])  # made by steps 0..last
+    tokens = float(outputs[last])  # made by steps 0..last
     mean_output = offered_output_tokens_per_s(spec) / offered_requests_per_s(spec)
     return Saturation(
         output_tokens_per_s=tokens / span_s,
@@ -197,11 +204,10 @@ def backlogged_throughput(steps: pd.DataFrame) -> float:
     step's start. The engine's own clock, so the same in process and over HTTP; a step
     with no successor has no duration and is left out. ValueError when no timed step was
     backlogged (the workload never overloaded the engine)."""
-    outputs = steps[[c for c in steps.columns if c.startswith(OUTPUT_PREFIX)]].sum(axis=1)
-    queued = steps[[c for c in steps.columns if c.startswith(BACKLOG_PREFIX)]].any(axis=1)
-    made = np.diff(outputs.to_numpy(float), prepend=0.0)[:-1]
+    outputs, queued = outputs_and_backlog(steps)
+    made = np.diff(outputs, prepend=0.0)[:-1]
     took = np.diff(steps["start_s"].to_numpy(float))
-    full = queued.to_numpy(bool)[:-1]
+    full = queued[:-1]
     if not full.any():
         raise ValueError(
             f"no timed step of {len(steps)} ran with a request waiting: the workload did "
