@@ -23,6 +23,12 @@ also serve's).
 The paths alternate, --repeats runs each (the host may be shared): each path's best run is
 shown, and the target is judged on the ratio of the medians (one lucky or unlucky run moves
 a ratio of two bests; the median of alternating runs is steadier), printed beside it.
+Each repeat's ratio to the in-process run of the same repeat is shown too ("paired"), split
+into two factors from the engine's step count (vllm:iteration_tokens_total over /metrics):
+the batch's fill (in-process steps over the path's steps; replacements that arrive late
+leave the batch short, which the server causes on any hardware) and the step time (on a CPU
+host the server and the clients compute on the "device's" cores, and the host's noise falls
+here).
 
 Reported per concurrency and path: output tokens/s and its ratio to in process (target:
 streamed HTTP keeps >= 90% at 16 clients), mean end-to-end latency and the server's added
@@ -98,6 +104,7 @@ def in_process(engine: LLMEngine, prompts: list[list[int]], clients: int, sampli
     todo = list(prompts)
     added: dict[str, float] = {}
     latencies, num_tokens = [], 0
+    steps_start = engine_steps(engine)
     start, cpu_start = time.perf_counter(), time.process_time()
     for _ in range(min(clients, len(todo))):
         added[engine.add_request(todo.pop(0), sampling)] = time.perf_counter()
@@ -109,9 +116,24 @@ def in_process(engine: LLMEngine, prompts: list[list[int]], clients: int, sampli
                 if todo:
                     added[engine.add_request(todo.pop(0), sampling)] = time.perf_counter()
     result = _result(time.perf_counter() - start, latencies, num_tokens)
+    result["steps"] = engine_steps(engine) - steps_start
     result["cpu_s"] = time.process_time() - cpu_start
     result["serving_cpu_us_per_token"] = 1e6 * result["cpu_s"] / num_tokens
     return result
+
+
+def engine_steps(engine: LLMEngine) -> int:
+    """Steps the engine has run (its records' numbers keep counting when trimmed)."""
+    records = engine.step_records
+    return records[-1].step + 1 if records else 0
+
+
+def iteration_count(metrics_text: bytes) -> int:
+    """The engine's steps, from a /metrics exposition (vllm:iteration_tokens_total)."""
+    for line in metrics_text.decode().splitlines():
+        if line.startswith("vllm:iteration_tokens_total_count "):
+            return int(float(line.split()[1]))
+    raise RuntimeError("/metrics has no vllm:iteration_tokens_total_count")
 
 
 def through_async_engine(
@@ -137,12 +159,14 @@ def through_async_engine(
         await asyncio.gather(*(client() for _ in range(clients)))
 
     loop_engine.start()
+    steps_start = engine_steps(engine)
     start, cpu_start = time.perf_counter(), time.process_time()
     try:
         asyncio.run(run_all())
     finally:
         loop_engine.stop()
     result = _result(time.perf_counter() - start, latencies, num_tokens)
+    result["steps"] = engine_steps(engine) - steps_start
     result["cpu_s"] = time.process_time() - cpu_start
     result["serving_cpu_us_per_token"] = 1e6 * result["cpu_s"] / num_tokens
     return result
@@ -173,9 +197,11 @@ def through_engine_process(
     async def run_all() -> None:
         await asyncio.gather(*(client() for _ in range(clients)))
 
+    steps_start = iteration_count(loop.run_until_complete(core.render_metrics()))
     start, cpu_start, engine_start = time.perf_counter(), time.process_time(), cpu_seconds(core.pid)
     loop.run_until_complete(run_all())
     result = _result(time.perf_counter() - start, latencies, num_tokens)
+    result["steps"] = iteration_count(loop.run_until_complete(core.render_metrics())) - steps_start
     api_s, engine_s = time.process_time() - cpu_start, cpu_seconds(core.pid) - engine_start
     result["cpu_s"] = api_s + engine_s
     result["serving_cpu_us_per_token"] = 1e6 * (api_s + engine_s) / num_tokens
@@ -302,6 +328,7 @@ async def over_http(
 ) -> dict:  # fmt: skip
     """Closed loop of ``clients`` asyncio clients calling /v1/completions, each on its own
     keep-alive connection."""
+    steps_start = iteration_count(httpx.get(f"{url}/metrics").content)
     cpu_start, (api_start, engine_start) = time.process_time(), server_cpu_s(server_pid)
     host, port = url.removeprefix("http://").split(":")
     todo = list(prompts)
@@ -335,6 +362,7 @@ async def over_http(
     start = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(clients)))
     result = _result(time.perf_counter() - start, latencies, num_tokens)
+    result["steps"] = iteration_count(httpx.get(f"{url}/metrics").content) - steps_start
     api_s, engine_s = server_cpu_s(server_pid)
     api_s, engine_s = api_s - api_start, engine_s - engine_start
     result["client_cpu_s"] = time.process_time() - cpu_start  # the load generator's own
@@ -370,6 +398,25 @@ class LoadGenerator:
     def close(self) -> None:
         self.conn.send(None)
         self.process.join(30)
+
+
+def paired(runs: list[dict], base_runs: list[dict]) -> dict:
+    """Each repeat's ratio to the in-process run of the same repeat, and its two factors.
+
+    Every path serves the same tokens, so tokens/s = tokens / (steps x seconds per step):
+    the ratio is the batch's fill (in-process steps over this path's steps: fewer tokens per
+    step when replacements arrive late, which the server causes on any hardware) times the
+    step time (in-process seconds per step over this path's: on a CPU host the server's and
+    the clients' processes share the cores the "device" computes on, and the host's own
+    noise falls here too). Medians over the repeats."""
+    ratios = [r["tok_s"] / b["tok_s"] for r, b in zip(runs, base_runs, strict=True)]
+    fills = [b["steps"] / r["steps"] for r, b in zip(runs, base_runs, strict=True)]
+    return {
+        "paired_ratios": ratios,
+        "paired_median_ratio": statistics.median(ratios),
+        "fill_ratio": statistics.median(fills),
+        "step_time_ratio": statistics.median(r / f for r, f in zip(ratios, fills, strict=True)),
+    }
 
 
 def _result(duration_s: float, latencies: list[float], num_tokens: int) -> dict:
@@ -456,7 +503,7 @@ def main() -> None:
                 ),
             }
             best: dict[str, dict] = {}
-            every: dict[str, list[float]] = {name: [] for name in runs}
+            every: dict[str, list[dict]] = {name: [] for name in runs}
             for run in runs.values():  # warm every path alike
                 run(prompts[: min(clients, 4)])
             # Alternate the paths, best of --repeats each: the host may be shared, and a
@@ -464,19 +511,21 @@ def main() -> None:
             for _ in range(args.repeats):
                 for name, run in runs.items():
                     result = run(prompts)
-                    every[name].append(result["tok_s"])
+                    every[name].append(result)
                     if name not in best or result["tok_s"] > best[name]["tok_s"]:
                         best[name] = result
             base = best["in process"]
-            base_median = statistics.median(every["in process"])
+            base_median = statistics.median(r["tok_s"] for r in every["in process"])
             for name, result in best.items():
+                median_tok_s = statistics.median(r["tok_s"] for r in every[name])
                 result |= {
                     "clients": clients,
                     "path": name,
                     "throughput_ratio": result["tok_s"] / base["tok_s"],
-                    "median_tok_s": statistics.median(every[name]),
-                    "median_ratio": statistics.median(every[name]) / base_median,
+                    "median_tok_s": median_tok_s,
+                    "median_ratio": median_tok_s / base_median,
                     "added_latency_ms": 1000 * (result["mean_e2e_s"] - base["mean_e2e_s"]),
+                    **paired(every[name], every["in process"]),
                 }
                 rows.append(result)
     finally:
@@ -489,7 +538,7 @@ def main() -> None:
         print(json.dumps(rows))
         return
     print(f"{'clients':>7}  {'path':<14} {'tok/s':>8} {'ratio':>6} {'median':>7} "
-          f"{'mean E2E ms':>12} "
+          f"{'paired':>7} {'fill':>5} {'step':>5} {'mean E2E ms':>12} "
           f"{'added ms/req':>13} {'CPU s (all processes)':>22} {'client CPU s':>13} "
           f"{'serving CPU us/tok':>19} {'API / engine us/tok':>20}")  # fmt: skip
     for r in rows:
@@ -500,8 +549,9 @@ def main() -> None:
             client = f"{r['client_cpu_s']:.2f}"
         print(
             f"{r['clients']:>7}  {r['path']:<14} {r['tok_s']:>8.1f} {r['throughput_ratio']:>6.2f} "
-            f"{r['median_ratio']:>7.2f} "
-            f"{1000 * r['mean_e2e_s']:>12.1f} {r['added_latency_ms']:>13.1f} {r['cpu_s']:>22.2f} "
+            f"{r['median_ratio']:>7.2f} {r['paired_median_ratio']:>7.2f} {r['fill_ratio']:>5.2f} "
+            f"{r['step_time_ratio']:>5.2f} {1000 * r['mean_e2e_s']:>12.1f} "
+            f"{r['added_latency_ms']:>13.1f} {r['cpu_s']:>22.2f} "
             f"{client:>13} {r['serving_cpu_us_per_token']:>19.0f} {split:>20}"
         )
     ratio = next(r for r in rows if r["clients"] == 16 and r["path"] == "HTTP stream")
@@ -510,6 +560,11 @@ def main() -> None:
         f"streamed HTTP keeps {100 * ratio['median_ratio']:.0f}% of in-process throughput "
         f"at 16 clients (median of {args.repeats} alternating runs each; best against best: "
         f"{100 * ratio['throughput_ratio']:.0f}%): {verdict} the >= 90% target"
+    )
+    print(
+        f"paired by repeat: median {100 * ratio['paired_median_ratio']:.0f}% "
+        f"(runs: {', '.join(f'{100 * x:.0f}' for x in ratio['paired_ratios'])}) = batch fill "
+        f"{100 * ratio['fill_ratio']:.0f}% x step time {100 * ratio['step_time_ratio']:.0f}%"
     )
 
 

@@ -60,7 +60,9 @@ def test_metrics_use_vllm_names_with_a_tenant_label(server):
         'vllm:num_requests_running{tenant="bob"} 0.0',
         'vllm:num_requests_waiting{tenant="bob"} 0.0',
         'vllm:kv_cache_usage_perc{tenant="bob"}',
+        'vllm:iteration_tokens_total_bucket{le="16.0"}',
     ):
         assert name in text, name
     # Three tokens: one time to first token, two inter-token gaps (at least, over the module).
     assert 'vllm:inter_token_latency_seconds_count{tenant="bob"} 0.0' not in text
+    assert "vllm:iteration_tokens_total_count 0.0" not in text

@@ -26,6 +26,9 @@ ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.
 ITL_BUCKETS += (7.5, 10.0, 20.0, 40.0, 80.0)
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0)
 E2E_BUCKETS += (60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+# Tokens one engine step ran (vLLM's iteration_tokens_total; its buckets follow the batch
+# sizes it compiles, these the powers of two our token buckets take).
+ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -98,11 +101,22 @@ class ServerMetrics:
             ["tenant"],
             registry=r,
         )
+        # Not per tenant: a step's batch is shared. Its count is the engine's steps, its sum
+        # the tokens they scheduled (a client reads the batch's fill from two scrapes).
+        self.iteration_tokens = Histogram(
+            "vllm:iteration_tokens_total",
+            "Histogram of number of tokens per engine_step.",
+            buckets=ITERATION_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self._steps_seen = 0  # the engine's step count when observe() last ran
         self._tenants_seen: set[str] = set()
         self._series: dict[str, _TenantSeries] = {}
 
     def observe(self, engine: LLMEngine, events: list[Event]) -> None:
-        """Record one step's events (called where the engine runs)."""
+        """Record one step's events and the steps run since the last call (called where the
+        engine runs)."""
+        self._observe_steps(engine)
         generated: Tally[str] = Tally()
         for event in events:
             request = engine.requests[event.request_id]
@@ -123,6 +137,17 @@ class ServerMetrics:
                 self.rejected.labels(tenant).inc()
         for tenant, n in generated.items():
             self._of(tenant).generation_tokens.inc(n)
+
+    def _observe_steps(self, engine: LLMEngine) -> None:
+        """The scheduled tokens of every step recorded since the last call. Records may have
+        been trimmed meanwhile (``trim_step_records``); their numbers keep counting."""
+        records = engine.step_records
+        if not records:
+            return
+        new = records[-1].step + 1 - self._steps_seen
+        for record in records[max(0, len(records) - new) :]:
+            self.iteration_tokens.observe(record.num_scheduled_tokens)
+        self._steps_seen = records[-1].step + 1
 
     def _of(self, tenant: str) -> _TenantSeries:
         """``tenant``'s labelled series, looked up once (labels() takes a lock each call,
