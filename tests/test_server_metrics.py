@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from engine_helpers import tiny_engine
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from claimbench.engine.sampler import SamplingParams
@@ -11,8 +12,6 @@ from claimbench.serving.metrics import ServerMetrics
 
 def iteration_tokens(metrics: ServerMetrics) -> tuple[float, float]:
     """(count, sum) of vllm:iteration_tokens_total, read back from the exposition."""
-    from prometheus_client import generate_latest
-
     text = generate_latest(metrics.registry).decode()
     for family in text_string_to_metric_families(text):
         if family.name == "vllm:iteration_tokens_total":
