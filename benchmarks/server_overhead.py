@@ -104,7 +104,7 @@ def in_process(engine: LLMEngine, prompts: list[list[int]], clients: int, sampli
     todo = list(prompts)
     added: dict[str, float] = {}
     latencies, num_tokens = [], 0
-    steps_start = engine_steps(engine)
+    steps_start = engine.num_steps
     start, cpu_start = time.perf_counter(), time.process_time()
     for _ in range(min(clients, len(todo))):
         added[engine.add_request(todo.pop(0), sampling)] = time.perf_counter()
@@ -116,16 +116,10 @@ def in_process(engine: LLMEngine, prompts: list[list[int]], clients: int, sampli
                 if todo:
                     added[engine.add_request(todo.pop(0), sampling)] = time.perf_counter()
     result = _result(time.perf_counter() - start, latencies, num_tokens)
-    result["steps"] = engine_steps(engine) - steps_start
+    result["steps"] = engine.num_steps - steps_start
     result["cpu_s"] = time.process_time() - cpu_start
     result["serving_cpu_us_per_token"] = 1e6 * result["cpu_s"] / num_tokens
     return result
-
-
-def engine_steps(engine: LLMEngine) -> int:
-    """Steps the engine has run (its records' numbers keep counting when trimmed)."""
-    records = engine.step_records
-    return records[-1].step + 1 if records else 0
 
 
 def iteration_count(metrics_text: bytes) -> int:
@@ -159,14 +153,14 @@ def through_async_engine(
         await asyncio.gather(*(client() for _ in range(clients)))
 
     loop_engine.start()
-    steps_start = engine_steps(engine)
+    steps_start = engine.num_steps
     start, cpu_start = time.perf_counter(), time.process_time()
     try:
         asyncio.run(run_all())
     finally:
         loop_engine.stop()
     result = _result(time.perf_counter() - start, latencies, num_tokens)
-    result["steps"] = engine_steps(engine) - steps_start
+    result["steps"] = engine.num_steps - steps_start
     result["cpu_s"] = time.process_time() - cpu_start
     result["serving_cpu_us_per_token"] = 1e6 * result["cpu_s"] / num_tokens
     return result

@@ -253,6 +253,11 @@ class LLMEngine:
             self._num_trimmed_steps += num_dropped
 
     @property
+    def num_steps(self) -> int:
+        """Steps recorded so far, trimmed ones included (the next record's number)."""
+        return self._num_trimmed_steps + len(self.step_records)
+
+    @property
     def has_unfinished(self) -> bool:
         """Whether a ``step()`` has anything to do or report: requests in flight, or events
         (rejections, aborts) not yet delivered."""
@@ -402,7 +407,7 @@ class LLMEngine:
         k = self.config.spec_tokens
         self.step_records.append(
             StepRecord(
-                step=self._num_trimmed_steps + len(self.step_records),
+                step=self.num_steps,
                 start_s=t0 - self.start_time,
                 num_seqs=len(plan.requests),
                 num_decode_seqs=num_decode_seqs,

@@ -141,13 +141,10 @@ class ServerMetrics:
     def _observe_steps(self, engine: LLMEngine) -> None:
         """The scheduled tokens of every step recorded since the last call. Records may have
         been trimmed meanwhile (``trim_step_records``); their numbers keep counting."""
-        records = engine.step_records
-        if not records:
-            return
-        new = records[-1].step + 1 - self._steps_seen
+        records, new = engine.step_records, engine.num_steps - self._steps_seen
         for record in records[max(0, len(records) - new) :]:
             self.iteration_tokens.observe(record.num_scheduled_tokens)
-        self._steps_seen = records[-1].step + 1
+        self._steps_seen = engine.num_steps
 
     def _of(self, tenant: str) -> _TenantSeries:
         """``tenant``'s labelled series, looked up once (labels() takes a lock each call,
