@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from claimbench.cli.jax_platforms import set_default_jax_platforms
 from claimbench.kernels import native_attention, xla_rpa
 from claimbench.kernels.kv_quant import (
     FP8_DTYPE,
@@ -165,6 +166,7 @@ def spec_bandwidth() -> tuple[str | None, float | None]:
 
 
 def main() -> None:
+    set_default_jax_platforms()  # before JAX starts a backend: no TPU runtime off a TPU host
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kv-dtype", choices=list(KV_DTYPES), default="bf16")
     parser.add_argument("--num-q-heads", type=int, default=32)

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from claimbench.cli.jax_platforms import set_default_jax_platforms
 from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.engine import LLMEngine
@@ -215,6 +216,7 @@ def decode_at_batch(args, model, tokenizer, prompts) -> dict[str, float]:
 
 
 def main() -> None:
+    set_default_jax_platforms()  # before JAX starts a backend: no TPU runtime off a TPU host
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", type=Path, default=None, help="HF model dir (default: shipped)")
     p.add_argument("--dtype", default=None, help="bfloat16 | float32 (default: f32 on CPU)")

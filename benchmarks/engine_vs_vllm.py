@@ -510,6 +510,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.not_measured is not None:
         store(args.store, None, args.not_measured)
         return
+    from claimbench.cli.jax_platforms import set_default_jax_platforms
+
+    set_default_jax_platforms()  # before JAX starts a backend: no TPU runtime off a TPU host
     try:
         result = compare(args)
     except (RuntimeError, ValueError) as e:

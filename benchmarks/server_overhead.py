@@ -57,6 +57,7 @@ from pathlib import Path
 
 import httpx
 
+from claimbench.cli.jax_platforms import set_default_jax_platforms
 from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.engine import LLMEngine
@@ -446,6 +447,7 @@ def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
 
 
 def main() -> None:
+    set_default_jax_platforms()  # before JAX starts a backend: no TPU runtime off a TPU host
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=default_model_path())
     parser.add_argument("--dtype", default="float32")

@@ -31,6 +31,7 @@ import time
 
 import numpy as np
 
+from claimbench.cli.jax_platforms import set_default_jax_platforms
 from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.engine import LLMEngine
@@ -93,6 +94,7 @@ def serve(engine: LLMEngine, prompts: list, params: SamplingParams) -> tuple[lis
 
 
 def main() -> None:
+    set_default_jax_platforms()  # before JAX starts a backend: no TPU runtime off a TPU host
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", default="1,8,32")
     parser.add_argument("--num-spec-tokens", type=int, default=4)

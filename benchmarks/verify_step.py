@@ -24,6 +24,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from claimbench.cli.jax_platforms import set_default_jax_platforms
 from claimbench.engine.batch import StepInputs, empty_inputs
 from claimbench.engine.buckets import pick_pair
 from claimbench.engine.config import EngineConfig
@@ -93,6 +94,7 @@ class Arm:
 
 
 def main() -> None:
+    set_default_jax_platforms()  # before JAX starts a backend: no TPU runtime off a TPU host
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", default="1,8,32")
     parser.add_argument("--num-spec-tokens", type=int, default=4)

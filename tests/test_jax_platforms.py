@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 from claimbench.cli import jax_platforms
 
 
@@ -23,6 +27,23 @@ def test_tpu_device_nodes_are_detected(tmp_path):
 def test_a_users_setting_is_kept(monkeypatch):
     monkeypatch.setenv("JAX_PLATFORMS", "tpu")
     jax_platforms.set_default_jax_platforms()
-    import os
-
     assert os.environ["JAX_PLATFORMS"] == "tpu"
+
+
+def test_jax_imported_first_still_leaves_tpu_out():
+    """A script that imports jax before setting the default (JAX reads JAX_PLATFORMS at its
+    import) still starts only the host's platforms."""
+    code = (
+        "import os, jax\n"
+        "from claimbench.cli import jax_platforms as jp\n"
+        "jp.set_default_jax_platforms()\n"
+        "print(jax.config.jax_platforms, os.environ.get('JAX_PLATFORMS'), jp.tpu_attached())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    configured, chosen, tpu = out.stdout.split()
+    if tpu == "False":
+        assert configured == chosen and "tpu" not in configured  # "cpu" or "cuda,cpu"

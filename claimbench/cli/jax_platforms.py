@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 # Device nodes a TPU VM exposes: /dev/accel* (v2-v5e) or /dev/vfio/<n> (v5p, v6e and later).
@@ -31,10 +32,14 @@ def default_platforms(*, tpu: bool, cuda: bool) -> str | None:
 
 
 def set_default_jax_platforms() -> None:
-    """Set JAX_PLATFORMS from this host's hardware unless the user set it."""
+    """Set JAX_PLATFORMS from this host's hardware unless the user set it. JAX reads the
+    variable when it is imported, so where it already is (a benchmark script that imports it
+    first) its config is set too: either way before its first backend starts."""
     if "JAX_PLATFORMS" in os.environ:
         return
     cuda = any(importlib.util.find_spec(name) is not None for name in _CUDA_PLUGINS)
     platforms = default_platforms(tpu=tpu_attached(), cuda=cuda)
     if platforms is not None:
         os.environ["JAX_PLATFORMS"] = platforms
+        if "jax" in sys.modules:
+            sys.modules["jax"].config.update("jax_platforms", platforms)
