@@ -29,8 +29,8 @@ namespace {
 // The next page is fetched into the outer caches, not L1 (read, locality 1: prefetcht2 on
 // x86). Measured on a 2-core Zen 4 host, the kernel alone (64 sequences of 384 tokens, 25 MB
 // of f32 KV in random page order), the two hints alternating call by call in one process: the
-// tiled loop 27-31% less time a call, the general one 5-18%; with 4 MB already in cache, no
-// change. A whole page (16 KB at the shipped shapes) fetched into the 32 KB L1 at once likely
+// tiled loop 27-31% less time a call (four runs), the general one 5-18% (two); with 4 MB
+// already in cache, 1.03 of the time (one run). A whole page (16 KB at the shipped shapes) fetched into the 32 KB L1 at once likely
 // evicted the page being read.
 inline void PrefetchPastL1(const char* line) { __builtin_prefetch(line, 0, 1); }
 
