@@ -200,12 +200,8 @@ void AttendSequenceTiled(const Decode& p, int64_t seq) {
       if (!spread) PrefetchLines(ahead, share_lines);
       if (in_place) {
         const float* k = static_cast<const float*>(kv.pages) + (slot0 * rows + 2 * h) * D;
-        if (spread) {
-          states[h].Attend(k, k + D, rows * D, n, p.soft_cap, scores, score_stride, ahead,
-                           share_lines / (2 * n));
-        } else {
-          states[h].Attend(k, k + D, rows * D, n, p.soft_cap, scores, score_stride);
-        }
+        states[h].Attend(k, k + D, rows * D, n, p.soft_cap, scores, score_stride,
+                         spread ? ahead : nullptr, spread ? share_lines / (2 * n) : 0);
       } else {
         for (int64_t t = 0; t < n; ++t) {  // not f32: Row dequantizes into the tile
           kv.Row(slot0 + t, 2 * h, k_tile + t * D);
