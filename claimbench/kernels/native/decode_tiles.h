@@ -48,6 +48,12 @@ constexpr int64_t kCacheLine = 64;
 // Prefetches `lines` cache lines from `from` (none when null) into the outer caches, not L1
 // (read, locality 1: prefetcht2 on x86); returns where the next call continues. The loop
 // steps a pointer: GCC 12 at -O3 deletes the same loop written over a line index.
+// Measured on a 2-core Zen 4 host, the decode kernel alone (64 sequences of 384 tokens, 25 MB
+// of f32 KV in random page order), this hint against L1's alternating call by call in one
+// process: the tiled loop 27-31% less time a call (four runs; each next page then fetched
+// whole), the general one 5-18% (two); with 4 MB already in cache, 1.03 of the time (one run).
+// A whole page (16 KB at the shipped shapes) fetched into the 32 KB L1 at once likely evicted
+// the page being read.
 inline const char* PrefetchLines(const char* from, int64_t lines) {
   if (from == nullptr) return nullptr;
   const char* end = from + lines * kCacheLine;

@@ -26,14 +26,6 @@
 namespace claimbench {
 namespace {
 
-// The next page is fetched into the outer caches, not L1 (read, locality 1: prefetcht2 on
-// x86). Measured on a 2-core Zen 4 host, the kernel alone (64 sequences of 384 tokens, 25 MB
-// of f32 KV in random page order), the two hints alternating call by call in one process: the
-// tiled loop 27-31% less time a call (four runs), the general one 5-18% (two); with 4 MB
-// already in cache, 1.03 of the time (one run). A whole page (16 KB at the shipped shapes)
-// fetched into the 32 KB L1 at once likely evicted the page being read.
-inline void PrefetchPastL1(const char* line) { PrefetchLines(line, 1); }
-
 struct Decode {
   PagedKV kv;
   const float* q;             // [n, num_q_heads, head_dim]
@@ -85,7 +77,7 @@ void AttendSequence(const Decode& p, int64_t seq) {
     for (int64_t t = 0; t < n; ++t) {
       if (has_next) {
         const char* row = next_page + (lo % page_size + t) * token_bytes;
-        for (int64_t off = 0; off < token_bytes; off += 64) PrefetchPastL1(row + off);
+        PrefetchLines(row, (token_bytes + kCacheLine - 1) / kCacheLine);
       }
       for (int64_t h = 0; h < num_kv_heads; ++h) {
         const float* __restrict k = kv.Row(slot0 + t, 2 * h, k_scratch);
