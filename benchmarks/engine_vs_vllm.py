@@ -239,7 +239,8 @@ def build_ours(args, job: Job):
     return engine
 
 
-def ours_round(engine, job: Job) -> dict:
+def ours_round(engine, job: Job, steps: list | None = None) -> dict:
+    """One timed round through our engine; ``steps`` (a list) receives its step records."""
     from claimbench.engine.sampler import SamplingParams
 
     params = SamplingParams(max_tokens=job.output_len, ignore_eos=True)
@@ -251,6 +252,8 @@ def ours_round(engine, job: Job) -> dict:
     frame = frame[frame["request_id"].isin(ids)]
     for request_id in ids:  # keep the engine's records to this round's
         engine.forget(request_id)
+    if steps is not None:
+        steps.extend(engine.step_records)
     engine.trim_step_records(0)
     return {
         "output_tokens": sum(len(o.token_ids) for o in outs),

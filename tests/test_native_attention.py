@@ -281,7 +281,7 @@ def test_native_prefill_tiles_head_dims_and_groups(head_dim, num_q_heads, num_kv
 @pytest.mark.parametrize("avx512, expected", [(True, "native"), (False, "xla")])
 def test_prefill_path_follows_the_cpu_unless_forced(monkeypatch, avx512, expected):
     monkeypatch.delenv(native_attention.PREFILL_ENV, raising=False)
-    monkeypatch.setattr(native_attention, "_has_avx512", lambda: avx512)
+    monkeypatch.setattr(native_attention, "has_avx512", lambda: avx512)
     assert native_attention.prefill_path() == expected
     for forced in native_attention.PREFILL_PATHS:
         monkeypatch.setenv(native_attention.PREFILL_ENV, forced)

@@ -154,9 +154,12 @@ def test_tp_beyond_the_devices_present_is_a_value_error() -> None:
         tiny_engine(tp=n + 1)
 
 
-def test_tp1_describe_on_one_device() -> None:
+def test_tp1_describe_on_one_device(monkeypatch) -> None:
     from tests.engine_helpers import tiny_engine
 
+    # The spec's bytes: with the native matmul the device also holds the packed head
+    # (tests/test_native_dense.py counts those).
+    monkeypatch.setenv("CLAIMBENCH_NATIVE_DENSE", "xla")
     engine = tiny_engine(model=LlamaForCausalLM(TINY_MODEL, dtype=jnp.float32, rngs=nnx.Rngs(3)))
     info = engine.describe()
     assert (info["tp"], info["kv_replicas"], info["kv_heads_per_device"]) == (1, 1, 2)

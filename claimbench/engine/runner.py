@@ -49,6 +49,7 @@ from claimbench.models.checkpoint import default_model_path
 from claimbench.models.early_exit import early_exit_forward, with_exit_heads
 from claimbench.models.llama import LlamaForCausalLM, Rope, rope_table
 from claimbench.models.moe import with_router_stats
+from claimbench.models.packed import dense_path, pack_model
 
 
 @jax.tree_util.register_dataclass
@@ -216,12 +217,19 @@ class ModelRunner:
             model = replicate_kv_heads(model, self.tp.kv_replicas)
         if cfg.early_exit_threshold is not None:
             model = with_exit_heads(model, cfg.model_path or default_model_path())
+        # What the weights really occupy: quantized values and their scales included.
+        self.weight_bytes = sum(int(w.nbytes) for w in jax.tree.leaves(nnx.state(model)))
+        backend = resolve_backend_name(cfg.attention_backend)
+        # The "cpu" backend's matmuls: the native kernel on weights packed once, here, or
+        # XLA's dot (models/packed.py). One device only: packed weights are not split.
+        self.dense = "xla"
+        if backend == "cpu" and (self.tp is None or self.tp.tp == 1):
+            self.dense = dense_path(model)
+        if self.dense == "native":
+            model = pack_model(model)
         graphdef, state = nnx.split(model)
         self.weights, treedef = jax.tree.flatten(state)
-        # What the weights really occupy: quantized values and their scales included.
-        self.weight_bytes = sum(int(w.nbytes) for w in self.weights)
         self.kv_dtype = resolve_kv_dtype(cfg.kv_dtype, model.dtype)
-        backend = resolve_backend_name(cfg.attention_backend)
         # The pages' layout (head_dim lane-padded for the Pallas kernel) sizes the pool.
         kv_cfg = page_layout(model.cfg, backend)
         # One pool, sized per device: kv_pool_bytes is what each device gives its KV heads.
@@ -318,6 +326,7 @@ class ModelRunner:
             "weight_bytes_per_device": device_bytes(self.weights, first),
             "kv_cache_bytes_per_device": device_bytes(self.kv_caches, first),
             "kv_cache_bytes": self.kv_cache_bytes,  # all devices together
+            "dense": self.dense,  # the matmuls: "native" (packed weights) or "xla"
         }
 
 

@@ -147,11 +147,11 @@ def prefill_path() -> str:
         if forced not in PREFILL_PATHS:
             raise ValueError(f"{PREFILL_ENV}={forced!r}: expected one of {PREFILL_PATHS}")
         return forced
-    return "native" if _has_avx512() else "xla"
+    return "native" if has_avx512() else "xla"
 
 
 @functools.cache
-def _has_avx512() -> bool:
+def has_avx512() -> bool:
     try:
         info = Path("/proc/cpuinfo").read_text()
     except OSError:

@@ -123,7 +123,7 @@ class QuantizedEmbedding(nnx.Module):
         return logits * self.scale[...]
 
 
-def _set_child(root: nnx.Module, path: tuple, child: nnx.Module) -> None:
+def set_child(root: nnx.Module, path: tuple, child: nnx.Module) -> None:
     parent = root
     for key in path[:-1]:
         parent = parent[key] if isinstance(key, int) else getattr(parent, key)
@@ -163,9 +163,9 @@ def quantize_weights(model: LlamaForCausalLM, weights: str) -> LlamaForCausalLM:
     model = nnx.clone(model)
     for path, module in list(nnx.iter_modules(model)):
         if isinstance(module, nnx.Linear):
-            _set_child(model, path, QuantizedLinear.from_linear(module, qtype))
+            set_child(model, path, QuantizedLinear.from_linear(module, qtype))
         elif isinstance(module, Embedding):
-            _set_child(model, path, QuantizedEmbedding.from_embedding(module, qtype))
+            set_child(model, path, QuantizedEmbedding.from_embedding(module, qtype))
     return model
 
 

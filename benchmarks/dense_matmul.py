@@ -1,0 +1,203 @@
+"""The native dense kernel on packed weights beside XLA's dot, side by side in one run.
+
+    python benchmarks/dense_matmul.py [--rows 64 2048] [--repeats 5] [--engine-rounds 0] [--json]
+
+Matmuls: every matrix of one step of the model (each layer's q, k, v, o, gate, up and down
+projections and the tied head, at the checkpoint's shapes) over --rows rows of f32
+activations, jitted as one function per path; the paths alternate --repeats times, each
+timed as the median of --iters calls. Printed: milliseconds, GFLOP/s and the ratio XLA /
+native per row count.
+
+Engine (--engine-rounds N): two engines in this process over the same checkpoint, one
+serving with the native kernel (``CLAIMBENCH_NATIVE_DENSE=native``), one with XLA's dot,
+take turns on benchmarks/engine_vs_vllm.py's workload (its defaults: held-out prompts,
+greedy, EOS ignored; --workload passes it other options), N timed rounds each after an
+untimed one. Printed: output tokens/s per round, the median step time of steps with
+prefill and of decode-only steps, the ratio of the medians, and whether the two engines'
+greedy tokens are identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def model_matrices(model) -> list[tuple[int, int]]:
+    """[(K, N)] of every matmul one step runs, in order."""
+    cfg = model.cfg
+    d, f, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+    per_layer = [
+        (d, cfg.num_heads * hd),
+        (d, cfg.num_kv_heads * hd),
+        (d, cfg.num_kv_heads * hd),
+        (cfg.num_heads * hd, d),
+        (d, f),
+        (d, f),
+        (f, d),
+    ]
+    return per_layer * cfg.num_layers + [(d, cfg.vocab_size)]
+
+
+def time_matmuls(shapes, rows: int, repeats: int, iters: int) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from claimbench.kernels import native_dense
+
+    rng = np.random.default_rng(0)
+    weights = [jnp.asarray(rng.standard_normal(s, np.float32) * 0.05) for s in shapes]
+    packed = [native_dense.pack(w) for w in weights]
+    inputs = {k: jnp.asarray(rng.standard_normal((rows, k), np.float32)) for k, _ in shapes}
+
+    def xla(xs, ws):
+        return [xs[w.shape[0]] @ w for w in ws]
+
+    def native(xs, ps):
+        return [native_dense.dense(xs[k], p, n) for (k, n), p in zip(shapes, ps, strict=True)]
+
+    paths = {"xla": (jax.jit(xla), weights), "native": (jax.jit(native), packed)}
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    for fn, args in paths.values():
+        jax.block_until_ready(fn(inputs, args))
+    for _ in range(repeats):
+        for name, (fn, args) in paths.items():
+            samples = []
+            for _ in range(iters):
+                start = time.perf_counter()
+                jax.block_until_ready(fn(inputs, args))
+                samples.append(time.perf_counter() - start)
+            times[name].append(statistics.median(samples))
+    flops = sum(2 * rows * k * n for k, n in shapes)
+    ms = {name: 1e3 * statistics.median(t) for name, t in times.items()}
+    return {
+        "rows": rows,
+        "ms": ms,
+        "gflop_s": {name: flops / (t * 1e6) for name, t in ms.items()},
+        "ratio": ms["xla"] / ms["native"],
+    }
+
+
+def engine_rounds(rounds: int, workload: list[str]) -> dict:
+    import engine_vs_vllm as ev
+
+    from claimbench.engine.sampler import SamplingParams
+    from claimbench.models.checkpoint import default_model_path
+    from claimbench.models.packed import DENSE_ENV
+    from claimbench.models.tokenizer import Tokenizer
+    from claimbench.workload.corpus import heldout_prompts
+
+    args = ev.parse_args(workload)
+    model = default_model_path()
+    tok = Tokenizer.from_dir(model)
+    prompts = heldout_prompts(tok, args.requests, args.min_input, args.max_input, args.seed)
+    job = ev.Job(
+        model=str(Path(model).resolve()),
+        dtype=args.dtype,
+        prompts=prompts,
+        output_len=args.output_len,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_model_len=args.max_input + args.output_len,
+        seed=args.seed,
+    )
+    engines = {}
+    for path in ("native", "xla"):
+        os.environ[DENSE_ENV] = path
+        engines[path] = ev.build_ours(args, job)
+        if engines[path].runner.describe()["dense"] != path:
+            raise SystemExit(f"the {path} matmul is not available here")
+        ev.ours_round(engines[path], job)  # untimed
+    os.environ.pop(DENSE_ENV)
+    results: dict[str, dict[str, list[float]]] = {
+        name: {"tok_s": [], "prefill_ms": [], "decode_ms": []} for name in engines
+    }
+    for _ in range(rounds):
+        for name, engine in engines.items():
+            records: list = []
+            out = ev.ours_round(engine, job, records)
+            results[name]["tok_s"].append(out["output_tokens"] / out["elapsed_s"])
+            results[name]["prefill_ms"].append(
+                1e3 * statistics.median(r.device_s for r in records if r.num_prefill_tokens)
+            )
+            results[name]["decode_ms"].append(
+                1e3 * statistics.median(r.device_s for r in records if not r.num_prefill_tokens)
+            )
+    greedy = SamplingParams(max_tokens=args.output_len, ignore_eos=True)
+    outputs = {name: e.generate(job.prompts, greedy) for name, e in engines.items()}
+    identical = sum(
+        a.token_ids == b.token_ids for a, b in zip(outputs["native"], outputs["xla"], strict=True)
+    )
+    med = {name: {k: statistics.median(v) for k, v in r.items()} for name, r in results.items()}
+    return {
+        "rounds": results,
+        "median": med,
+        "ratio_tok_s": med["native"]["tok_s"] / med["xla"]["tok_s"],
+        "identical_outputs": f"{identical}/{len(job.prompts)}",
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    from claimbench.cli.jax_platforms import set_default_jax_platforms
+
+    set_default_jax_platforms()  # before JAX starts a backend: no TPU runtime off a TPU host
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[64, 2048])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--engine-rounds", type=int, default=0)
+    parser.add_argument(
+        "--workload",
+        default="",
+        help="engine_vs_vllm.py options for the engine rounds, e.g. '--requests 16'",
+    )
+    parser.add_argument("--model", type=Path, default=None, help="default: the shipped model")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    args = parser.parse_args(argv)
+
+    from claimbench.kernels import native_dense
+    from claimbench.models.checkpoint import default_model_path, load_model
+
+    if (reason := native_dense.unavailable_reason()) is not None:
+        raise SystemExit(f"the native dense kernel cannot run here: {reason}")
+    model, _ = load_model(args.model or default_model_path(), "float32")
+    shapes = model_matrices(model)
+    report: dict = {"matmuls": [], "engine": None}
+    for rows in args.rows:
+        result = time_matmuls(shapes, rows, args.repeats, args.iters)
+        report["matmuls"].append(result)
+        if not args.json:
+            print(
+                f"{rows:5d} rows, {len(shapes)} matmuls: XLA {result['ms']['xla']:.2f} ms "
+                f"({result['gflop_s']['xla']:.0f} GFLOP/s), native {result['ms']['native']:.2f}"
+                f" ms ({result['gflop_s']['native']:.0f} GFLOP/s): XLA / native "
+                f"{result['ratio']:.2f}x"
+            )
+    if args.engine_rounds:
+        report["engine"] = engine = engine_rounds(args.engine_rounds, args.workload.split())
+        if not args.json:
+            for name, r in engine["rounds"].items():
+                rounds = " / ".join(f"{t:,.0f}" for t in r["tok_s"])
+                m = engine["median"][name]
+                print(
+                    f"engine, {name} matmul: {rounds} tok/s; median steps with prefill "
+                    f"{m['prefill_ms']:.1f} ms, decode {m['decode_ms']:.2f} ms"
+                )
+            print(
+                f"engine native / XLA (medians): {engine['ratio_tok_s']:.2f}x; identical "
+                f"greedy outputs: {engine['identical_outputs']}"
+            )
+    if args.json:
+        print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+// y = x @ w for f32 activations and a weight packed once, at load, into column panels.
+//
+// XLA:CPU's dot packs its weight operand on every call (the weights are runtime
+// arguments of the step) and runs the engine's decode-step shapes (64 rows, K of 256
+// or 768) at about 40% of this machine's FMA rate. Here the weight [K, N] arrives
+// packed as panels [ceil(N / 32), K, 32] (column j of the weight is lane j % 32 of
+// panel j / 32; the last panel zero-padded), so a 12 x 32 register tile streams its
+// panel front to back: per k, two vector loads of the panel and twelve broadcasts of x
+// feed 24 multiply-adds into 24 accumulators. Each output element is one f32
+// multiply-add chain over k = 0..K-1 in order, whatever the number of rows or how they
+// are tiled, so a row's result does not depend on the batch it is in.
+//
+// Work items are (panel group, row block) pairs split over XLA's intra-op threads.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "parallel.h"
+#include "vec_math.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace claimbench {
+namespace {
+
+constexpr int64_t kPanel = 2 * kLanes;  // columns per panel
+constexpr int kMaxRows = 12;            // rows per register tile
+constexpr int64_t kItemFlops = 1 << 22;  // about this much work per parallel item
+
+inline Vec16 Load(const float* p) {
+  Vec16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// rows x (up to) 32 outputs of one panel: out[i, 0:cols] = x[i, :] @ panel.
+template <int kRows>
+void Tile(const float* x, int64_t ldx, const float* panel, int64_t k_len, float* out,
+          int64_t ldo, int64_t cols) {
+  Vec16 acc0[kRows], acc1[kRows];
+  for (int i = 0; i < kRows; ++i) acc0[i] = acc1[i] = Vec16{};
+  for (int64_t k = 0; k < k_len; ++k) {
+    const Vec16 w0 = Load(panel + k * kPanel);
+    const Vec16 w1 = Load(panel + k * kPanel + kLanes);
+    for (int i = 0; i < kRows; ++i) {
+      const float a = x[i * ldx + k];
+      acc0[i] += a * w0;
+      acc1[i] += a * w1;
+    }
+  }
+  for (int i = 0; i < kRows; ++i) {
+    float* row = out + i * ldo;
+    if (cols == kPanel) {
+      std::memcpy(row, &acc0[i], sizeof(Vec16));
+      std::memcpy(row + kLanes, &acc1[i], sizeof(Vec16));
+    } else {
+      float lanes[kPanel];
+      std::memcpy(lanes, &acc0[i], sizeof(Vec16));
+      std::memcpy(lanes + kLanes, &acc1[i], sizeof(Vec16));
+      std::memcpy(row, lanes, cols * sizeof(float));
+    }
+  }
+}
+
+using TileFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, int64_t);
+
+template <int... kRows>
+constexpr TileFn kTiles[] = {nullptr, Tile<kRows>...};
+constexpr auto& kTileFor = kTiles<1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12>;
+
+struct Dense {
+  const float* x;
+  const float* w;
+  float* out;
+  int64_t m, k, n, panels;
+};
+
+// Rows [row0, row1) of panels [p0, p1), in register tiles of equal height (at most 12).
+void Block(const Dense& d, int64_t row0, int64_t row1, int64_t p0, int64_t p1) {
+  const int64_t rows = row1 - row0;
+  const int64_t tiles = (rows + kMaxRows - 1) / kMaxRows;
+  for (int64_t p = p0; p < p1; ++p) {
+    const float* panel = d.w + p * d.k * kPanel;
+    const int64_t col = p * kPanel;
+    const int64_t cols = std::min(kPanel, d.n - col);
+    int64_t r = row0;
+    for (int64_t t = 0; t < tiles; ++t) {
+      // Spread the rows evenly: 64 rows are 11, 11, 11, 11, 10, 10, not 12 x 5 + 4.
+      const int64_t height = (rows - (r - row0) + (tiles - t) - 1) / (tiles - t);
+      kTileFor[height](d.x + r * d.k, d.k, panel, d.k, d.out + r * d.n + col, d.n, cols);
+      r += height;
+    }
+  }
+}
+
+ffi::Error DenseImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
+                     ffi::ResultBuffer<ffi::F32> out) {
+  auto x_dims = x.dimensions();
+  auto w_dims = w.dimensions();
+  auto out_dims = out->dimensions();
+  if (x_dims.size() != 2 || w_dims.size() != 3 || out_dims.size() != 2 ||
+      w_dims[2] != kPanel || w_dims[1] != x_dims[1] || out_dims[0] != x_dims[0] ||
+      w_dims[0] != (out_dims[1] + kPanel - 1) / kPanel) {
+    return ffi::Error::InvalidArgument(
+        "dense: need x [M, K], w [ceil(N / 32), K, 32] and out [M, N]");
+  }
+  const Dense d{x.typed_data(), w.typed_data(), out->typed_data(),
+                x_dims[0],      x_dims[1],      out_dims[1],
+                w_dims[0]};
+  if (d.m == 0 || d.n == 0) return ffi::Error::Success();
+  // An item is a block of rows against a group of panels. Up to 96 rows stay one block
+  // (a decode step: the threads split the columns); past that, blocks of 48 rows, whose
+  // activations stay in cache while every panel of the group streams past them. Groups
+  // are as wide as keeps an item at about kItemFlops, or all panels.
+  const int64_t block_rows = d.m <= 96 ? d.m : 4 * kMaxRows;
+  const int64_t blocks = (d.m + block_rows - 1) / block_rows;
+  const int64_t panel_flops = 2 * block_rows * kPanel * std::max<int64_t>(d.k, 1);
+  const int64_t group = std::clamp<int64_t>(kItemFlops / panel_flops, 1, d.panels);
+  const int64_t groups = (d.panels + group - 1) / group;
+  ParallelFor(pool, blocks * groups, [&](int64_t item) {
+    const int64_t row0 = (item / groups) * block_rows;
+    const int64_t p0 = (item % groups) * group;
+    Block(d, row0, std::min(d.m, row0 + block_rows), p0, std::min(d.panels, p0 + group));
+  });
+  return ffi::Error::Success();
+}
+
+}  // namespace
+}  // namespace claimbench
+
+// The panel width the packed weight must have (Python packs to it).
+extern "C" int64_t ClaimbenchDensePanel() { return claimbench::kPanel; }
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ClaimbenchDense, claimbench::DenseImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::ThreadPool>()
+                                  .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
+                                  .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
+                                  .Ret<xla::ffi::Buffer<xla::ffi::F32>>());
