@@ -90,25 +90,11 @@ def engine_rounds(rounds: int, workload: list[str]) -> dict:
     import engine_vs_vllm as ev
 
     from claimbench.engine.sampler import SamplingParams
-    from claimbench.models.checkpoint import default_model_path
     from claimbench.models.packed import DENSE_ENV
-    from claimbench.models.tokenizer import Tokenizer
-    from claimbench.workload.corpus import heldout_prompts
 
-    args = ev.parse_args(workload)
-    model = default_model_path()
-    tok = Tokenizer.from_dir(model)
-    prompts = heldout_prompts(tok, args.requests, args.min_input, args.max_input, args.seed)
-    job = ev.Job(
-        model=str(Path(model).resolve()),
-        dtype=args.dtype,
-        prompts=prompts,
-        output_len=args.output_len,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        max_model_len=args.max_input + args.output_len,
-        seed=args.seed,
-    )
+    # vLLM does not run here: its interpreter is named only to satisfy the shared parser.
+    args = ev.parse_args([*workload, "--vllm-python", sys.executable])
+    job = ev.make_job(args)
     engines = {}
     for path in ("native", "xla"):
         os.environ[DENSE_ENV] = path

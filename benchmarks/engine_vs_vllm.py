@@ -411,8 +411,8 @@ def sequential(args) -> bool:
     return tpu_attached()
 
 
-def compare(args) -> dict:
-    from claimbench.kernels.backend import resolve_backend_name
+def make_job(args) -> Job:
+    """The workload the options name: held-out prompts as token ids, and the settings."""
     from claimbench.models.checkpoint import default_model_path
     from claimbench.models.tokenizer import Tokenizer
     from claimbench.workload.corpus import heldout_prompts
@@ -421,7 +421,7 @@ def compare(args) -> dict:
     prompts = heldout_prompts(
         Tokenizer.from_dir(model), args.requests, args.min_input, args.max_input, args.seed
     )
-    job = Job(
+    return Job(
         model=str(Path(model).resolve()),
         dtype=args.dtype,
         prompts=prompts,
@@ -431,6 +431,12 @@ def compare(args) -> dict:
         max_model_len=args.max_input + args.output_len,
         seed=args.seed,
     )
+
+
+def compare(args) -> dict:
+    from claimbench.kernels.backend import resolve_backend_name
+
+    job = make_job(args)
     with tempfile.TemporaryDirectory() as tmp:
         job_path = Path(tmp) / "job.json"
         vllm_model = llama_only_copy(Path(job.model), Path(tmp) / "model")
@@ -468,7 +474,7 @@ def compare(args) -> dict:
         "attention_backend": resolve_backend_name(args.attention_backend),
         "async_scheduling": args.async_scheduling,
         "sequential": in_turn,
-        "model": Path(model).name,
+        "model": Path(job.model).name,
         "vllm_version": vllm_version(args.vllm_python),
         "ours": ours,
         "vllm": vllm,
