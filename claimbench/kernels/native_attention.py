@@ -23,7 +23,6 @@ values, since a C++ read, unlike XLA's gathers, is not clamped.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
 from pathlib import Path
@@ -35,7 +34,7 @@ import numpy as np
 from claimbench.kernels import xla_prefill, xla_rpa
 from claimbench.kernels.kv_quant import LayerKV
 from claimbench.kernels.metadata import AttentionMetadata
-from claimbench.kernels.native.build import NativeUnavailable, library_path
+from claimbench.kernels.native.build import NativeUnavailable, load_library
 from claimbench.kernels.paged_io import decode_lens
 
 DECODE_TARGET = "claimbench_paged_decode"
@@ -47,14 +46,10 @@ PREFILL_PATHS = ("native", "xla")
 @functools.cache
 def _register() -> str | None:
     """Build, load and register the kernels once; None when ready, else why not."""
-    if jax.default_backend() != "cpu":
-        return f"the native attention kernels run on CPU, not {jax.default_backend()}"
     try:
-        lib = ctypes.cdll.LoadLibrary(str(library_path()))
+        lib = load_library()
     except NativeUnavailable as e:
         return str(e)
-    except OSError as e:
-        return f"loading the native kernels failed: {e}"
     jax.ffi.register_ffi_target(DECODE_TARGET, jax.ffi.pycapsule(lib.ClaimbenchPagedDecode), "cpu")
     jax.ffi.register_ffi_target(
         PREFILL_TARGET, jax.ffi.pycapsule(lib.ClaimbenchPagedPrefill), "cpu"

@@ -18,7 +18,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from claimbench.kernels.native.build import NativeUnavailable, library_path
+from claimbench.kernels.native.build import NativeUnavailable, load_library
 
 TARGET = "claimbench_dense"
 
@@ -26,14 +26,10 @@ TARGET = "claimbench_dense"
 @functools.cache
 def _register() -> tuple[int | None, str | None]:
     """Build, load and register the kernel once: (panel width, None) or (None, why not)."""
-    if jax.default_backend() != "cpu":
-        return None, f"the native dense kernel runs on CPU, not {jax.default_backend()}"
     try:
-        lib = ctypes.cdll.LoadLibrary(str(library_path()))
+        lib = load_library()
     except NativeUnavailable as e:
         return None, str(e)
-    except OSError as e:
-        return None, f"loading the native kernels failed: {e}"
     jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.ClaimbenchDense), "cpu")
     lib.ClaimbenchDensePanel.restype = ctypes.c_int64
     return int(lib.ClaimbenchDensePanel()), None

@@ -10,6 +10,7 @@ engine falls back to its XLA path.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import platform
@@ -89,6 +90,20 @@ def library_path() -> Path:
         raise NativeUnavailable(f"compiling the native kernels failed: {first.strip()}")
     os.replace(tmp, target)
     return target
+
+
+def load_library() -> ctypes.CDLL:
+    """The built library, loaded (once per process: the loader keeps one handle per file);
+    raises NativeUnavailable with a one-line reason."""
+    import jax
+
+    if jax.default_backend() != "cpu":
+        raise NativeUnavailable(f"the native kernels run on CPU, not {jax.default_backend()}")
+    path = library_path()
+    try:
+        return ctypes.cdll.LoadLibrary(str(path))
+    except OSError as e:
+        raise NativeUnavailable(f"loading the native kernels failed: {e}") from e
 
 
 def main() -> int:
