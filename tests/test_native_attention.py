@@ -278,10 +278,10 @@ def test_native_prefill_tiles_head_dims_and_groups(head_dim, num_q_heads, num_kv
 # -- which prefill the "cpu" backend takes -----------------------------------------------
 
 
-@pytest.mark.parametrize("avx512, expected", [(True, "native"), (False, "xla")])
-def test_prefill_path_follows_the_cpu_unless_forced(monkeypatch, avx512, expected):
+@pytest.mark.parametrize("isa, expected", [("avx512", "native"), ("avx2", "native"), (None, "xla")])
+def test_prefill_path_follows_the_cpu_unless_forced(monkeypatch, isa, expected):
     monkeypatch.delenv(native_attention.PREFILL_ENV, raising=False)
-    monkeypatch.setattr(native_attention, "has_avx512", lambda: avx512)
+    monkeypatch.setattr(native_attention, "vector_isa", lambda: isa)
     assert native_attention.prefill_path() == expected
     for forced in native_attention.PREFILL_PATHS:
         monkeypatch.setenv(native_attention.PREFILL_ENV, forced)

@@ -1,10 +1,10 @@
 """The native dense kernel against its jnp reference, and the packed model in the engine.
 
-Kernel: shapes on and off the 12-row tile and the 32-column panel (a panel zero-padded,
-tiles of every height, row blocks past 96 rows), rows independent of the batch they come
-in, shapes that disagree refused. Model: a packed copy computes the unpacked model's
-logits, the engine serves the same greedy tokens on either matmul, and which one it uses
-follows the CPU, the dtype and ``CLAIMBENCH_NATIVE_DENSE``.
+Kernel: shapes on and off the register tile (12 rows by a 32-column panel with AVX-512, 6 by
+16 with AVX2; a panel zero-padded, tiles of every height, row blocks past 96 rows), rows
+independent of the batch they come in, shapes that disagree refused. Model: a packed copy
+computes the unpacked model's logits, the engine serves the same greedy tokens on either
+matmul, and which one it uses follows the CPU, the dtype and ``CLAIMBENCH_NATIVE_DENSE``.
 """
 
 from __future__ import annotations
@@ -38,16 +38,17 @@ def random(shape, seed):
 
 def test_the_kernel_builds_here():
     assert native_dense.unavailable_reason() is None
-    assert native_dense.panel_width() == 32
+    assert native_dense.panel_width() == (32 if native_attention.has_avx512() else 16)
 
 
 @pytest.mark.parametrize("n", [1, 31, 32, 33, 100, 256])
 def test_pack_lays_out_panels_and_unpacks(n):
     w = random((7, n), 0)
     p = native_dense.pack(w)
-    assert p.shape == (-(-n // 32), 7, 32)
-    j = min(n - 1, 40)  # column j is lane j % 32 of panel j // 32
-    np.testing.assert_array_equal(p[j // 32, :, j % 32], w[:, j])
+    panel = native_dense.panel_width()
+    assert p.shape == (-(-n // panel), 7, panel)
+    j = min(n - 1, 40)  # column j is lane j % panel of panel j // panel
+    np.testing.assert_array_equal(p[j // panel, :, j % panel], w[:, j])
     np.testing.assert_array_equal(native_dense.unpack(p, n), w)
     # The last panel's columns past n are zero, so they add nothing.
     assert not np.any(np.asarray(p).transpose(1, 0, 2).reshape(7, -1)[:, n:])
@@ -98,13 +99,14 @@ def test_a_row_does_not_depend_on_its_batch(m):
 def test_shapes_that_disagree_are_refused():
     x, p = random((4, 64), 0), native_dense.pack(random((64, 40), 1))
     with pytest.raises(ValueError, match="do not make"):
-        native_dense.dense(x, p, 70)  # 70 columns need 3 panels, not 2
+        native_dense.dense(x, p, 40 + native_dense.panel_width())  # one panel more
     with pytest.raises(ValueError, match="do not make"):
         native_dense.dense(random((4, 63), 2), p, 40)
     with pytest.raises(ValueError, match="weight \\[K, N\\]"):
         native_dense.pack(random((2, 3, 4), 3))
     # The kernel checks what it is given too (an FFI call that skips the Python checks).
-    call = jax.ffi.ffi_call(native_dense.TARGET, jax.ShapeDtypeStruct((4, 70), jnp.float32))
+    wide = (4, 40 + native_dense.panel_width())
+    call = jax.ffi.ffi_call(native_dense.TARGET, jax.ShapeDtypeStruct(wide, jnp.float32))
     with pytest.raises(Exception, match="dense: need x"):
         jax.block_until_ready(call(x, p))
 
@@ -143,10 +145,12 @@ def test_engine_greedy_tokens_match_on_either_matmul(monkeypatch, tied):
         assert native.token_ids == xla.token_ids
 
 
-@pytest.mark.parametrize(("avx512", "expected"), [(True, "native"), (False, "xla")])
-def test_dense_path_follows_the_cpu_unless_forced(monkeypatch, avx512, expected):
+@pytest.mark.parametrize(
+    ("isa", "expected"), [("avx512", "native"), ("avx2", "native"), (None, "xla")]
+)
+def test_dense_path_follows_the_cpu_unless_forced(monkeypatch, isa, expected):
     monkeypatch.delenv(packed.DENSE_ENV, raising=False)
-    monkeypatch.setattr(packed, "has_avx512", lambda: avx512)
+    monkeypatch.setattr(packed, "vector_isa", lambda: isa)
     model = tiny_model()
     assert packed.dense_path(model) == expected
     monkeypatch.setenv(packed.DENSE_ENV, "native")
@@ -181,7 +185,8 @@ def test_packed_weights_count_the_head_copy_and_padding(monkeypatch):
     # The model's own weights are what they were; the device holds the packed layout too.
     assert info["native"][0] == info["xla"][0] == info["xla"][1]
     cfg = TINY_MODEL
-    pad = lambda n: -(-n // 32) * 32  # noqa: E731
+    panel = native_dense.panel_width()
+    pad = lambda n: -(-n // panel) * panel  # noqa: E731
     d, f, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
     linear = [(d, cfg.num_heads * hd), (d, cfg.num_kv_heads * hd), (d, cfg.num_kv_heads * hd)]
     linear += [(cfg.num_heads * hd, d), (d, f), (d, f), (f, d)]

@@ -12,13 +12,14 @@ keys like a small GEMM (it is bound by arithmetic). Both are registered through
 The "cpu" attention backend is ``xla_rpa.ragged_paged_attention`` (input checks and the KV
 write in XLA) with the kernels plugged in; they fit its ``DecodeAttention`` and
 ``PrefillAttention`` contracts. Decode always takes the native kernel. Prefill takes it
-where the CPU has AVX-512, which its tiles were written for; on an AVX2-only CPU (a 2-core
-AMD Zen 3) it ran 2.6x slower than ``xla_prefill`` (58 ms against 22 ms a layer call for six
-340-token chunks), and the engine's 2,048-token steps took half the time with XLA's prefill,
-so there prefill stays in XLA (``prefill_path``; ``CLAIMBENCH_NATIVE_PREFILL=native|xla``
-forces either). The kernels check the block tables they are given (a page
-id outside the pool, a kv_len past the table's pages) and fail with an error naming the
-values, since a C++ read, unlike XLA's gathers, is not clamped.
+where the CPU has vector multiply-add (AVX-512, or AVX2 with FMA; ``vector_isa``), its
+tiles sized to the target's registers: when they were 16 lanes wide on every CPU, an
+AVX2-only one (a 2-core AMD Zen 3) spilled them and ran the engine's prefill steps 2.6x
+slower than ``xla_prefill``; sized to AVX2 they take 102 ms a 2,048-token step there
+against XLA's 122-130. Elsewhere prefill stays in XLA (``prefill_path``;
+``CLAIMBENCH_NATIVE_PREFILL=native|xla`` forces either). The kernels check the block tables
+they are given (a page id outside the pool, a kv_len past the table's pages) and fail with
+an error naming the values, since a C++ read, unlike XLA's gathers, is not clamped.
 """
 
 from __future__ import annotations
@@ -136,23 +137,35 @@ def paged_prefill_attention(
 
 def prefill_path() -> str:
     """Which prefill attention the "cpu" backend traces: ``PREFILL_ENV`` if set, else
-    "native" where the CPU has AVX-512 and "xla" elsewhere. ValueError names a bad value."""
+    "native" where the CPU has vector multiply-add (``vector_isa``) and "xla" elsewhere.
+    ValueError names a bad value."""
     forced = os.environ.get(PREFILL_ENV)
     if forced:
         if forced not in PREFILL_PATHS:
             raise ValueError(f"{PREFILL_ENV}={forced!r}: expected one of {PREFILL_PATHS}")
         return forced
-    return "native" if has_avx512() else "xla"
+    return "native" if vector_isa() else "xla"
 
 
 @functools.cache
-def has_avx512() -> bool:
+def _cpu_flags() -> frozenset[str]:
     try:
         info = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return False
-    flags = next((ln for ln in info.splitlines() if ln.startswith("flags")), "")
-    return "avx512f" in flags.split()
+        return frozenset()
+    return frozenset(next((ln for ln in info.splitlines() if ln.startswith("flags")), "").split())
+
+
+def has_avx512() -> bool:
+    return "avx512f" in _cpu_flags()
+
+
+def vector_isa() -> str | None:
+    """The vector multiply-add the native kernels' tiles are sized for here: "avx512"
+    (16-lane registers, 32 of them), "avx2" (with FMA: 8 lanes, 16 registers), or None."""
+    if has_avx512():
+        return "avx512"
+    return "avx2" if {"avx2", "fma"} <= _cpu_flags() else None
 
 
 def ragged_paged_attention(

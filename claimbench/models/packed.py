@@ -1,8 +1,8 @@
 """The model's f32 matrices packed once for the native CPU dense kernel (native_dense.py).
 
-On a CPU with AVX-512, the "cpu" backend's runner serves a copy of the model whose every
+On a CPU with AVX-512 or AVX2, the "cpu" backend's runner serves a copy of the model whose every
 ``nnx.Linear`` is a ``PackedLinear`` and whose tied embedding is a ``PackedEmbedding``
-(the table for lookups, and the head packed as [vocab / 32, dim, 32] panels beside it):
+(the table for lookups, and the head packed as [vocab / P, dim, P] panels beside it):
 XLA's dot would repack each weight at every call of the step. The model the engine was
 given is left as it was. ``dense_path`` says which matmul a runner uses;
 ``CLAIMBENCH_NATIVE_DENSE=native|xla`` forces either.
@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from claimbench.kernels import native_dense
-from claimbench.kernels.native_attention import has_avx512
+from claimbench.kernels.native_attention import vector_isa
 from claimbench.models.llama import Embedding, LlamaForCausalLM
 from claimbench.models.quantize import set_child
 
@@ -62,8 +62,9 @@ class PackedEmbedding(nnx.Module):
 
 def dense_path(model: LlamaForCausalLM) -> str:
     """The matmul a "cpu"-backend runner uses for ``model``: ``DENSE_ENV`` if set, else
-    "native" for an f32 model on a CPU with AVX-512 (the kernel's tiles are 16 lanes wide)
-    where the native kernels build, and "xla" otherwise. ValueError names a bad value."""
+    "native" for an f32 model on a CPU with vector multiply-add (``vector_isa``: the
+    kernel's tiles are sized to AVX-512 or AVX2) where the native kernels build, and "xla"
+    otherwise. ValueError names a bad value."""
     forced = os.environ.get(DENSE_ENV)
     if forced and forced not in DENSE_PATHS:
         raise ValueError(f"{DENSE_ENV}={forced!r}: expected one of {DENSE_PATHS}")
@@ -71,7 +72,7 @@ def dense_path(model: LlamaForCausalLM) -> str:
         return "xla"
     if not any(isinstance(m, nnx.Linear) for _, m in nnx.iter_modules(model)):
         return "xla"  # quantized: its matrices are not f32 Linears
-    if forced == "native" or has_avx512():
+    if forced == "native" or vector_isa():
         return "native" if native_dense.unavailable_reason() is None else "xla"
     return "xla"
 

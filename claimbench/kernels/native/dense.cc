@@ -2,22 +2,23 @@
 //
 // XLA:CPU's dot packs its weight operand on every call (the weights are runtime
 // arguments of the step) and runs the engine's decode-step shapes (64 rows, K of 256
-// or 768) at about 40% of this machine's FMA rate. Here the weight [K, N] arrives
-// packed as panels [ceil(N / 32), K, 32] (column j of the weight is lane j % 32 of
-// panel j / 32; the last panel zero-padded), so a 12 x 32 register tile streams its
-// panel front to back: per k, two vector loads of the panel and twelve broadcasts of x
-// feed 24 multiply-adds into 24 accumulators. Each output element is one f32
-// multiply-add chain over k = 0..K-1 in order, whatever the number of rows or how they
-// are tiled, so a row's result does not depend on the batch it is in.
+// or 768) at about 40% of the machine's FMA rate. Here the weight [K, N] arrives packed
+// as panels [ceil(N / P), K, P] (column j of the weight is lane j % P of panel j / P;
+// the last panel zero-padded; P is two vectors, 32 with AVX-512, 16 with AVX2), so a
+// register tile of up to 12 (or 6) rows streams its panel front to back: per k, two
+// vector loads of the panel and one broadcast of x per row feed two multiply-adds per
+// row. Each output element is one f32 multiply-add chain over k = 0..K-1 in order,
+// whatever the number of rows or how they are tiled, so a row's result does not depend
+// on the batch it is in.
 //
 // Work items are (panel group, row block) pairs split over XLA's intra-op threads.
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "parallel.h"
-#include "vec_math.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -25,12 +26,22 @@ namespace ffi = xla::ffi;
 namespace claimbench {
 namespace {
 
-constexpr int64_t kPanel = 2 * kLanes;  // columns per panel
-constexpr int kMaxRows = 12;            // rows per register tile
-constexpr int64_t kItemFlops = 1 << 22;  // about this much work per parallel item
+// The register tile is sized to the vector registers the target has: with AVX-512, 32
+// registers of 16 floats hold a 12 x 32 tile (24 accumulators, two panel vectors and a
+// broadcast); with AVX2, 16 registers of 8 floats hold 6 x 16 (12 accumulators).
+#if defined(__AVX512F__)
+constexpr int kTileLanes = 16;
+constexpr int kMaxRows = 12;  // rows per register tile
+#else
+constexpr int kTileLanes = 8;
+constexpr int kMaxRows = 6;
+#endif
+typedef float Vec __attribute__((vector_size(kTileLanes * sizeof(float))));
+constexpr int64_t kPanel = 2 * kTileLanes;  // columns per panel
+constexpr int64_t kItemFlops = 1 << 22;     // about this much work per parallel item
 
-inline Vec16 Load(const float* p) {
-  Vec16 v;
+inline Vec Load(const float* p) {
+  Vec v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
@@ -39,11 +50,11 @@ inline Vec16 Load(const float* p) {
 template <int kRows>
 void Tile(const float* x, int64_t ldx, const float* panel, int64_t k_len, float* out,
           int64_t ldo, int64_t cols) {
-  Vec16 acc0[kRows], acc1[kRows];
-  for (int i = 0; i < kRows; ++i) acc0[i] = acc1[i] = Vec16{};
+  Vec acc0[kRows], acc1[kRows];
+  for (int i = 0; i < kRows; ++i) acc0[i] = acc1[i] = Vec{};
   for (int64_t k = 0; k < k_len; ++k) {
-    const Vec16 w0 = Load(panel + k * kPanel);
-    const Vec16 w1 = Load(panel + k * kPanel + kLanes);
+    const Vec w0 = Load(panel + k * kPanel);
+    const Vec w1 = Load(panel + k * kPanel + kTileLanes);
     for (int i = 0; i < kRows; ++i) {
       const float a = x[i * ldx + k];
       acc0[i] += a * w0;
@@ -53,12 +64,12 @@ void Tile(const float* x, int64_t ldx, const float* panel, int64_t k_len, float*
   for (int i = 0; i < kRows; ++i) {
     float* row = out + i * ldo;
     if (cols == kPanel) {
-      std::memcpy(row, &acc0[i], sizeof(Vec16));
-      std::memcpy(row + kLanes, &acc1[i], sizeof(Vec16));
+      std::memcpy(row, &acc0[i], sizeof(Vec));
+      std::memcpy(row + kTileLanes, &acc1[i], sizeof(Vec));
     } else {
       float lanes[kPanel];
-      std::memcpy(lanes, &acc0[i], sizeof(Vec16));
-      std::memcpy(lanes + kLanes, &acc1[i], sizeof(Vec16));
+      std::memcpy(lanes, &acc0[i], sizeof(Vec));
+      std::memcpy(lanes + kTileLanes, &acc1[i], sizeof(Vec));
       std::memcpy(row, lanes, cols * sizeof(float));
     }
   }
@@ -67,8 +78,12 @@ void Tile(const float* x, int64_t ldx, const float* panel, int64_t k_len, float*
 using TileFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, int64_t);
 
 template <int... kRows>
-constexpr TileFn kTiles[] = {nullptr, Tile<kRows>...};
-constexpr auto& kTileFor = kTiles<1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12>;
+constexpr TileFn kTiles[] = {nullptr, Tile<kRows + 1>...};
+template <int... kRows>
+constexpr auto& TilesUpTo(std::integer_sequence<int, kRows...>) {
+  return kTiles<kRows...>;
+}
+constexpr auto& kTileFor = TilesUpTo(std::make_integer_sequence<int, kMaxRows>());
 
 struct Dense {
   const float* x;
@@ -77,7 +92,7 @@ struct Dense {
   int64_t m, k, n, panels;
 };
 
-// Rows [row0, row1) of panels [p0, p1), in register tiles of equal height (at most 12).
+// Rows [row0, row1) of panels [p0, p1), in register tiles of about equal height.
 void Block(const Dense& d, int64_t row0, int64_t row1, int64_t p0, int64_t p1) {
   const int64_t rows = row1 - row0;
   const int64_t tiles = (rows + kMaxRows - 1) / kMaxRows;
@@ -104,7 +119,7 @@ ffi::Error DenseImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<
       w_dims[2] != kPanel || w_dims[1] != x_dims[1] || out_dims[0] != x_dims[0] ||
       w_dims[0] != (out_dims[1] + kPanel - 1) / kPanel) {
     return ffi::Error::InvalidArgument(
-        "dense: need x [M, K], w [ceil(N / 32), K, 32] and out [M, N]");
+        "dense: need x [M, K], w [ceil(N / panel), K, panel] and out [M, N]");
   }
   const Dense d{x.typed_data(), w.typed_data(), out->typed_data(),
                 x_dims[0],      x_dims[1],      out_dims[1],
@@ -114,7 +129,7 @@ ffi::Error DenseImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<
   // (a decode step: the threads split the columns); past that, blocks of 48 rows, whose
   // activations stay in cache while every panel of the group streams past them. Groups
   // are as wide as keeps an item at about kItemFlops, or all panels.
-  const int64_t block_rows = d.m <= 96 ? d.m : 4 * kMaxRows;
+  const int64_t block_rows = d.m <= 96 ? d.m : 48;
   const int64_t blocks = (d.m + block_rows - 1) / block_rows;
   const int64_t panel_flops = 2 * block_rows * kPanel * std::max<int64_t>(d.k, 1);
   const int64_t group = std::clamp<int64_t>(kItemFlops / panel_flops, 1, d.panels);

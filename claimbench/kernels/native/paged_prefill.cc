@@ -28,7 +28,9 @@ namespace claimbench {
 namespace {
 
 constexpr int64_t kKeys = kLanes;  // keys per tile: one 512-bit vector of f32 scores
-constexpr int64_t kMaxRows = 64;   // query rows per item
+// Query rows per item: four registers of rows (64 with AVX-512, 32 with AVX2), so the score
+// tile of two keys (eight accumulators) stays in registers on either.
+constexpr int64_t kMaxRows = 4 * kRegLanes;
 
 // 16 floats: one AVX-512 register, or split by the compiler where vectors are narrower.
 typedef Vec16 KeyVec;
@@ -166,16 +168,20 @@ void AttendTile(const Prefill& p, const Item& item) {
   }
 }
 
-// The same work with query rows in vector lanes, for head_dim a multiple of 16
-// (kD): the softmax's max, rescale and sums run down columns of a key tile, so
-// no horizontal reductions; keys are read as rows (each element broadcast
-// against the transposed queries) and values as vectors along head_dim, both
-// in place for f32 pages.
+// The same work with query rows in vector lanes, for head_dim a multiple of the register
+// width (kD): the softmax's max, rescale and sums run down columns of a key tile (as many
+// keys as a register has lanes), so no horizontal reductions; keys are read as rows (each
+// element broadcast against the transposed queries) and values as vectors along head_dim,
+// both in place for f32 pages. Vectors are one register wide (VecR), so the tile fits the
+// registers of AVX-512 and of AVX2 alike.
 template <int64_t kD>
 void AttendTileLanes(const Prefill& p, const Item& item) {
-  static_assert(kD % kLanes == 0 && kD > 0, "head_dim must be a multiple of 16");
-  constexpr int64_t kRowVecs = kMaxRows / kLanes;
-  constexpr int64_t kDVecs = kD / kLanes;
+  static_assert(kD % kRegLanes == 0 && kD > 0, "head_dim: a multiple of the lanes");
+  constexpr int64_t kRowVecs = kMaxRows / kRegLanes;
+  constexpr int64_t kDVecs = kD / kRegLanes;
+  // Two accumulator chains per row (even and odd keys) where they fit half the registers
+  // (AVX-512); with AVX2's 16, head_dim 64 already takes 8 registers, enough chains alone.
+  constexpr bool kTwoChains = 2 * kDVecs <= kVecRegs / 2;
   constexpr float kFloor = -1e30f;  // running max before any key: finite, so no inf - inf
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const PagedKV& kv = p.kv;
@@ -191,32 +197,32 @@ void AttendTileLanes(const Prefill& p, const Item& item) {
 
   alignas(64) float qt[kD * kMaxRows] = {};  // [d][row], scaled; padding rows zero
   alignas(64) float acc[kMaxRows * kD] = {};  // [row][d]
-  alignas(64) float st[kLanes * kMaxRows];    // [key][row]: scores, then weights
+  alignas(64) float st[kRegLanes * kMaxRows];    // [key][row]: scores, then weights
   alignas(64) float resc[kMaxRows];
-  alignas(64) float k_scratch[kLanes * kD], v_scratch[kLanes * kD];
-  Vec16 m[kRowVecs], l[kRowVecs];
-  Int16 pos[kRowVecs];
-  const float* krow[kLanes];
-  const float* vrow[kLanes];
+  alignas(64) float k_scratch[kRegLanes * kD], v_scratch[kRegLanes * kD];
+  VecR m[kRowVecs], l[kRowVecs];
+  IntR pos[kRowVecs];
+  const float* krow[kRegLanes];
+  const float* vrow[kRegLanes];
 
   for (int64_t r = 0; r < kMaxRows; ++r) {
     const int64_t j = r / group, g = r % group;
-    pos[r / kLanes][r % kLanes] = r < rows ? static_cast<int32_t>(first_pos + j) : -1;
+    pos[r / kRegLanes][r % kRegLanes] = r < rows ? static_cast<int32_t>(first_pos + j) : -1;
     if (r >= rows) continue;
     const float* src =
         p.q + ((start + item.first_token + j) * p.num_q_heads + item.head * group + g) * kD;
     for (int64_t i = 0; i < kD; ++i) qt[i * kMaxRows + r] = src[i] * p.sm_scale;
   }
   for (int64_t v = 0; v < kRowVecs; ++v) {
-    m[v] = Vec16{} + kFloor;
-    l[v] = Vec16{};
+    m[v] = VecR{} + kFloor;
+    l[v] = VecR{};
   }
   const int64_t hi = last_pos + 1;
   int64_t lo = 0;
   if (p.sliding_window > 0) lo = std::max<int64_t>(0, first_pos - p.sliding_window + 1);
 
-  for (int64_t kb = lo - lo % kLanes; kb < hi; kb += kLanes) {
-    const int64_t nk = std::min<int64_t>(kLanes, hi - kb);
+  for (int64_t kb = lo - lo % kRegLanes; kb < hi; kb += kRegLanes) {
+    const int64_t nk = std::min<int64_t>(kRegLanes, hi - kb);
     for (int64_t t = 0; t < nk; ++t) {
       const int64_t at = kb + t;
       const int64_t slot = table[at / kv.page_size] * kv.page_size + at % kv.page_size;
@@ -226,29 +232,29 @@ void AttendTileLanes(const Prefill& p, const Item& item) {
     // Scores, two keys at a time (eight independent FMA chains).
     int64_t t = 0;
     for (; t + 2 <= nk; t += 2) {
-      Vec16 a0[kRowVecs] = {}, a1[kRowVecs] = {};
+      VecR a0[kRowVecs] = {}, a1[kRowVecs] = {};
       const float *k0 = krow[t], *k1 = krow[t + 1];
       for (int64_t i = 0; i < kD; ++i) {
-        const Vec16* q = reinterpret_cast<const Vec16*>(qt + i * kMaxRows);
+        const VecR* q = reinterpret_cast<const VecR*>(qt + i * kMaxRows);
         for (int64_t v = 0; v < kRowVecs; ++v) {
           a0[v] += k0[i] * q[v];
           a1[v] += k1[i] * q[v];
         }
       }
       for (int64_t v = 0; v < kRowVecs; ++v) {
-        reinterpret_cast<Vec16*>(st + t * kMaxRows)[v] = a0[v];
-        reinterpret_cast<Vec16*>(st + (t + 1) * kMaxRows)[v] = a1[v];
+        reinterpret_cast<VecR*>(st + t * kMaxRows)[v] = a0[v];
+        reinterpret_cast<VecR*>(st + (t + 1) * kMaxRows)[v] = a1[v];
       }
     }
     for (; t < nk; ++t) {
-      Vec16 a0[kRowVecs] = {};
+      VecR a0[kRowVecs] = {};
       for (int64_t i = 0; i < kD; ++i) {
-        const Vec16* q = reinterpret_cast<const Vec16*>(qt + i * kMaxRows);
+        const VecR* q = reinterpret_cast<const VecR*>(qt + i * kMaxRows);
         for (int64_t v = 0; v < kRowVecs; ++v) a0[v] += krow[t][i] * q[v];
       }
-      for (int64_t v = 0; v < kRowVecs; ++v) reinterpret_cast<Vec16*>(st + t * kMaxRows)[v] = a0[v];
+      for (int64_t v = 0; v < kRowVecs; ++v) reinterpret_cast<VecR*>(st + t * kMaxRows)[v] = a0[v];
     }
-    for (; t < kLanes; ++t) {
+    for (; t < kRegLanes; ++t) {
       for (int64_t r = 0; r < kMaxRows; ++r) st[t * kMaxRows + r] = neg_inf;
     }
     if (p.soft_cap > 0.0f) {
@@ -259,57 +265,61 @@ void AttendTileLanes(const Prefill& p, const Item& item) {
     if (kb + nk - 1 > first_pos || window_edge) {
       for (t = 0; t < nk; ++t) {
         const int32_t at = static_cast<int32_t>(kb + t);
-        Vec16* sv = reinterpret_cast<Vec16*>(st + t * kMaxRows);
+        VecR* sv = reinterpret_cast<VecR*>(st + t * kMaxRows);
         for (int64_t v = 0; v < kRowVecs; ++v) {
-          Int16 visible = at <= pos[v];
+          IntR visible = at <= pos[v];
           if (p.sliding_window > 0) visible &= at > pos[v] - p.sliding_window;
-          sv[v] = visible ? sv[v] : Vec16{} + neg_inf;
+          sv[v] = visible ? sv[v] : VecR{} + neg_inf;
         }
       }
     }
     // Online softmax down the key columns.
     for (int64_t v = 0; v < kRowVecs; ++v) {
-      Vec16 tile_max = reinterpret_cast<const Vec16*>(st)[v];
-      for (t = 1; t < kLanes; ++t) {
-        const Vec16 x = reinterpret_cast<const Vec16*>(st + t * kMaxRows)[v];
+      VecR tile_max = reinterpret_cast<const VecR*>(st)[v];
+      for (t = 1; t < kRegLanes; ++t) {
+        const VecR x = reinterpret_cast<const VecR*>(st + t * kMaxRows)[v];
         tile_max = x > tile_max ? x : tile_max;
       }
-      const Vec16 m_new = tile_max > m[v] ? tile_max : m[v];
-      const Vec16 rescale = Exp16(m[v] - m_new);
-      Vec16 sum = {};
-      for (t = 0; t < kLanes; ++t) {
-        Vec16* x = reinterpret_cast<Vec16*>(st + t * kMaxRows) + v;
-        *x = Exp16(*x - m_new);
+      const VecR m_new = tile_max > m[v] ? tile_max : m[v];
+      const VecR rescale = Exp<VecR, IntR>(m[v] - m_new);
+      VecR sum = {};
+      for (t = 0; t < kRegLanes; ++t) {
+        VecR* x = reinterpret_cast<VecR*>(st + t * kMaxRows) + v;
+        *x = Exp<VecR, IntR>(*x - m_new);
         sum += *x;
       }
       l[v] = l[v] * rescale + sum;
       m[v] = m_new;
-      reinterpret_cast<Vec16*>(resc)[v] = rescale;
+      reinterpret_cast<VecR*>(resc)[v] = rescale;
     }
     // Value sum: each row's accumulator stays in registers across the tile.
     for (int64_t r = 0; r < rows; ++r) {
-      Vec16 even[kDVecs], odd[kDVecs] = {};
-      Vec16* a = reinterpret_cast<Vec16*>(acc + r * kD);
+      VecR even[kDVecs], odd[kDVecs] = {};
+      VecR* a = reinterpret_cast<VecR*>(acc + r * kD);
       for (int64_t c = 0; c < kDVecs; ++c) even[c] = a[c] * resc[r];
       for (t = 0; t + 2 <= nk; t += 2) {
         const float w0 = st[t * kMaxRows + r], w1 = st[(t + 1) * kMaxRows + r];
-        const Vec16* v0 = reinterpret_cast<const Vec16*>(vrow[t]);
-        const Vec16* v1 = reinterpret_cast<const Vec16*>(vrow[t + 1]);
+        const VecR* v0 = reinterpret_cast<const VecR*>(vrow[t]);
+        const VecR* v1 = reinterpret_cast<const VecR*>(vrow[t + 1]);
         for (int64_t c = 0; c < kDVecs; ++c) {
           even[c] += w0 * v0[c];
-          odd[c] += w1 * v1[c];
+          if constexpr (kTwoChains) {
+            odd[c] += w1 * v1[c];
+          } else {
+            even[c] += w1 * v1[c];
+          }
         }
       }
       if (t < nk) {
         const float w0 = st[t * kMaxRows + r];
-        const Vec16* v0 = reinterpret_cast<const Vec16*>(vrow[t]);
+        const VecR* v0 = reinterpret_cast<const VecR*>(vrow[t]);
         for (int64_t c = 0; c < kDVecs; ++c) even[c] += w0 * v0[c];
       }
       for (int64_t c = 0; c < kDVecs; ++c) a[c] = even[c] + odd[c];
     }
   }
   alignas(64) float lsum[kMaxRows];
-  for (int64_t v = 0; v < kRowVecs; ++v) reinterpret_cast<Vec16*>(lsum)[v] = l[v];
+  for (int64_t v = 0; v < kRowVecs; ++v) reinterpret_cast<VecR*>(lsum)[v] = l[v];
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t j = r / group, g = r % group;
     const float inv = 1.0f / std::max(lsum[r], 1e-30f);
