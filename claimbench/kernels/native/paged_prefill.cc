@@ -197,7 +197,7 @@ void AttendTileLanes(const Prefill& p, const Item& item) {
 
   alignas(64) float qt[kD * kMaxRows] = {};  // [d][row], scaled; padding rows zero
   alignas(64) float acc[kMaxRows * kD] = {};  // [row][d]
-  alignas(64) float st[kRegLanes * kMaxRows];    // [key][row]: scores, then weights
+  alignas(64) float st[kRegLanes * kMaxRows];  // [key][row]: scores, then weights
   alignas(64) float resc[kMaxRows];
   alignas(64) float k_scratch[kRegLanes * kD], v_scratch[kRegLanes * kD];
   VecR m[kRowVecs], l[kRowVecs];
