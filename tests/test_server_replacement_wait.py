@@ -111,16 +111,15 @@ def closed_loop_in_process(engine) -> int:
 def closed_loop_through_core(engine, monkeypatch, share: float) -> int:
     """The same loop with the engine behind EngineCore's pipes and this thread the clients,
     each answering a finish with its next request REPLY_DELAY_S later (a remote client).
-    Until every prompt is in the pipe the step in flight is taken as still running (counted
-    after each send: a flag on the prompts left would end a wait between taking the last
-    prompt and sending it), so with a far deadline (a large ``share``) the wait ends on the
-    replacements alone, and with share 0 there is no wait: no timing of this machine decides
-    the schedule either way."""
+    Until every prompt is in the pipe the step in flight is taken as still running (``seq``,
+    counted after each send: a flag on the prompts left would end a wait between taking the
+    last prompt and sending it), so with a far deadline (a large ``share``) the wait ends on
+    the replacements alone, and with share 0 there is no wait: no timing of this machine
+    decides the schedule either way."""
     engine.trim_step_records(0)
     todo = list(PROMPTS)
-    sent = [0]  # counted after each send: a prompt taken but not yet sent is still awaited
     monkeypatch.setattr(engine_core, "REPLACEMENT_WAIT_SHARE", share)
-    monkeypatch.setattr(engine, "step_in_flight", lambda: sent[0] < len(PROMPTS))
+    monkeypatch.setattr(engine, "step_in_flight", lambda: seq < len(PROMPTS))
     inbox_r, to_core = Pipe(duplex=False)
     from_core, outbox_w = Pipe(duplex=False)
     core = EngineCore(engine, CoreOptions(TEST_ENGINE), inbox_r, outbox_w)
@@ -128,7 +127,6 @@ def closed_loop_through_core(engine, monkeypatch, share: float) -> int:
     for _ in range(CLIENTS):  # all in the pipe before the loop's first step, as in process
         to_core.send_bytes(add(seq, todo.pop(0)))
         seq += 1
-        sent[0] += 1
     thread = threading.Thread(target=core.run, daemon=True)
     thread.start()
     finished = 0
@@ -146,7 +144,6 @@ def closed_loop_through_core(engine, monkeypatch, share: float) -> int:
                     time.sleep(REPLY_DELAY_S)
                     to_core.send_bytes(add(seq, todo.pop(0)))
                     seq += 1
-                    sent[0] += 1
     to_core.send_bytes(pickle.dumps((STOP,)))
     thread.join(timeout=60)
     assert not thread.is_alive()

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "parallel.h"
+#include "vec_math.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -26,19 +27,13 @@ namespace ffi = xla::ffi;
 namespace claimbench {
 namespace {
 
-// The register tile is sized to the vector registers the target has: with AVX-512, 32
-// registers of 16 floats hold a 12 x 32 tile (24 accumulators, two panel vectors and a
+// The register tile is sized to the target's vector registers (vec_math.h): with AVX-512,
+// 32 registers of 16 floats hold a 12 x 32 tile (24 accumulators, two panel vectors and a
 // broadcast); with AVX2, 16 registers of 8 floats hold 6 x 16 (12 accumulators).
-#if defined(__AVX512F__)
-constexpr int kTileLanes = 16;
-constexpr int kMaxRows = 12;  // rows per register tile
-#else
-constexpr int kTileLanes = 8;
-constexpr int kMaxRows = 6;
-#endif
-typedef float Vec __attribute__((vector_size(kTileLanes * sizeof(float))));
-constexpr int64_t kPanel = 2 * kTileLanes;  // columns per panel
-constexpr int64_t kItemFlops = 1 << 22;     // about this much work per parallel item
+typedef VecR Vec;
+constexpr int kMaxRows = kVecRegs == 32 ? 12 : 6;  // rows per register tile
+constexpr int64_t kPanel = 2 * kRegLanes;            // columns per panel
+constexpr int64_t kItemFlops = 1 << 22;              // about this much work per parallel item
 
 inline Vec Load(const float* p) {
   Vec v;
@@ -54,7 +49,7 @@ void Tile(const float* x, int64_t ldx, const float* panel, int64_t k_len, float*
   for (int i = 0; i < kRows; ++i) acc0[i] = acc1[i] = Vec{};
   for (int64_t k = 0; k < k_len; ++k) {
     const Vec w0 = Load(panel + k * kPanel);
-    const Vec w1 = Load(panel + k * kPanel + kTileLanes);
+    const Vec w1 = Load(panel + k * kPanel + kRegLanes);
     for (int i = 0; i < kRows; ++i) {
       const float a = x[i * ldx + k];
       acc0[i] += a * w0;
@@ -65,11 +60,11 @@ void Tile(const float* x, int64_t ldx, const float* panel, int64_t k_len, float*
     float* row = out + i * ldo;
     if (cols == kPanel) {
       std::memcpy(row, &acc0[i], sizeof(Vec));
-      std::memcpy(row + kTileLanes, &acc1[i], sizeof(Vec));
+      std::memcpy(row + kRegLanes, &acc1[i], sizeof(Vec));
     } else {
       float lanes[kPanel];
       std::memcpy(lanes, &acc0[i], sizeof(Vec));
-      std::memcpy(lanes + kTileLanes, &acc1[i], sizeof(Vec));
+      std::memcpy(lanes + kRegLanes, &acc1[i], sizeof(Vec));
       std::memcpy(row, lanes, cols * sizeof(float));
     }
   }

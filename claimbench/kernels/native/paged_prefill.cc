@@ -315,7 +315,13 @@ void AttendTileLanes(const Prefill& p, const Item& item) {
         const VecR* v0 = reinterpret_cast<const VecR*>(vrow[t]);
         for (int64_t c = 0; c < kDVecs; ++c) even[c] += w0 * v0[c];
       }
-      for (int64_t c = 0; c < kDVecs; ++c) a[c] = even[c] + odd[c];
+      for (int64_t c = 0; c < kDVecs; ++c) {
+        if constexpr (kTwoChains) {
+          a[c] = even[c] + odd[c];
+        } else {
+          a[c] = even[c];
+        }
+      }
     }
   }
   alignas(64) float lsum[kMaxRows];
