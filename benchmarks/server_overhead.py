@@ -2,6 +2,7 @@
 
     python benchmarks/server_overhead.py [--requests-per-client 8] [--output-len 32] [--repeats 5]
         [--stream-interval 1] [--client-nice 10] [--async-scheduling auto|on|off]
+        [--api-policy batch|normal]
 
 Closed loop at 1 and at 16 concurrent clients: each client sends its next request as
 soon as its previous one finishes. In process, the clients are slots of a plain
@@ -11,11 +12,13 @@ between, still without HTTP, and "engine process" the server's ProcessEngine (th
 a spawned process, each step's events over a pipe). Over HTTP,
 a ``claimbench serve`` subprocess with the same engine config (its engine in a process of
 its own) serves /v1/completions to asyncio clients (a lean HTTP/1.1 client) in a
-load-generator process at niceness --client-nice (default 10): they stand for clients on
-other machines, and on a CPU host they share the server's cores, so they take them last
-(--client-nice 0: a run with them competing); streamed (an SSE chunk per --stream-interval
-tokens) and whole. Every stream must end with ``data: [DONE]``; tokens are counted from
-each response's usage.
+load-generator process at niceness --client-nice (default 10) under SCHED_BATCH: they stand
+for clients on other machines, and on a CPU host they share the server's cores, so they take
+them last and never preempt the server when a chunk wakes them (--client-nice 0: a run with
+them competing more); streamed (an SSE chunk per --stream-interval tokens) and whole. The
+API side (serve's API process; in "engine process", this process's thread that drives it)
+runs under serve's --api-batch-policy (--api-policy normal: without it). Every stream must
+end with ``data: [DONE]``; tokens are counted from each response's usage.
 Same prompts (held-out, BOS + --min-input..--max-input tokens), same greedy --output-len
 tokens (EOS ignored), prefix caching off everywhere, step shapes compiled before timing, and
 every path's engine with the same --async-scheduling (auto: the platform's default, which is
@@ -67,12 +70,14 @@ from claimbench.harness.processes import children, cpu_seconds
 from claimbench.models.checkpoint import default_model_path
 from claimbench.models.tokenizer import Tokenizer
 from claimbench.serving.async_engine import AsyncEngine
+from claimbench.serving.batch_policy import set_batch_policy
 from claimbench.serving.engine_client import ProcessEngine
 from claimbench.serving.engine_core import CoreOptions
 from claimbench.workload.corpus import heldout_prompts
 
 CONCURRENCIES = (1, 16)
 ASYNC_FLAGS = {"auto": [], "on": ["--async-scheduling"], "off": ["--no-async-scheduling"]}
+API_POLICY_FLAGS = {"batch": ["--api-batch-policy"], "normal": ["--no-api-batch-policy"]}
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -96,7 +101,7 @@ def serve_args(args: argparse.Namespace, port: int) -> list[str]:
         "--max-num-batched-tokens", str(cfg.max_num_batched_tokens),
         "--kv-pool-mb", str(cfg.kv_pool_bytes // 2**20), "--prefix-sharing", "off",
         "--served-model-name", "bench", "--stream-interval", str(args.stream_interval),
-        *ASYNC_FLAGS[args.async_scheduling],
+        *ASYNC_FLAGS[args.async_scheduling], *API_POLICY_FLAGS[args.api_policy],
     ]  # fmt: skip
 
 
@@ -173,9 +178,11 @@ def through_engine_process(
     prompts: list[list[int]],
     clients: int,
     sampling: SamplingParams,
+    api_batch: bool,
 ) -> dict:
     """Closed loop of ``clients`` asyncio tasks over the server's ProcessEngine, without
-    HTTP: what the engine process and the pipe to it cost on their own."""
+    HTTP: what the engine process and the pipe to it cost on their own. ``api_batch``: this
+    thread under SCHED_BATCH meanwhile, as serve's API process."""
     todo = list(prompts)
     latencies, num_tokens = [], 0
 
@@ -193,8 +200,12 @@ def through_engine_process(
         await asyncio.gather(*(client() for _ in range(clients)))
 
     steps_start = iteration_count(loop.run_until_complete(core.render_metrics()))
+    set_batch_policy(api_batch, [0])  # this thread stands for serve's API process
     start, cpu_start, engine_start = time.perf_counter(), time.process_time(), cpu_seconds(core.pid)
-    loop.run_until_complete(run_all())
+    try:
+        loop.run_until_complete(run_all())
+    finally:
+        set_batch_policy(False, [0])
     result = _result(time.perf_counter() - start, latencies, num_tokens)
     result["steps"] = iteration_count(loop.run_until_complete(core.render_metrics())) - steps_start
     api_s, engine_s = time.process_time() - cpu_start, cpu_seconds(core.pid) - engine_start
@@ -369,9 +380,11 @@ async def over_http(
 
 
 def load_generator(conn: Connection, nice: int) -> None:
-    """The HTTP clients' own process: ``over_http`` for each job sent, its result back."""
+    """The HTTP clients' own process: ``over_http`` for each job sent, its result back.
+    Niced, and under SCHED_BATCH: a chunk that wakes it does not preempt the server."""
     if nice:
         os.nice(nice)
+    set_batch_policy(True)
     while (job := conn.recv()) is not None:
         conn.send(asyncio.run(over_http(*job)))
 
@@ -470,6 +483,11 @@ def main() -> None:
         help="every path's engine: build step N+1 while step N runs (auto: the platform's "
         "default, as serve's)",
     )  # fmt: skip
+    parser.add_argument(
+        "--api-policy", choices=tuple(API_POLICY_FLAGS), default="batch",
+        help="the API side's Linux scheduling policy (serve's --api-batch-policy; batch: "
+        "serve's default)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -489,7 +507,7 @@ def main() -> None:
                 "in process": lambda p, c=clients: in_process(engine, p, c, sampling),
                 "async engine": lambda p, c=clients: through_async_engine(engine, p, c, sampling),
                 "engine process": lambda p, c=clients: through_engine_process(
-                    core, core_loop, p, c, sampling
+                    core, core_loop, p, c, sampling, args.api_policy == "batch"
                 ),
                 "HTTP stream": lambda p, c=clients: clients_process.run(
                     url, p, c, args.output_len, server.pid, True

@@ -4,6 +4,7 @@ flight drains them to the end, ends the engine process and exits 0."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import httpx
 from server_helpers import free_port
 
 from claimbench.harness.processes import children
+from claimbench.serving.batch_policy import is_batch
 
 STREAMS = 4
 MAX_TOKENS = 100  # about a second of decoding: still running when SIGTERM comes
@@ -62,6 +64,10 @@ def engine_processes(pid: int) -> list[int]:
     return found
 
 
+def threads_of(pid: int) -> list[int]:
+    return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+
+
 def test_sigterm_drains_streams_in_flight_and_exits_0():
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -70,6 +76,11 @@ def test_sigterm_drains_streams_in_flight_and_exits_0():
         wait_until_live(url, process)
         engines = engine_processes(process.pid)
         assert len(engines) == 1  # the engine runs in a process of its own
+        # The API process yields to the engine on wake-ups (batch_policy.py); the engine
+        # process, spawned before the switch, keeps the normal policy.
+        if hasattr(os, "SCHED_BATCH"):
+            assert all(is_batch(tid) for tid in threads_of(process.pid))
+            assert not any(is_batch(tid) for tid in threads_of(engines[0]))
         started = threading.Barrier(STREAMS + 1, timeout=60)
         results: list[list[str]] = [[] for _ in range(STREAMS)]
         finished_at = [0.0] * STREAMS

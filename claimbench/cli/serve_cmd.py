@@ -62,6 +62,14 @@ def serve(
             "chunks per token, a coarser stream."
         ),
     ] = 1,
+    api_batch_policy: Annotated[
+        bool,
+        typer.Option(
+            help="Run the API process under Linux's SCHED_BATCH once the engine process "
+            "has started: its wake-ups (a step's tokens, a client's request) then never "
+            "preempt the engine's threads on a shared core, as on a CPU host."
+        ),
+    ] = True,
 ) -> None:
     """Serve the model over HTTP (OpenAI's /v1/completions and /v1/chat/completions)."""
     from claimbench.engine.config import EngineConfig
@@ -99,6 +107,7 @@ def serve(
             shutdown_timeout_s=shutdown_timeout_s,
             precompile=precompile,
             stream_interval=stream_interval,
+            api_batch_policy=api_batch_policy,
         )
         state, lines = build_server_state(options)
     except (ValueError, FileNotFoundError, ModelLoadError, EngineProcessError) as e:

@@ -10,7 +10,6 @@ Each server has its own registry: two servers in one process never share counter
 
 from __future__ import annotations
 
-from collections import Counter as Tally
 from typing import NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -18,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.outputs import Event, FinishEvent, RejectEvent, TokenEvent
 from claimbench.serving.async_engine import EngineSnapshot
+from claimbench.serving.labelled_histogram import HistogramSeries, LabelledHistogram
 
 # vLLM's buckets (vllm/v1/metrics/loggers.py).
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0)
@@ -33,9 +33,9 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class _TenantSeries(NamedTuple):
-    ttft: Histogram
-    itl: Histogram
-    e2e: Histogram
+    ttft: HistogramSeries
+    itl: HistogramSeries
+    e2e: HistogramSeries
     prompt_tokens: Counter
     generation_tokens: Counter
 
@@ -44,26 +44,27 @@ class ServerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.ttft = Histogram(
+        # Observed per token or request where the engine runs: lock-free (labelled_histogram).
+        self.ttft = LabelledHistogram(
             "vllm:time_to_first_token_seconds",
             "Time to first token in seconds.",
-            ["tenant"],
-            buckets=TTFT_BUCKETS,
-            registry=r,
+            "tenant",
+            TTFT_BUCKETS,
+            r,
         )
-        self.itl = Histogram(
+        self.itl = LabelledHistogram(
             "vllm:inter_token_latency_seconds",
             "Inter-token latency in seconds.",
-            ["tenant"],
-            buckets=ITL_BUCKETS,
-            registry=r,
+            "tenant",
+            ITL_BUCKETS,
+            r,
         )
-        self.e2e = Histogram(
+        self.e2e = LabelledHistogram(
             "vllm:e2e_request_latency_seconds",
             "End-to-end request latency in seconds.",
-            ["tenant"],
-            buckets=E2E_BUCKETS,
-            registry=r,
+            "tenant",
+            E2E_BUCKETS,
+            r,
         )
         self.prompt_tokens = Counter(
             "vllm:prompt_tokens", "Number of prefill tokens processed.", ["tenant"], registry=r
@@ -117,26 +118,29 @@ class ServerMetrics:
         """Record one step's events and the steps run since the last call (called where the
         engine runs)."""
         self._observe_steps(engine)
-        generated: Tally[str] = Tally()
+        generated: dict[str, int] = {}
+        requests, series = engine.requests, self._series
         for event in events:
-            request = engine.requests[event.request_id]
+            request = requests[event.request_id]
             tenant = request.tenant
-            if isinstance(event, TokenEvent):
-                generated[tenant] += 1
-                if event.index == 0:
-                    self._of(tenant).ttft.observe(event.time_s - request.arrival_time)
-                    self._of(tenant).prompt_tokens.inc(request.num_prompt_tokens)
-                else:
-                    gap_s = event.time_s - request.token_times[event.index - 1]
-                    self._of(tenant).itl.observe(gap_s)
-            elif isinstance(event, FinishEvent):
-                self._of(tenant).e2e.observe(event.time_s - request.arrival_time)
-                self.success.labels(tenant, event.reason).inc()
-            elif isinstance(event, RejectEvent):
+            if type(event) is RejectEvent:
                 self._tenants_seen.add(tenant)
                 self.rejected.labels(tenant).inc()
+                continue
+            mine = series.get(tenant) or self._of(tenant)
+            if type(event) is TokenEvent:  # the common case first: a token mid-output
+                generated[tenant] = generated.get(tenant, 0) + 1
+                index = event.index
+                if index:
+                    mine.itl.observe(event.time_s - request.token_times[index - 1])
+                else:
+                    mine.ttft.observe(event.time_s - request.arrival_time)
+                    mine.prompt_tokens.inc(request.num_prompt_tokens)
+            elif type(event) is FinishEvent:
+                mine.e2e.observe(event.time_s - request.arrival_time)
+                self.success.labels(tenant, event.reason).inc()
         for tenant, n in generated.items():
-            self._of(tenant).generation_tokens.inc(n)
+            series[tenant].generation_tokens.inc(n)
 
     def _observe_steps(self, engine: LLMEngine) -> None:
         """The scheduled tokens of every step recorded since the last call. Records may have

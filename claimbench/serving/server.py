@@ -2,10 +2,11 @@
 
 The engine runs in its own process (engine_core.py), built there from the options; this
 process keeps HTTP, tenants, tokenization and detokenization, so the two never wait on one
-another's Python lock. On SIGTERM the server stops admitting (new requests get 503),
-uvicorn stops accepting connections and waits up to ``shutdown_timeout_s`` for in-flight
-responses (streams run to their end), then the engine process aborts whatever is left and
-exits, and so does the server, with 0.
+another's Python lock, and (`serve`'s default) runs under SCHED_BATCH, so its wake-ups never
+preempt the engine's threads on a shared core (batch_policy.py). On SIGTERM the server
+stops admitting (new requests get 503), uvicorn stops accepting connections and waits up
+to ``shutdown_timeout_s`` for in-flight responses (streams run to their end), then the
+engine process aborts whatever is left and exits, and so does the server, with 0.
 uvicorn on its own re-raises the signal after shutting down, which would end the process
 "killed by SIGTERM" (exit -15) even after a clean drain.
 """
@@ -25,6 +26,7 @@ import uvicorn
 from claimbench.engine.config import EngineConfig
 from claimbench.models.tokenizer import Tokenizer
 from claimbench.serving.app import create_app
+from claimbench.serving.batch_policy import set_batch_policy
 from claimbench.serving.chat import ChatTemplate
 from claimbench.serving.engine_client import ProcessEngine
 from claimbench.serving.engine_core import CoreOptions
@@ -47,6 +49,9 @@ class ServeOptions:
     precompile: bool = True
     stream_interval: int = 1  # tokens per streamed chunk at most (first token at once)
     log_level: str = "info"
+    # This process under SCHED_BATCH once the engine process runs (batch_policy.py): `serve`
+    # sets it; off here, so a server started inside another program leaves its threads be.
+    api_batch_policy: bool = False
 
 
 def build_server_state(options: ServeOptions) -> tuple[ServerState, list[str]]:
@@ -77,6 +82,8 @@ def build_server_state(options: ServeOptions) -> tuple[ServerState, list[str]]:
     engine = ProcessEngine(core)
     info = engine.launch()
     lines.append(f"engine process {engine.pid}")
+    if options.api_batch_policy:  # after the spawn: the engine process keeps the normal one
+        lines.append(set_batch_policy(True))
     lines.append(f"async scheduling: {'on' if info.async_scheduling else 'off'}")
     if options.precompile:
         lines.append(f"compiled {info.num_compiled} step shapes in {info.compile_s:.1f} s")
