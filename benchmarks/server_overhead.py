@@ -2,23 +2,25 @@
 
     python benchmarks/server_overhead.py [--requests-per-client 8] [--output-len 32] [--repeats 5]
         [--stream-interval 1] [--client-nice 10] [--async-scheduling auto|on|off]
-        [--api-policy batch|normal]
+        [--api-policy batch|normal] [--client-reads batched|chunk]
 
 Closed loop at 1 and at 16 concurrent clients: each client sends its next request as
 soon as its previous one finishes. In process, the clients are slots of a plain
 ``LLMEngine.step()`` loop (no threads, no asyncio: the engine's own ceiling); "async
 engine" puts the server's AsyncEngine (engine thread, per-request asyncio queues) in
 between, still without HTTP, and "engine process" the server's ProcessEngine (the engine in
-a spawned process, each step's events over a pipe). Over HTTP,
-a ``claimbench serve`` subprocess with the same engine config (its engine in a process of
-its own) serves /v1/completions to asyncio clients (a lean HTTP/1.1 client) in a
-load-generator process at niceness --client-nice (default 10) under SCHED_BATCH: they stand
-for clients on other machines, and on a CPU host they share the server's cores, so they take
-them last and never preempt the server when a chunk wakes them (--client-nice 0: a run with
-them competing more); streamed (an SSE chunk per --stream-interval tokens) and whole. The
-API side (serve's API process; in "engine process", this process's thread that drives it)
-runs under serve's --api-batch-policy (--api-policy normal: without it). Every stream must
-end with ``data: [DONE]``; tokens are counted from each response's usage.
+a spawned process, each step's events over a pipe). Over HTTP, a ``claimbench serve``
+subprocess with the same engine config (its engine in a process of its own) serves
+/v1/completions to asyncio clients (a lean HTTP/1.1 client on uvloop) in a load-generator
+process at niceness --client-nice (default 10) under SCHED_BATCH: they stand for clients on
+other machines, and on a CPU host they share the server's cores, so they take them last and
+never preempt the server when a chunk wakes them (--client-nice 0: a run with them competing
+more). A streaming client is woken once the bytes its stream is sure to hold have come
+(SO_RCVLOWAT), then per chunk to the end (--client-reads chunk: per chunk throughout).
+Streamed (an SSE chunk per --stream-interval tokens) and whole. The API side (serve's API
+process; in "engine process", this process's thread that drives it) runs under serve's
+--api-batch-policy (--api-policy normal: without it). Every stream must end with ``data:
+[DONE]``; tokens are counted from each response's usage.
 Same prompts (held-out, BOS + --min-input..--max-input tokens), same greedy --output-len
 tokens (EOS ignored), prefix caching off everywhere, step shapes compiled before timing, and
 every path's engine with the same --async-scheduling (auto: the platform's default, which is
@@ -77,6 +79,10 @@ from claimbench.workload.corpus import heldout_prompts
 
 CONCURRENCIES = (1, 16)
 ASYNC_FLAGS = {"auto": [], "on": ["--async-scheduling"], "off": ["--no-async-scheduling"]}
+# The least a streamed text chunk takes on the wire: "data: " and a completion chunk's JSON
+# (its id alone is 37 characters) and the chunk's framing; measured ones take 150 or more.
+MIN_CHUNK_BYTES = 100
+LOW_WATER_WAIT_S = 5.0  # then the low-water mark goes: a short response is read all the same
 API_POLICY_FLAGS = {"batch": ["--api-batch-policy"], "normal": ["--no-api-batch-policy"]}
 
 
@@ -251,12 +257,15 @@ class RawConnection(asyncio.Protocol):
         self.length = -1  # Content-Length, or -1 while chunked (or unknown yet)
         self.status = 0
         self.done: asyncio.Future[None] | None = None
+        self.low_water = 1  # the socket's SO_RCVLOWAT now
 
-    async def post(self, path: str, body: bytes) -> bytes:
-        """The response body (de-chunked); RuntimeError unless the status is 200."""
+    async def post(self, path: str, body: bytes, at_least: int = 1) -> bytes:
+        """The response body (de-chunked); RuntimeError unless the status is 200.
+        ``at_least``: bytes the response is sure to hold, read in one wake-up."""
         loop = asyncio.get_running_loop()
         if self.transport is None:
             await loop.create_connection(lambda: self, self.host, self.port)
+        self._set_low_water(at_least)
         head = (
             f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
@@ -265,6 +274,11 @@ class RawConnection(asyncio.Protocol):
         self.body_start, self.length = 0, -1
         self.done = loop.create_future()
         self.transport.write(head.encode() + body)
+        if self.low_water > 1:
+            try:  # a response shorter than expected (an error) must not wait forever
+                await asyncio.wait_for(asyncio.shield(self.done), LOW_WATER_WAIT_S)
+            except TimeoutError:
+                self._set_low_water(1)  # the kernel wakes the reader if bytes are queued
         await self.done
         data = bytes(self.buffer[self.body_start :])
         if self.length < 0:
@@ -276,9 +290,19 @@ class RawConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
 
+    def _set_low_water(self, size: int) -> None:
+        """Wake this connection's reader only once ``size`` bytes are queued (SO_RCVLOWAT;
+        the kernel still wakes it for an end or an error)."""
+        if size != self.low_water and self.transport is not None:
+            sock = self.transport.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, size)
+            self.low_water = size
+
     def data_received(self, data: bytes) -> None:
         buffer = self.buffer
         buffer += data
+        if self.low_water > 1:
+            self._set_low_water(1)  # the sure part is in: every byte from now on
         if not self.body_start:
             end = buffer.find(b"\r\n\r\n")
             if end < 0:
@@ -330,7 +354,7 @@ def stream_tokens(data: bytes) -> int:
 
 async def over_http(
     url: str, prompts: list[list[int]], clients: int, output_len: int, server_pid: int,
-    stream: bool,
+    stream: bool, stream_interval: int = 1, batched: bool = True,
 ) -> dict:  # fmt: skip
     """Closed loop of ``clients`` asyncio clients calling /v1/completions, each on its own
     keep-alive connection."""
@@ -339,6 +363,9 @@ async def over_http(
     host, port = url.removeprefix("http://").split(":")
     todo = list(prompts)
     latencies, num_tokens = [], 0
+    # A streamed response holds at least a chunk of MIN_CHUNK_BYTES per stream_interval
+    # tokens: read that much in one wake-up (a remote client costs the server's cores none).
+    at_least = MIN_CHUNK_BYTES * (output_len // stream_interval) if stream and batched else 1
 
     async def client() -> None:
         nonlocal num_tokens
@@ -356,7 +383,8 @@ async def over_http(
                 if stream:
                     body["stream_options"] = {"include_usage": True}
                 sent = time.perf_counter()
-                data = await connection.post("/v1/completions", json.dumps(body).encode())
+                encoded = json.dumps(body).encode()
+                data = await connection.post("/v1/completions", encoded, at_least)
                 latencies.append(time.perf_counter() - sent)
                 if stream:
                     num_tokens += stream_tokens(data)
@@ -386,7 +414,18 @@ def load_generator(conn: Connection, nice: int) -> None:
         os.nice(nice)
     set_batch_policy(True)
     while (job := conn.recv()) is not None:
-        conn.send(asyncio.run(over_http(*job)))
+        with asyncio.Runner(loop_factory=client_loop_factory()) as runner:
+            conn.send(runner.run(over_http(*job)))
+
+
+def client_loop_factory():
+    """uvloop's event loop when it imports (serve's extra installs it): a wake-up of the
+    clients costs a fraction of asyncio's own loop's Python; else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 class LoadGenerator:
@@ -488,6 +527,11 @@ def main() -> None:
         help="the API side's Linux scheduling policy (serve's --api-batch-policy; batch: "
         "serve's default)",
     )  # fmt: skip
+    parser.add_argument(
+        "--client-reads", choices=("batched", "chunk"), default="batched",
+        help="batched: a streaming client's socket wakes it only once the bytes its stream "
+        "is sure to hold have come (SO_RCVLOWAT), then per chunk; chunk: per chunk",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -499,6 +543,7 @@ def main() -> None:
     server, url = start_server(args)
     clients_process = LoadGenerator(args.client_nice)
     rows = []
+    stream_reads = (args.stream_interval, args.client_reads == "batched")
     try:
         for clients in CONCURRENCIES:
             n = clients * args.requests_per_client
@@ -510,7 +555,7 @@ def main() -> None:
                     core, core_loop, p, c, sampling, args.api_policy == "batch"
                 ),
                 "HTTP stream": lambda p, c=clients: clients_process.run(
-                    url, p, c, args.output_len, server.pid, True
+                    url, p, c, args.output_len, server.pid, True, *stream_reads
                 ),
                 "HTTP whole": lambda p, c=clients: clients_process.run(
                     url, p, c, args.output_len, server.pid, False
