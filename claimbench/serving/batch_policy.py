@@ -4,11 +4,11 @@ Each engine step ends with a pipe write that wakes the API process, and each tok
 streams wakes a client. A woken task under the normal policy may preempt the task on the
 core it lands on; on a CPU host that core also runs the engine process's host loop or one
 of its compute threads, and the step waits for the API's Python to finish (measured in the
-engine process: its step writes took 21 µs at the median and 300 µs at the 90th
-percentile; with the API process under SCHED_BATCH, 30 µs at the 90th). Under SCHED_BATCH
-a woken task waits for a free core or the next scheduler tick instead: the same CPU share,
-no preemption on wake-up. The engine process must keep the normal policy (it is spawned
-before this is applied; a child inherits its parent's policy at spawn).
+engine process on a 2-core host: its step writes took 20-40 µs at the median and 240-370 µs
+at the 90th percentile; with the API side under SCHED_BATCH, 30-55 µs at the 90th). Under
+SCHED_BATCH a woken task waits for a free core or the next scheduler tick instead: the same
+CPU share, no preemption on wake-up. The engine process must keep the normal policy (it is
+spawned before this is applied; a child inherits its parent's policy at spawn).
 
 Changing between the normal and the batch policy needs no privilege. Elsewhere (no
 ``os.sched_setscheduler``) nothing changes, and the returned line says so.
@@ -42,7 +42,7 @@ def set_batch_policy(batch: bool, tids: list[int] | None = None) -> str:
         except ProcessLookupError:
             continue  # the thread ended meanwhile
         except OSError as e:
-            return f"scheduling policy: unchanged ({e.strerror or e})"
+            return f"scheduling policy: {changed} threads changed, then {e.strerror or e}"
         changed += 1
     name = "SCHED_BATCH" if batch else "normal"
     return f"scheduling policy: {name} for this process's {changed} threads"
