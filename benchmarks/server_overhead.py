@@ -413,8 +413,9 @@ def load_generator(conn: Connection, nice: int) -> None:
     if nice:
         os.nice(nice)
     set_batch_policy(True)
+    loop_factory = client_loop_factory()
     while (job := conn.recv()) is not None:
-        with asyncio.Runner(loop_factory=client_loop_factory()) as runner:
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
             conn.send(runner.run(over_http(*job)))
 
 

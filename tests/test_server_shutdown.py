@@ -16,7 +16,7 @@ import httpx
 from server_helpers import free_port
 
 from claimbench.harness.processes import children
-from claimbench.serving.batch_policy import is_batch
+from claimbench.serving.batch_policy import is_batch, thread_ids
 
 STREAMS = 4
 MAX_TOKENS = 100  # about a second of decoding: still running when SIGTERM comes
@@ -64,10 +64,6 @@ def engine_processes(pid: int) -> list[int]:
     return found
 
 
-def threads_of(pid: int) -> list[int]:
-    return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
-
-
 def test_sigterm_drains_streams_in_flight_and_exits_0():
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -79,8 +75,8 @@ def test_sigterm_drains_streams_in_flight_and_exits_0():
         # The API process yields to the engine on wake-ups (batch_policy.py); the engine
         # process, spawned before the switch, keeps the normal policy.
         if hasattr(os, "SCHED_BATCH"):
-            assert all(is_batch(tid) for tid in threads_of(process.pid))
-            assert not any(is_batch(tid) for tid in threads_of(engines[0]))
+            assert all(is_batch(tid) for tid in thread_ids(process.pid))
+            assert not any(is_batch(tid) for tid in thread_ids(engines[0]))
         started = threading.Barrier(STREAMS + 1, timeout=60)
         results: list[list[str]] = [[] for _ in range(STREAMS)]
         finished_at = [0.0] * STREAMS

@@ -20,12 +20,13 @@ import os
 from pathlib import Path
 
 
-def thread_ids() -> list[int]:
-    """This process's threads (Linux: /proc/self/task), or just the process elsewhere."""
+def thread_ids(pid: int | None = None) -> list[int]:
+    """The threads of ``pid`` (default: this process; Linux: /proc/PID/task), or just the
+    process elsewhere."""
     try:
-        return [int(name) for name in os.listdir(Path("/proc/self/task"))]
+        return [int(name) for name in os.listdir(Path(f"/proc/{pid or 'self'}/task"))]
     except OSError:
-        return [0]
+        return [pid or 0]
 
 
 def set_batch_policy(batch: bool, tids: list[int] | None = None) -> str:
