@@ -42,7 +42,7 @@ def pressured_run(victim_policy, prefix_caching):
     return engine, tr.serve(engine, requests, timeout_s=120.0)
 
 
-@pytest.mark.parametrize("victim_policy", ["newest", "tier-fair-share"])
+@pytest.mark.parametrize("victim_policy", ["newest", "fair-share"])
 def test_recompute_is_the_work_preemptions_threw_away(victim_policy):
     # Without a prefix cache every lost token is computed again: the count from the
     # served input equals the tokens the scheduler's preemptions discarded.
@@ -73,11 +73,28 @@ def test_tiny_run_compares_the_victim_policies_on_the_same_requests(tmp_path):
     }
     ctx = run_tiny(CLAIM, write_checkpoint(tmp_path / "ckpt"), **params)
     requests = ctx.frames()["requests"]
-    assert set(requests["mode"]) == {"newest", "tier-fair-share"}
+    assert set(requests["mode"]) == {"newest", "fair-share"}
     for _, trial in requests.groupby("trial"):
         sizes = trial.groupby("mode")["prompt_tokens"].apply(sorted)
-        assert sizes["newest"] == sizes["tier-fair-share"]
+        assert sizes["newest"] == sizes["fair-share"]
     frame = ctx.measurements_frame("run")
     reduction = frame[frame["metric"] == "recompute_reduction_pct"]
     assert sorted(reduction["trial"]) == [0, 1]
     assert (reduction["value"] <= 100.0).all()
+    # The condition and its positive control, per trial, each from its own arm's requests.
+    for metric, mode in (
+        ("top_tier_preemptions", "fair-share"),
+        ("top_tier_preemptions_control", "newest"),
+    ):
+        rows = frame[frame["metric"] == metric].sort_values("trial")
+        assert list(rows["trial"]) == [0, 1]
+        arm = requests[requests["mode"] == mode]
+        expected = [experiment(CLAIM).top_tier_preemptions(g) for _, g in arm.groupby("trial")]
+        assert list(rows["value"]) == expected
+
+
+def test_positive_control_fires_where_the_top_tier_is_at_risk():
+    # Top-tier requests arrive last into a pool the lower tiers overflow: newest, blind to
+    # tiers, preempts them, so a zero under fair-share here would mean something.
+    _, served = pressured_run("newest", "off")
+    assert experiment(CLAIM).top_tier_preemptions(served.requests) > 0
