@@ -18,13 +18,12 @@ from rich.progress import (
 )
 
 from claimbench.cli import project
-from claimbench.cli.budget_cmd import open_ledger, open_project_config
 from claimbench.cli.common import console, fail, global_options
-from claimbench.harness import budget, ledger, provenance, registry
-from claimbench.harness.claims import Claim, find_claim
+from claimbench.harness import budget, ledger, registry, spend_gate
+from claimbench.harness.claims import Claim, ClaimsError, find_claim
 from claimbench.harness.context import run_claim
 from claimbench.harness.model_provenance import ModelDirError, check_model_dir
-from claimbench.harness.prices import MachinePrice, UnpricedError, machine_price, unpriced
+from claimbench.harness.prices import MachinePrice
 
 
 class Profile(StrEnum):
@@ -71,39 +70,30 @@ def _check_budget(
 ) -> MachinePrice:
     """Price this machine and estimate the work; exit 2 (one line, both numbers) when it would
     exceed the remaining budget, unless ``over``. Returns the price each run is logged at."""
-    config = open_project_config(root)
-    rows = open_ledger(store)  # a corrupt ledger stops the run before any work
-    hardware = provenance.detect_hardware()
     try:
-        price = machine_price(hardware, config.budget.prices)
-    except UnpricedError as err:
+        plan = spend_gate.plan_spend(root, store, selected, profile, trials)
+    except (ClaimsError, ledger.LedgerError) as err:  # a corrupt ledger stops the run first
+        fail(str(err))
+    if plan.unpriced_reason is not None:
         if not over:
-            fail(f"{err}; --over-budget runs it unpriced")
-        console.print(f"warning: {err}; running unpriced", highlight=False, markup=False)
-        return unpriced(hardware)
-    estimates = budget.estimate_claims(
-        rows,
-        selected,
-        profile,
-        trials=trials,
-        hardware=hardware,
-        price=price,
-        settings=config.budget,
-    )
-    status = budget.budget_status(rows, config.budget.usd)
-    reason = budget.refusal(estimates, status, price)
-    if reason is not None and not over:
-        fail(reason)
-    if price.usd_per_hour > 0:
-        known = sum(e.usd for e in estimates if e.usd is not None)
+            fail(f"{plan.unpriced_reason}; --over-budget runs it unpriced")
         console.print(
-            f"estimated cost {budget.fmt_usd(known)} at {price.usd_per_hour:.2f} USD/hour "
-            f"({price.source}); remaining {budget.fmt_usd(status.remaining_usd)} of "
-            f"{budget.fmt_usd(status.budget_usd)}" + (" [over budget]" if reason else ""),
+            f"warning: {plan.unpriced_reason}; running unpriced", highlight=False, markup=False
+        )
+        return plan.price
+    if plan.refusal is not None and not over:
+        fail(plan.refusal)
+    status = plan.status
+    if plan.price.usd_per_hour > 0:
+        console.print(
+            f"estimated cost {budget.fmt_usd(plan.estimated_usd)} at "
+            f"{plan.price.usd_per_hour:.2f} USD/hour ({plan.price.source}); remaining "
+            f"{budget.fmt_usd(status.remaining_usd)} of {budget.fmt_usd(status.budget_usd)}"
+            + (" [over budget]" if plan.refusal else ""),
             highlight=False,
             markup=False,
         )
-    return price
+    return plan.price
 
 
 def run(
