@@ -13,6 +13,7 @@ import pytest
 from claimbench.harness import registry, results
 from claimbench.harness.claims import find_claim, load_claims
 from claimbench.harness.context import RunContext, TrialProgress, run_claim
+from claimbench.harness.design import design_of
 from claimbench.models.checkpoint import default_draft_path, default_model_path
 
 HARDWARE = {"platform": "cpu", "device_kind": "cpu", "device_count": 1, "price_per_hour": 0.0}
@@ -232,6 +233,9 @@ def test_run_claim_meta(project):
     assert set(meta["git"]) == {"sha", "dirty"}
     assert meta["model"] is None  # the fake experiment never loads a model
     assert meta["prediction_hash"] == claim.prediction_hash("full")
+    # The design it ran: the experiment's code as scoring reads it today.
+    design = design_of(registry.experiment_path(project, claim))
+    assert meta["design_hash"] == design.hash and meta["design_modules"] == list(design.modules)
     assert meta["origin"] and meta["engine_configs"] == []
     assert meta["versions"]["jax"] and meta["versions"]["flax"]
     assert progress[0] == (0, 4) and progress[-1] == (4, 4)
@@ -285,3 +289,17 @@ def test_old_bench_records_are_named_as_such(tmp_path):
     assert runs == [] and [s.path.name for s in skipped] == ["bench"]
     assert "bench now writes to <root>/bench/" in skipped[0].reason
     assert (tmp_path / "bench" / "20260101-000000").is_dir()  # reported, never touched
+
+
+def test_realised_load_marks_an_off_target_trial():
+    ctx = make_context()
+    assert ctx.record_realised_load(0, 2.1, target=2.0, tolerance=0.1)
+    assert not ctx.record_realised_load(1, 1.1, target=2.0, tolerance=0.1)
+    frame = ctx.measurements_frame("run-1")
+    loads = frame[frame["metric"] == "realised_load"]
+    assert loads["value"].tolist() == [2.1, 1.1] and set(loads["unit"]) == {"x"}
+    assert json.loads(loads["labels"].iloc[0]) == {"target": 2.0, "tolerance": 0.1}
+    off = frame[frame["metric"] == "trial_off_target"]
+    assert off["trial"].tolist() == [1] and off["value"].tolist() == [1.0]
+    with pytest.raises(ValueError, match="realised load must be > 0"):
+        ctx.record_realised_load(2, 0.0, target=2.0, tolerance=0.1)

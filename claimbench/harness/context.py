@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from claimbench.harness import model_provenance, provenance, results
+from claimbench.harness import evidence_rules, model_provenance, provenance, results
 from claimbench.harness.claims import Claim
+from claimbench.harness.design import design_of
 from claimbench.harness.pool_fit import HBM_UTILIZATION
+from claimbench.harness.registry import experiment_path
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
@@ -164,6 +166,32 @@ class RunContext:
         )
         self.progress.reach(trial)
 
+    def record_realised_load(
+        self, trial: int, realised_over_service: float, *, target: float, tolerance: float
+    ) -> bool:
+        """Store the load ``trial`` really offered, over the measured service rate (metric
+        ``realised_load``, unit "x"), and whether it was on ``target``.
+
+        On target: ``|realised / target - 1| <= tolerance``. A trial off target did not run the
+        design: it also records ``trial_off_target`` = 1, and scoring drops every value of that
+        trial and reports it as failed to run. Returns whether the trial is on target.
+        """
+        realised = float(realised_over_service)
+        if not realised > 0:
+            raise ValueError(f"trial {trial}: realised load must be > 0, got {realised}")
+        hit = evidence_rules.on_target(realised, target, tolerance)
+        self.record(
+            evidence_rules.REALISED_LOAD,
+            realised,
+            trial=trial,
+            unit="x",
+            target=target,
+            tolerance=tolerance,
+        )
+        if not hit:
+            self.record(evidence_rules.OFF_TARGET, 1.0, trial=trial, realised=realised)
+        return hit
+
     def merged(self, defaults: dict[str, Any]) -> dict[str, Any]:
         """This profile's params over the experiment's ``defaults``; an unknown key (a typo in
         claims.yaml) is a ValueError naming it."""
@@ -298,6 +326,10 @@ def run_claim(
         "confidence": claim.confidence,
     }
     prediction_hash = claim.prediction_hash(profile)
+    # The code that decides what is measured, as it stands when the run starts (harness/design.py);
+    # read from where scoring reads today's, so the two hashes compare like with like.
+    experiment_file = experiment_path(root, claim)
+    design = design_of(experiment_file).as_meta() if experiment_file.is_file() else {}
     hardware = provenance.detect_hardware()
     start = datetime.now(UTC)
     run_id = results.new_run_id(claim.id, start)
@@ -333,6 +365,8 @@ def run_claim(
         "trials": num_trials,
         "prediction_hash": prediction_hash,
         "prediction": prediction,
+        "design_hash": None,  # no experiment file: an unknown design, never scored
+        **design,
         "model": models[0] if models else None,
         "other_models": models[1:],  # e.g. a draft model for speculative decoding
         "engine_configs": ctx.engine_configs,

@@ -63,3 +63,29 @@ def min_trials(metric: str, unit: str, profile: str) -> int:
     if not is_timing(metric, unit):
         return MIN_TRIALS
     return MIN_TIMING_TRIALS.get(profile, max(MIN_TIMING_TRIALS.values()))
+
+
+# Positive controls. A "never" condition (``metric <= 0``) seen at zero is only evidence if the
+# same measurement, in the same trial, sees the event under a setting where it can happen: the
+# experiment records that as ``<metric>_control``. Zero with a control that fired in every
+# scored trial holds; zero with a silent or missing control is unclear (scoring.py).
+CONTROL_SUFFIX = "_control"
+
+# Realised load. An experiment offering a load relative to a measured service rate records the
+# realised ratio per trial (REALISED_LOAD, unit "x"); a trial off its target by more than the
+# stated tolerance also records OFF_TARGET = 1 and did not run the design: scoring drops every
+# value of that trial and reports it as failed to run.
+REALISED_LOAD = "realised_load"
+OFF_TARGET = "trial_off_target"
+
+
+def control_metric(metric: str) -> str:
+    """The metric an experiment records as the positive control of ``metric``."""
+    return f"{metric}{CONTROL_SUFFIX}"
+
+
+def on_target(realised: float, target: float, tolerance: float) -> bool:
+    """Whether a realised load is within ``tolerance`` (relative) of ``target``."""
+    if target <= 0 or tolerance < 0:
+        raise ValueError(f"need target > 0 and tolerance >= 0, got {target} and {tolerance}")
+    return abs(realised / target - 1.0) <= tolerance

@@ -1,0 +1,137 @@
+"""An experiment's design hash: the code that decides what a claim's run measures.
+
+A run is evidence for the design that produced it. When an experiment's module or a helper it
+uses changes (a metric redefined, a reference swapped, a load re-sized), its earlier runs
+measured something else and must not be scored as if they measured today's design.
+
+The design is the experiment's module and every module it imports, transitively, from the
+experiment-helper packages (DESIGN_PACKAGES: experiments, claimbench.harness, claimbench.workload),
+found by reading import statements (module level and inside functions) and module names written
+as strings (a probe launched with ``python -m``). It leaves out:
+
+- the engine, kernels, models and serving: the system under test, whose improvements the
+  scoreboard should see, so they never invalidate a run;
+- the harness modules that store, describe and score runs (SCORING_CORE): how a run is read
+  does not change what it measured.
+
+The hash is sha256 over each module's dotted name and the sha256 of its bytes, in name order.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import claimbench
+
+EXPERIMENTS_PACKAGE = "experiments"
+DESIGN_PACKAGES = (EXPERIMENTS_PACKAGE, "claimbench.harness", "claimbench.workload")
+# Harness modules about runs rather than experiments: the run context and its records, the
+# claims file, the store, provenance, scoring, calibration and the ledger.
+SCORING_CORE = frozenset(
+    f"claimbench.harness.{name}"
+    for name in (
+        "budget",
+        "calibration",
+        "claims",
+        "context",
+        "design",
+        "evidence_rules",
+        "intervals",
+        "ledger",
+        "model_provenance",
+        "prices",
+        "project_config",
+        "provenance",
+        "registry",
+        "results",
+        "run_info",
+        "score_table",
+        "scoring",
+        "selection",
+    )
+)
+_MODULE_STRING = re.compile(r"^(?:claimbench\.(?:harness|workload)|experiments)(?:\.\w+)+$")
+
+
+@dataclass(frozen=True)
+class Design:
+    """An experiment's design: its hash and the modules hashed."""
+
+    hash: str  # sha256 hex, first 16
+    modules: tuple[str, ...]  # dotted names, sorted
+
+    def as_meta(self) -> dict[str, object]:
+        """What meta.json records."""
+        return {"design_hash": self.hash, "design_modules": list(self.modules)}
+
+
+def _in_design(name: str) -> bool:
+    """Whether module ``name`` is part of a design (a package's own __init__ is not)."""
+    if name in SCORING_CORE:
+        return False
+    return any(name.startswith(f"{package}.") for package in DESIGN_PACKAGES)
+
+
+def module_file(name: str, experiments_dir: Path) -> Path | None:
+    """The source file of dotted module ``name`` (a module or a package's __init__), or None."""
+    parts = name.split(".")
+    if parts[0] == EXPERIMENTS_PACKAGE:
+        base = experiments_dir.joinpath(*parts[1:])
+    elif parts[0] == "claimbench":
+        base = Path(claimbench.__file__).parent.joinpath(*parts[1:])
+    else:
+        return None
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imported_names(tree: ast.AST) -> set[str]:
+    """Every absolute module name ``tree`` imports or names in a string constant; ``from pkg
+    import name`` yields both ``pkg`` and ``pkg.name`` (name may be a module)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names.update(_MODULE_STRING.findall(node.value))
+    return names
+
+
+def design_modules(experiment_file: Path) -> dict[str, Path]:
+    """The design's modules, dotted name -> file: the experiment itself (named
+    ``experiments.<stem>``) and every design module it reaches through imports."""
+    experiments_dir = experiment_file.parent
+    found = {f"{EXPERIMENTS_PACKAGE}.{experiment_file.stem}": experiment_file}
+    todo = [experiment_file]
+    while todo:
+        source = todo.pop()
+        tree = ast.parse(source.read_text(encoding="utf-8"), filename=str(source))
+        for name in sorted(_imported_names(tree)):
+            if name in found or not _in_design(name):
+                continue
+            file = module_file(name, experiments_dir)
+            if file is None:
+                continue  # an attribute imported from a module, not a module of its own
+            found[name] = file
+            todo.append(file)
+    return found
+
+
+def design_of(experiment_file: Path) -> Design:
+    """The design hash of the experiment in ``experiment_file``; OSError or SyntaxError when a
+    module of the design cannot be read."""
+    modules = design_modules(experiment_file)
+    digest = hashlib.sha256()
+    for name in sorted(modules):
+        file_digest = hashlib.sha256(modules[name].read_bytes()).hexdigest()
+        digest.update(f"{name}:{file_digest}\n".encode())
+    return Design(digest.hexdigest()[:16], tuple(sorted(modules)))

@@ -1,0 +1,64 @@
+"""An experiment's design hash: which modules it covers, and that it moves with their code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from claimbench.harness.design import SCORING_CORE, design_modules, design_of
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_experiment(root: Path, name: str, text: str) -> Path:
+    path = root / "experiments" / f"{name}.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_design_follows_helpers_and_leaves_out_the_system_under_test(tmp_path):
+    exp = write_experiment(
+        tmp_path,
+        "probe",
+        "from claimbench.harness import tenant_runs as tr\n"
+        "from claimbench.engine.sampler import SamplingParams\n"
+        "from experiments.shared_bits import X\n"
+        "def run(ctx):\n"
+        "    from claimbench.harness.context import RunContext\n"
+        "    cmd = ['-m', 'claimbench.harness.cold_start_probe']\n",
+    )
+    write_experiment(tmp_path, "shared_bits", "from claimbench.harness import quality\nX = 1\n")
+    modules = design_modules(exp)
+    # Helpers, transitively (tenant_runs -> workload), a helper named as a string, a sibling.
+    for name in (
+        "experiments.probe",
+        "experiments.shared_bits",
+        "claimbench.harness.tenant_runs",
+        "claimbench.harness.quality",
+        "claimbench.harness.cold_start_probe",
+        "claimbench.workload.build",
+    ):
+        assert name in modules, name
+    # Engine, the run context and the package's own __init__ are not the design.
+    assert not any(m.startswith("claimbench.engine") for m in modules)
+    assert "claimbench.harness.context" not in modules
+    assert "claimbench.harness" not in modules
+    assert SCORING_CORE.isdisjoint(modules)
+
+
+def test_design_hash_moves_with_a_helper_and_nothing_else(tmp_path):
+    exp = write_experiment(tmp_path, "probe", "from experiments.helper import K\n")
+    helper = write_experiment(tmp_path, "helper", "K = 1\n")
+    write_experiment(tmp_path, "unrelated", "K = 1\n")
+    before = design_of(exp)
+    assert before == design_of(exp)  # deterministic
+    write_experiment(tmp_path, "unrelated", "K = 2\n")
+    assert design_of(exp) == before
+    helper.write_text("K = 2\n")
+    assert design_of(exp).hash != before.hash
+
+
+def test_every_shipped_experiment_has_a_design():
+    for exp in sorted((REPO / "experiments").glob("*.py")):
+        design = design_of(exp)
+        assert len(design.hash) == 16 and f"experiments.{exp.stem}" in design.modules
