@@ -21,41 +21,19 @@ def doctor(
     ] = "auto",
 ) -> None:
     """Check that the engine produces the model's own output (golden greedy completion)."""
-    from claimbench.engine.build import build_engine
-    from claimbench.engine.config import EngineConfig
-    from claimbench.models.checkpoint import default_model_path, load_model
-    from claimbench.models.tokenizer import Tokenizer
-    from claimbench.serving.health import (
-        GOLDEN_PROMPT,
-        GOLDEN_TOKENS,
-        record_golden,
-        reference_tokens,
-    )
+    from claimbench.serving.golden_check import golden_check
 
     opts = global_options(ctx)
-    path = opts.model or default_model_path()
     try:
-        model, _ = load_model(path, opts.dtype)
-        tokenizer = Tokenizer.from_dir(path)
-        config = EngineConfig(
-            model_path=path,
-            dtype=opts.dtype,
-            attention_backend=attention_backend,
-            max_num_seqs=8,
-            max_num_batched_tokens=64,
-            max_model_len=128,
-            kv_pool_bytes=16 * 2**20,
-        )
-        engine = build_engine(config, model=model, tokenizer=tokenizer)
+        check = golden_check(opts.model, opts.dtype, attention_backend)
     except (ValueError, FileNotFoundError) as e:
         fail(str(e).splitlines()[0])
-    prompt_ids = tokenizer.encode(GOLDEN_PROMPT)
-    got = record_golden(engine, prompt_ids)
-    expected = reference_tokens(model, prompt_ids, GOLDEN_TOKENS)
-    console.print(f"model {path} ({opts.dtype}), prompt {GOLDEN_PROMPT!r}", highlight=False)
-    console.print(f"engine:    {got} {tokenizer.decode(got)!r}", highlight=False)
-    console.print(f"reference: {expected} {tokenizer.decode(expected)!r}", highlight=False)
-    if got != expected:
+    console.print(
+        f"model {check.model_path} ({check.dtype}), prompt {check.prompt!r}", highlight=False
+    )
+    console.print(f"engine:    {check.engine_tokens} {check.engine_text!r}", highlight=False)
+    console.print(f"reference: {check.reference_tokens} {check.reference_text!r}", highlight=False)
+    if not check.ok:
         console.print("[bold red]FAIL[/]: the engine's golden completion differs from the model's")
         raise typer.Exit(1)
     console.print("[green]PASS[/]: golden completion matches the dense reference")

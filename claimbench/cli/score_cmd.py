@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -14,7 +13,7 @@ from rich.table import Table
 from claimbench.cli import project, score_json
 from claimbench.cli.common import console, global_options
 from claimbench.cli.evidence_options import OriginOption, SinceOption, selected_runs
-from claimbench.harness import calibration, results, score_table, scoring
+from claimbench.harness import calibration, results, score_file, scoring
 
 VERDICT_STYLE = {
     "confirmed": "green",
@@ -23,19 +22,6 @@ VERDICT_STYLE = {
     "indicative-only": "cyan",
     "not-run": "dim",
 }
-
-
-def _write_scores(store: Path, scores: list[scoring.ClaimScore]) -> Path:
-    """scores.parquet, replaced atomically so a reader never sees half a file."""
-    store.mkdir(parents=True, exist_ok=True)
-    path = store / results.SCORES_FILE
-    tmp = store / f"{results.TMP_PREFIX}{results.SCORES_FILE}"
-    try:
-        score_table.scores_frame(scores).to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
 
 
 def _evidence_cell(s: scoring.ClaimScore) -> str:
@@ -81,7 +67,7 @@ def score(
     runs = selected_runs(store, since, origin)
     scores = scoring.score_claims(claims, runs)
     cal = calibration.calibration(scores)
-    path = _write_scores(store, scores)
+    path = score_file.write_scores(store, scores)
     counts = scoring.verdict_counts(scores)
     if as_json:
         data = {
