@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from enum import StrEnum
 from typing import Annotated
@@ -10,11 +9,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from claimbench.cli.budget_cmd import open_project_config
 from claimbench.cli.common import console, fail, global_options
 from claimbench.cli.project import open_claims
 from claimbench.engine.config import KV_DTYPES, WEIGHT_FORMATS
-from claimbench.engine.sharding import check_tp
 from claimbench.harness import tpu_check
 from claimbench.harness.claims import find_claim
 from claimbench.harness.hardware import get_chip
@@ -24,6 +21,7 @@ from claimbench.harness.tpu_check_claims import (
     check_claims,
     resident_groups,
 )
+from claimbench.harness.tpu_check_setup import check_setup
 from claimbench.models.config import ModelConfig
 
 TpuChip = StrEnum("TpuChip", {name: name for name in tpu_check.TPU_CHIPS})
@@ -75,31 +73,35 @@ def tpu_check_command(
     its capacity, full-KV-cache copies, collectives and bytes accessed over ideal. Exits 1
     if any bucket fails to compile, to fit, or copies the cache."""
     try:
-        model_name, engine_cfg = tpu_check.profile_setup(profile.value)
-        if profile.value == "full":
-            pinned = open_project_config(global_options(ctx).root).full_profile
-            if pinned is not None and pinned.model.preset is not None:
-                model_name = pinned.model.preset
-        engine_cfg = dataclasses.replace(
-            engine_cfg, weights=weights.value, kv_dtype=kv_dtype.value, tp=tp
-        )
         if claims is not None and (buckets or tp != 1):
             raise ValueError(
                 "--claims compiles each claim's own tp at its largest bucket: "
                 "drop --tp and --buckets"
             )
-        pairs = tpu_check.parse_buckets(buckets) if buckets else None
-        model_name, model_cfg = tpu_check.resolve_model(model or model_name)
-        check_tp(tp, model_cfg.num_heads, model_cfg.num_kv_heads, tpu_check.SLICE_CHIPS)
+        setup = check_setup(
+            global_options(ctx).root,
+            profile.value,
+            model=model,
+            tp=tp,
+            buckets=buckets,
+            weights=weights.value,
+            kv_dtype=kv_dtype.value,
+        )
     except ValueError as err:
         fail(str(err))
     if (reason := tpu_check.libtpu_unavailable()) is not None:
         fail(reason)
     if claims is not None:
-        _check_claims(ctx, claims, profile.value, chip.value, model_name, model_cfg, as_json)
+        _check_claims(
+            ctx, claims, profile.value, chip.value, setup.model_name, setup.model_cfg, as_json
+        )
         return
     report = tpu_check.check(
-        chip.value, model_cfg, engine_cfg, model_name=model_name, buckets=pairs
+        chip.value,
+        setup.model_cfg,
+        setup.engine_cfg,
+        model_name=setup.model_name,
+        buckets=setup.buckets,
     )
     if as_json:
         print(json.dumps(report.to_json(), indent=2))
