@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from claimbench.engine.batch import StepPlan, build_step, empty_inputs
+from claimbench.engine.batch import StepInputError, StepPlan, build_step, empty_inputs
 from claimbench.engine.buckets import bucket_pairs, pick_pair, seq_buckets, token_buckets
 from claimbench.engine.outputs import Event, TokenEvent
 from claimbench.engine.request import Request
@@ -187,9 +187,13 @@ class OverlapStepper:
             advance(prev)
         with parked(engine.scheduler, prev):
             scheduled = engine.scheduler.schedule(t0)
-        cur = None
+        cur = plan = None
         if scheduled.scheduled:
-            plan = build_step(engine.config, scheduled.scheduled)
+            try:
+                plan = build_step(engine.config, scheduled.scheduled)
+            except StepInputError as e:  # the step in flight still completes below
+                engine.fail_requests(e.request_ids, events)
+        if plan is not None:
             inputs = plan.inputs
             src = token_sources(plan, prev)
             if src is not None:

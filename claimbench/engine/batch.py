@@ -26,6 +26,17 @@ from claimbench.engine.sampler import SamplingBatch
 from claimbench.kernels.metadata import NULL_PAGE, AttentionMetadata
 
 
+class StepInputError(ValueError):
+    """A request's values do not fit the step's arrays (an int past int32, a seed past
+    uint32): that request cannot run, the others can. SamplingParams bounds every value, so
+    this is the second line, for a request built around it."""
+
+    def __init__(self, request_ids: list[str], reason: str) -> None:
+        super().__init__(f"requests {request_ids} cannot run: {reason}")
+        self.request_ids = request_ids
+        self.reason = reason
+
+
 @jax.tree_util.register_dataclass
 @dataclass(frozen=True)
 class StepInputs:
@@ -111,7 +122,31 @@ def build_step(cfg: EngineConfig, scheduled: list[tuple[Request, int]]) -> StepP
 
     One pass over the requests gathers plain Python lists; the per-token arrays (positions,
     slot mapping, page tables) are then filled with whole-array operations, so the host's
-    cost per step stays small beside the device's even with many decode sequences."""
+    cost per step stays small beside the device's even with many decode sequences.
+
+    StepInputError, naming the requests, when a request's values overflow the arrays: the
+    check runs only once numpy refused a value, so a normal step pays nothing for it."""
+    try:
+        return _build_step(cfg, scheduled)
+    except (OverflowError, ValueError) as e:
+        bad = [r.request_id for r, _ in scheduled if _out_of_range(r)]
+        if not bad:
+            raise
+        raise StepInputError(bad, str(e)) from e
+
+
+def _out_of_range(request: Request) -> bool:
+    """Whether a value of ``request`` cannot be held by the step's int32 / uint32 arrays."""
+    params = request.sampling
+    ints = (params.top_k, request.num_output_tokens, *request.prompt_token_ids)
+    return not (
+        all(0 <= v < 2**31 for v in ints)
+        and all(0 <= v < 2**31 for v in request.output_token_ids)
+        and 0 <= request.seed < 2**32
+    )
+
+
+def _build_step(cfg: EngineConfig, scheduled: list[tuple[Request, int]]) -> StepPlan:
     decode: list[tuple[Request, int]] = []
     prefill: list[tuple[Request, int]] = []
     mixed: list[tuple[Request, int]] = []

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from claimbench.engine.async_step import OverlapStepper
-from claimbench.engine.batch import StepPlan, build_step
+from claimbench.engine.batch import StepInputError, StepPlan, build_step
 from claimbench.engine.block_manager import BlockManager
 from claimbench.engine.config import HOST_FIELDS, EngineConfig
 from claimbench.engine.draft_model import check_draft
@@ -222,6 +222,17 @@ class LLMEngine:
         self.scheduler.finish(request)
         self._finish(request, reason, time.perf_counter(), self._pending)
 
+    def fail_requests(self, request_ids: Sequence[str], events: list[Event]) -> None:
+        """End requests whose own values kept a step from being built (``StepInputError``):
+        each finishes with reason "error" and its pages are freed; nothing else is touched,
+        so one request's data never ends the engine for every other."""
+        now = time.perf_counter()
+        for request_id in request_ids:
+            request = self.requests[request_id]
+            if not request.is_finished:
+                self.scheduler.finish(request)
+                self._finish(request, "error", now, events)
+
     def _finish(self, request: Request, reason: str, now: float, events: list[Event]) -> None:
         request.status = RequestStatus.FINISHED
         request.finish_reason = reason
@@ -301,7 +312,11 @@ class LLMEngine:
         scheduled = self.scheduler.schedule(t0)
         if not scheduled.scheduled:
             return events
-        plan = build_step(self.config, scheduled.scheduled)
+        try:
+            plan = build_step(self.config, scheduled.scheduled)
+        except StepInputError as e:
+            self.fail_requests(e.request_ids, events)  # the others run next step
+            return events
         inputs = plan.inputs
         if self.speculator is not None:
             for request in scheduled.preempted:

@@ -15,6 +15,9 @@ import jax
 import jax.numpy as jnp
 
 MIN_TEMPERATURE = 1e-5  # below this a request is greedy
+# The step's arrays hold top_k, token counts and stop ids as int32 and seeds as uint32: a
+# value past them would overflow the batch every request of the step shares.
+INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -53,12 +56,15 @@ class SamplingParams:
             raise ValueError(f"stop_token_ids must be a list of ints, got {self.stop_token_ids!r}")
         for token in self.stop_token_ids:
             _require_int("stop_token_ids[i]", token)
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+            if not 0 <= token <= INT32_MAX:
+                raise ValueError(f"stop_token_ids must be in [0, {INT32_MAX}], got {token}")
+        if not 1 <= self.max_tokens <= INT32_MAX:
+            raise ValueError(f"max_tokens must be in [1, {INT32_MAX}], got {self.max_tokens}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        if not 0 <= self.top_k <= INT32_MAX:
+            # Above the vocabulary is "every token" (the sampler's rule); above int32, an error.
+            raise ValueError(f"top_k must be in [0, {INT32_MAX}] (0 = off), got {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.seed is not None and not 0 <= self.seed < 2**32:

@@ -231,11 +231,23 @@ async def _admit(
             f"{len(prompt_ids) + max_tokens} exceeds max_model_len={limit}",
             param="max_tokens",
         )
+    bucket = state.tenants.bucket_size(tenant) if state.tenants is not None else None
+    cost = len(prompt_ids) + max_tokens
+    if bucket is not None and cost > bucket:
+        # No wait makes it fit: a 429 would have clients retry it forever.
+        raise ApiError(
+            400,
+            f"prompt + max_tokens = {cost} tokens can never fit tenant {tenant!r}'s token "
+            f"bucket of {bucket:g} tokens (token_burst)",
+            param="max_tokens",
+        )
     try:
         sampling = SamplingParams(
             max_tokens=max_tokens,
             temperature=body.temperature,
-            top_k=max(body.top_k, 0),
+            # Past the vocabulary means every token (vLLM's rule): clamped, so no value a
+            # client sends can overflow the step's int32 array.
+            top_k=min(max(body.top_k, 0), state.tokenizer.vocab_size),
             top_p=body.top_p,
             seed=body.seed,
             stop_token_ids=tuple(body.stop_token_ids or ()),

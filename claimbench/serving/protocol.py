@@ -9,6 +9,13 @@ anything else is refused by ``unsupported()`` with a message naming the field.
 vLLM's extensions are accepted too: ``top_k``, ``ignore_eos``, ``stop_token_ids``,
 ``cache_salt`` (prefix-cache isolation, see app.py) and ``priority`` (a tier, capped at
 the tenant's own).
+
+Every integer that reaches a device array is bounded here, where it enters (and again by
+the engine's SamplingParams): token ids, stop ids, top_k and priority fit an int32, a seed
+a uint32 (a value past them once overflowed the step's arrays and ended the engine).
+``top_k`` above the vocabulary means "every token", as vLLM treats it. At most
+MAX_STOP_STRINGS stop strings of MAX_STOP_CHARS characters (OpenAI's limit is 4): each is
+searched for after every token.
 """
 
 from __future__ import annotations
@@ -17,7 +24,11 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-NonNegInt = Annotated[int, Field(ge=0)]
+INT32_MAX = 2**31 - 1
+MAX_STOP_STRINGS = 4
+MAX_STOP_CHARS = 256
+MAX_STOP_TOKEN_IDS = 64
+Int32 = Annotated[int, Field(ge=0, le=INT32_MAX)]  # a token id, a tier: what an i32 holds
 
 
 class _Strict(BaseModel):
@@ -34,9 +45,9 @@ class _SamplingFields(_Strict):
     model: str
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 1.0
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
-    top_k: Annotated[int, Field(ge=-1)] = 0  # vLLM: 0 or -1 = all tokens
-    stop: str | list[str] | None = None
-    stop_token_ids: list[NonNegInt] | None = None
+    top_k: Annotated[int, Field(ge=-1)] = 0  # vLLM: 0 or -1 = all tokens; clamped to the vocab
+    stop: str | list[str] | None = None  # bounded in unsupported(): a clearer message
+    stop_token_ids: list[Int32] | None = None
     seed: Annotated[int, Field(ge=0, lt=2**32)] | None = None
     n: int = 1
     stream: bool = False
@@ -47,7 +58,7 @@ class _SamplingFields(_Strict):
     user: str | None = None  # accepted and ignored, as OpenAI's own server does for routing
     ignore_eos: bool = False
     cache_salt: Annotated[str, Field(min_length=1)] | None = None
-    priority: NonNegInt = 0
+    priority: Int32 = 0
 
     def stop_strings(self) -> list[str]:
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -55,6 +66,13 @@ class _SamplingFields(_Strict):
 
     def unsupported(self) -> str | None:
         """Why a field asks for something this server does not do, or None."""
+        stops = [self.stop] if isinstance(self.stop, str) else self.stop or []
+        if len(stops) > MAX_STOP_STRINGS:
+            return f"stop: at most {MAX_STOP_STRINGS} stop strings, got {len(stops)}"
+        if any(len(s) > MAX_STOP_CHARS for s in stops):
+            return f"stop: a stop string has at most {MAX_STOP_CHARS} characters"
+        if len(self.stop_token_ids or ()) > MAX_STOP_TOKEN_IDS:
+            return f"stop_token_ids: at most {MAX_STOP_TOKEN_IDS}, got {len(self.stop_token_ids)}"
         if self.n != 1:
             return f"n={self.n}: only n=1 is supported"
         if self.presence_penalty or self.frequency_penalty:
@@ -67,8 +85,8 @@ class _SamplingFields(_Strict):
 
 
 class CompletionRequest(_SamplingFields):
-    prompt: str | list[int] | list[str] | list[list[int]]
-    max_tokens: Annotated[int, Field(ge=1)] | None = 16  # OpenAI's default
+    prompt: str | list[int] | list[str] | list[list[int]]  # ids bounded in unsupported()
+    max_tokens: Annotated[int, Field(ge=1, le=INT32_MAX)] | None = 16  # OpenAI's default
     logprobs: Annotated[int, Field(ge=0, le=5)] | None = None
     echo: bool = False
     best_of: int | None = None
@@ -91,6 +109,9 @@ class CompletionRequest(_SamplingFields):
         )
         if batch and len(self.prompt) != 1:
             return f"one prompt per request, got {len(self.prompt)}"
+        prompt = self.single_prompt()
+        if isinstance(prompt, list) and any(not 0 <= t <= INT32_MAX for t in prompt):
+            return f"prompt: token ids must be in [0, {INT32_MAX}]"
         return super().unsupported()
 
     def single_prompt(self) -> str | list[int]:
@@ -122,10 +143,10 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(_SamplingFields):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
-    max_tokens: Annotated[int, Field(ge=1)] | None = None  # None = up to max_model_len
-    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_tokens: Annotated[int, Field(ge=1, le=INT32_MAX)] | None = None  # None = to max_model_len
+    max_completion_tokens: Annotated[int, Field(ge=1, le=INT32_MAX)] | None = None
     logprobs: bool = False
-    top_logprobs: NonNegInt | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None  # OpenAI's bound
     add_generation_prompt: bool = True
 
     def unsupported(self) -> str | None:

@@ -50,6 +50,13 @@ class TenantKeys:
         """The tenant whose key this is, or None."""
         return self.key_hashes.get(hash_key(key))
 
+    def bucket_size(self, tenant_id: str) -> float | None:
+        """The size of ``tenant_id``'s token bucket (token_burst), None without one."""
+        tenant = next((t for t in self.tenants if t.id == tenant_id), None)
+        if tenant is None or tenant.token_rate is None:
+            return None
+        return tenant.bucket_size
+
     @classmethod
     def load(cls, path: Path) -> TenantKeys:
         """Read and validate a tenants file; ValueError naming the file and the problem."""
