@@ -2,8 +2,11 @@
 
 Each trial launches fresh Python processes (harness/cold_start_probe.py), each building the
 same engine (the run's model, dtype and the profile's ``engine`` params) and serving one
-first request (``first_prompt_len`` tokens, ``max_tokens`` out) and then a few more
-(``workload_prompt_lens``, at once), in an order rotated by trial:
+first request (``first_prompt_len`` tokens, ``max_tokens`` out) and then a workload that
+takes every path a request can (``workload_prompt_lens`` under each sampling setting, with
+log-probs, prompt log-probs and stop tokens, alone and mixed in one batch, then prefix hits;
+cold_start_probe.serving_batches; speculative steps whenever the profile's engine
+speculates), in an order rotated by trial:
 
 * cold: no precompile and no persistent compilation cache: the first request compiles the
   buckets it needs while it is served;
@@ -18,9 +21,12 @@ process that is already compiled and has served once (emptied first, so no cache
 
 * cold_over_warm_first_ttft = cold's cold start / the warm TTFT;
 * cache_speedup = precompile's cold start / cached's cold start;
-* compiles_during_serving = programs compiled while serving in the precompile and cached
-  processes (the runner's count from engine.stats(), before and after serving): a "never"
-  condition, so any compilation in any trial fails it.
+* compiles_during_serving = XLA programs built while serving in the precompile and cached
+  processes, counted from JAX's own compile events (harness/compile_events.py: whatever code
+  path asked for them, not only the runner's bucket keys), first request to last: a "never"
+  condition, so any compilation in any trial fails it. Its positive control,
+  compiles_during_serving_control, is the same count in the cold process (precompile off),
+  which must compile while serving: a zero there would mean the counter sees nothing.
 
 Compile seconds per bucket are recorded from the cold process's step records (its first step
 at a bucket, less the median of its later steps there) and, for precompile, as precompile's
@@ -174,8 +180,27 @@ def _record_trial(
         fill_start_s=fill_s,
     )
     serving = {arm: reports[arm]["compiles_during_serving"] for arm in ("precompile", "cached")}
+    runner = {
+        f"runner_{arm}": reports[arm]["runner_compiles_during_serving"]
+        for arm in ("precompile", "cached")
+    }
     ctx.record(
-        "compiles_during_serving", sum(serving.values()), trial=trial, unit="programs", **serving
+        "compiles_during_serving",
+        sum(serving.values()),
+        trial=trial,
+        unit="programs",
+        **serving,
+        **runner,
+        prefix_hit_tokens=reports["precompile"]["prefix_hit_tokens"],
+    )
+    cold = reports["cold"]
+    ctx.record(
+        "compiles_during_serving_control",
+        cold["compiles_during_serving"],
+        trial=trial,
+        unit="programs",
+        arm="cold",
+        runner_cold=cold["runner_compiles_during_serving"],
     )
     ctx.record("warm_first_ttft_s", warm_s, trial=trial, unit="s")
     for arm, report in reports.items():

@@ -80,8 +80,10 @@ def test_tiny_run_times_three_fresh_processes(checkpoint):
     labels = {
         (row.metric, json.loads(row.labels).get("arm")): row.value for row in frame.itertuples()
     }
-    # Precompiled processes compile nothing while serving; the cold one compiled what it used.
+    # Precompiled processes compile nothing while serving; the cold one compiled what it used,
+    # and JAX's own events saw it: the positive control fires.
     assert labels[("compiles_during_serving", None)] == 0
+    assert labels[("compiles_during_serving_control", "cold")] >= 1
     assert labels[("programs_compiled", "cold")] >= 1
     assert labels[("precompile_s", "cold")] == 0 and labels[("precompile_s", "precompile")] > 0
     for arm in ("cold", "precompile", "cached"):
