@@ -1,8 +1,10 @@
 """bf16-not-fp16: serving in float16 instead of bfloat16 buys neither speed nor fidelity.
 
 The same checkpoint serves in bfloat16 and in float16 (computing and caching KV in that
-dtype), one engine at a time: each is built, measured over every trial, and freed before the
-next (a 7B model's two 16-bit engines do not fit one chip together). The float32 reference is
+dtype), one engine at a time, taking turns within every trial in ABBA order
+(harness/interleaved_arms.py): each engine is freed before the other is built (a 7B model's
+two 16-bit engines do not fit one chip together), and a drift in machine speed over the run
+falls on both formats alike. The float32 reference is
 computed one decoder layer at a time (harness/f32_reference.py: the checkpoint upcast to
 float32, every matmul at full f32 precision), since a 7B model's f32 weights (30.5 GB) do not
 fit beside anything on a 32 GB chip. Per trial:
@@ -14,9 +16,8 @@ fit beside anything on a 32 GB chip. Per trial:
 * Speed: ``decode_batch`` sequences (``decode_prompt_len``-token held-out prompts) decode
   ``decode_tokens`` greedy tokens each on the bf16 and on the fp16 engine; decode tokens/s
   counts only decode-only steps (their host and device time), each engine's throughput in a
-  trial is the mean of two runs, and fp16_speedup = fp16 / bf16. The engines run in turn,
-  bf16 first under an even run seed and fp16 first under an odd one (precision.each_engine),
-  so a drift in machine speed over a run favours neither format across runs. The claim's
+  trial is the mean of two runs, and fp16_speedup = fp16 / bf16, the two measured minutes
+  apart at most (bf16 first in even trials, fp16 first in odd ones). The claim's
   scope is TPU, whose MXU takes bf16 natively; elsewhere speed is indicative only (on CPU,
   XLA emulates both 16-bit types, so the ratio reflects its CPU backend, not the formats).
 
@@ -32,9 +33,9 @@ import numpy as np
 
 from claimbench.engine.sampler import SamplingParams
 from claimbench.harness.f32_reference import reference_pass
+from claimbench.harness.interleaved_arms import interleaved_trials
 from claimbench.harness.precision import (
     QUALITY_DEFAULTS,
-    each_engine,
     quality_options,
     record_pass,
     trial_windows,
@@ -95,7 +96,19 @@ def run(ctx: RunContext) -> None:
         )
         for setting in DTYPES
     }
-    measured = each_engine(ctx, options, lambda s, e: _measure(ctx, params, windows, s, e))
+    batch, prompt_len = params["decode_batch"], params["decode_prompt_len"]
+
+    def warm(setting: str, engine: LLMEngine) -> None:
+        # An unrecorded pass and decode: every timing is of compiled steps.
+        warm_up({setting: engine}, windows[0])
+        decode_tokens_per_s(engine, windows[0][:batch, :prompt_len], params["decode_tokens"])
+
+    measured = interleaved_trials(
+        ctx,
+        options,
+        lambda s, e, t: _measure(ctx, params, windows[t], s, e, t),
+        on_build=warm,
+    )
     for trial, ref in enumerate(reference):
         agree = {s: top1_agreement_pct(measured[s][trial][0], ref) for s in DTYPES}
         speed = {s: measured[s][trial][1] for s in DTYPES}
@@ -111,24 +124,23 @@ def run(ctx: RunContext) -> None:
 def _measure(
     ctx: RunContext,
     params: dict[str, Any],
-    windows: list[np.ndarray],
+    window_set: np.ndarray,
     setting: str,
     engine: LLMEngine,
-) -> list[tuple[PromptPass, float]]:
-    """One engine over every trial: (its prompt pass, its decode tokens/s) per trial, after
-    an unrecorded pass and decode so every timing is of compiled steps."""
+    trial: int,
+) -> tuple[PromptPass, float]:
+    """One engine on one trial: (its prompt pass, its decode tokens/s), its frames saved."""
     prompt_len, batch, tokens = (
         params["decode_prompt_len"],
         params["decode_batch"],
         params["decode_tokens"],
     )
-    warm_up({setting: engine}, windows[0])
-    decode_tokens_per_s(engine, windows[0][:batch, :prompt_len], tokens)
-    results = []
-    for trial, window_set in enumerate(windows):
-        result = prompt_pass(engine, window_set)
-        record_pass(ctx, result, trial=trial, setting=setting)
-        prompts = window_set[:batch, :prompt_len]
-        runs = [decode_tokens_per_s(engine, prompts, tokens) for _ in range(2)]
-        results.append((result, float(np.mean(runs))))
-    return results
+    engine.reset()  # this trial's records only
+    result = prompt_pass(engine, window_set)
+    record_pass(ctx, result, trial=trial, setting=setting)
+    prompts = window_set[:batch, :prompt_len]
+    runs = [decode_tokens_per_s(engine, prompts, tokens) for _ in range(2)]
+    ctx.save_frames(
+        requests=engine.requests_frame(), steps=engine.steps_frame(), setting=setting, trial=trial
+    )
+    return result, float(np.mean(runs))
