@@ -82,9 +82,19 @@ def test_rope_parameters_block_of_newer_transformers() -> None:
     assert ModelConfig.from_hf(d) == ModelConfig.from_hf(LLAMA_32_1B)
 
 
-def test_eos_list_takes_first() -> None:
-    cfg = ModelConfig.from_hf({**LLAMA_32_1B, "eos_token_id": [128001, 128008, 128009]})
+def test_eos_list_keeps_every_stop_id() -> None:
+    # Llama-3.1 instruct: a chat turn ends with 128009 (<|eot_id|>), not the first id.
+    d = {**LLAMA_32_1B, "eos_token_id": [128001, 128008, 128009]}
+    cfg = ModelConfig.from_hf(d)
     assert cfg.eos_token_id == 128001
+    assert cfg.stop_token_ids == (128001, 128008, 128009)
+    assert cfg.to_hf()["eos_token_id"] == [128001, 128008, 128009]
+    assert ModelConfig.from_hf(cfg.to_hf()) == cfg
+    assert ModelConfig.from_hf(LLAMA_32_1B).stop_token_ids == (128001,)
+    with pytest.raises(ValueError, match="eos_token_id 200000 outside vocab of 128256"):
+        ModelConfig.from_hf({**d, "eos_token_id": [128001, 200000]})
+    with pytest.raises(ValueError, match="eos_token_id='x' is not a token id"):
+        ModelConfig.from_hf({**d, "eos_token_id": "x"})
 
 
 @pytest.mark.parametrize("d", [LLAMA_32_1B, QWEN25_05B], ids=["llama", "qwen2"])

@@ -109,14 +109,14 @@ def test_sampled_tokens_follow_the_target_distribution(proposer):
 
 def test_append_outputs_stops_at_the_first_stopping_token():
     r = make_request(3, max_tokens=10, stop_token_ids=(42,))
-    assert r.append_outputs([5, 42, 6], [0.0] * 3, 1.0, eos_token_id=2) == "stop"
+    assert r.append_outputs([5, 42, 6], [0.0] * 3, 1.0, eos_token_ids={2}) == "stop"
     assert r.output_token_ids == [5, 42]  # the 6 after the stop token is dropped
     r = make_request(3, max_tokens=3)
-    assert r.append_outputs([5, 6], [0.0] * 2, 1.0, eos_token_id=2) is None
-    assert r.append_outputs([7, 8, 9], [0.0] * 3, 2.0, eos_token_id=2) == "length"
+    assert r.append_outputs([5, 6], [0.0] * 2, 1.0, eos_token_ids={2}) is None
+    assert r.append_outputs([7, 8, 9], [0.0] * 3, 2.0, eos_token_ids={2}) == "length"
     assert r.output_token_ids == [5, 6, 7] and r.token_times == [1.0, 1.0, 2.0]
     r = make_request(3, max_tokens=10)
-    assert r.append_outputs([5, 2, 6], [0.0] * 3, 1.0, eos_token_id=2) == "stop"
+    assert r.append_outputs([5, 2, 6], [0.0] * 3, 1.0, eos_token_ids={2}) == "stop"
     assert r.output_token_ids == [5, 2]  # EOS ends it
 
 

@@ -62,12 +62,21 @@ def test_stream_decoder_flushes_truncated_character(tokenizer: Tokenizer) -> Non
     assert stream.flush() == tokenizer.decode(ids[:-1])[len("ok ") :]
 
 
-def test_from_dir_reads_ids_from_config(tmp_path: Path, tokenizer: Tokenizer) -> None:
-    save_tokenizer(tokenizer, tmp_path)
-    (tmp_path / "config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": [0]}))
+def test_from_dir_bos_from_the_tokenizer_eos_from_config(tmp_path: Path, tokenizer: Tokenizer):
+    save_tokenizer(tokenizer, tmp_path)  # tokenizer_config.json: add_bos_token, <|bos|>
+    # config.json's bos_token_id names the model's BOS, not whether a prompt gets one.
+    (tmp_path / "config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": [1, 0]}))
     loaded = Tokenizer.from_dir(tmp_path)
-    assert (loaded.bos_id, loaded.eos_id) == (1, 0)
-    assert loaded.encode("a", add_bos=False) == tokenizer.encode("a", add_bos=False)
+    assert (loaded.bos_id, loaded.eos_id) == (0, 1)
+    assert loaded.encode("a") == tokenizer.encode("a") == [0, *tokenizer.encode("a", add_bos=False)]
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**config, "add_bos_token": False}))
+    assert Tokenizer.from_dir(tmp_path).encode("a") == tokenizer.encode("a", add_bos=False)
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({**config, "bos_token": "<|missing|>"})
+    )
+    with pytest.raises(ValueError, match=r"add_bos_token with bos_token='<\|missing\|>'"):
+        Tokenizer.from_dir(tmp_path)
 
 
 def test_from_dir_missing_file(tmp_path: Path) -> None:

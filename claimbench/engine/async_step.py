@@ -132,7 +132,9 @@ def token_sources(plan: StepPlan, prev: InFlight | None) -> np.ndarray | None:
     return src if (src >= 0).any() else None
 
 
-def fill(request: Request, token: int, logprob: float, now: float, eos: int | None) -> str | None:
+def fill(
+    request: Request, token: int, logprob: float, now: float, eos: frozenset[int]
+) -> str | None:
     """Replace the request's placeholder (its last output) by the sampled token; the stop
     reason it brings, or None."""
     if request.output_token_ids[-1] != PLACEHOLDER:
@@ -239,7 +241,7 @@ class OverlapStepper:
                 continue
             if not step.samples[i]:
                 continue
-            reason = fill(request, tokens[i], logprobs[i], ready, engine.eos_token_id)
+            reason = fill(request, tokens[i], logprobs[i], ready, engine.stop_token_ids)
             index = request.num_output_tokens - 1
             lp = request.output_logprobs[index] if request.sampling.logprobs else None
             events.append(TokenEvent(request.request_id, tokens[i], index, ready, lp))

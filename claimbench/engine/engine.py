@@ -88,7 +88,7 @@ class LLMEngine:
         self.config = config
         self.model_cfg = model.cfg
         self.tokenizer = tokenizer
-        self.eos_token_id = model.cfg.eos_token_id
+        self.stop_token_ids = frozenset(model.cfg.stop_token_ids)  # the checkpoint's
         self.fp8_kv_scales = fp8_kv_scales  # (k, v); used only by an fp8 cache
         self.runner = ModelRunner(config, model, fp8_kv_scales)
         self.speculator = None
@@ -379,7 +379,7 @@ class LLMEngine:
             emitted = accepted[i] + 1
             first = request.num_output_tokens
             reason = request.append_outputs(
-                tokens[i][:emitted], logprobs[i][:emitted], now, self.eos_token_id
+                tokens[i][:emitted], logprobs[i][:emitted], now, self.stop_token_ids
             )
             # Verified K/V: every token but the last emitted one (the next step writes it).
             request.num_computed_tokens = request.num_tokens - 1

@@ -10,6 +10,7 @@ prompt and outputs so far (recompute, as vLLM does) and then carries on.
 from __future__ import annotations
 
 import enum
+from collections.abc import Collection
 
 from claimbench.engine.outputs import RejectKind
 from claimbench.engine.sampler import SamplingParams
@@ -104,14 +105,18 @@ class Request:
         return self.prompt_token_ids[start:] + self.output_token_ids[: end - num_prompt]
 
     def append_outputs(
-        self, token_ids: list[int], logprobs: list[float], now: float, eos_token_id: int | None
+        self,
+        token_ids: list[int],
+        logprobs: list[float],
+        now: float,
+        eos_token_ids: Collection[int],
     ) -> str | None:
         """Append a step's accepted tokens one by one, stopping at the first that ends the
         request (EOS, a stop id, max_tokens): the tokens after it are dropped. Returns the
         stop reason, or None if the request goes on."""
         for token_id, logprob in zip(token_ids, logprobs, strict=True):
             self.append_output(token_id, logprob, now)
-            reason = self.stop_reason(eos_token_id)
+            reason = self.stop_reason(eos_token_ids)
             if reason is not None:
                 return reason
         return None
@@ -124,12 +129,13 @@ class Request:
         if self.sampling.logprobs:
             self.output_logprobs.append(logprob)
 
-    def stop_reason(self, eos_token_id: int | None) -> str | None:
-        """ "stop" or "length" once the last output ends the request, else None."""
+    def stop_reason(self, eos_token_ids: Collection[int]) -> str | None:
+        """ "stop" or "length" once the last output ends the request, else None: any of the
+        checkpoint's ``eos_token_ids`` stops it unless the request ignores EOS."""
         last = self.output_token_ids[-1]
         if last in self.sampling.stop_token_ids:
             return "stop"
-        if not self.sampling.ignore_eos and eos_token_id is not None and last == eos_token_id:
+        if not self.sampling.ignore_eos and last in eos_token_ids:
             return "stop"
         if self.num_output_tokens >= self.sampling.max_tokens:
             return "length"

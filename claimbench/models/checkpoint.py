@@ -8,6 +8,7 @@ raises ``ModelLoadError`` whose message is one line naming the problem.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from claimbench.models.config import ModelConfig
+from claimbench.models.generation_config import read_stop_token_ids
 from claimbench.models.llama import LlamaForCausalLM
 from claimbench.models.moe import build_model, expert_tensor_names
 
@@ -73,19 +75,26 @@ def resolve_dtype(dtype: Any) -> jnp.dtype:
 
 
 def read_config(path: Path) -> ModelConfig:
-    """Parse ``path/config.json`` into a ModelConfig (ModelLoadError on any problem)."""
+    """Parse ``path/config.json`` into a ModelConfig, its stop ids generation_config.json's
+    where that file names them (ModelLoadError on any problem, naming the file)."""
+    path = Path(path)
     if not path.is_dir():
         raise ModelLoadError(f"model directory {path} does not exist")
     config_file = path / "config.json"
     if not config_file.is_file():
         raise ModelLoadError(f"{config_file} is missing")
     try:
-        return ModelConfig.from_hf(json.loads(config_file.read_text()))
+        cfg = ModelConfig.from_hf(json.loads(config_file.read_text()))
     except json.JSONDecodeError as e:
         raise ModelLoadError(f"{config_file} is not valid JSON: {e}") from e
     except (KeyError, TypeError, ValueError) as e:
         detail = f"missing field {e}" if isinstance(e, KeyError) else str(e)
         raise ModelLoadError(f"{config_file}: {detail}") from e
+    try:
+        stop_ids = read_stop_token_ids(path, cfg.vocab_size)
+    except ValueError as e:
+        raise ModelLoadError(str(e)) from e
+    return cfg if stop_ids is None else dataclasses.replace(cfg, stop_token_ids=stop_ids)
 
 
 def hf_name(path: tuple) -> tuple[str, bool]:

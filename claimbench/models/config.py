@@ -87,7 +87,10 @@ class ModelConfig:
     max_position_embeddings: int = 2048
     architecture: str = "LlamaForCausalLM"
     bos_token_id: int | None = None
-    eos_token_id: int | None = None
+    eos_token_id: int | None = None  # the end-of-text id: the first of config.json's list
+    # Every id that ends generation: config.json's eos_token_id list, or generation_config.json's
+    # (checkpoint.read_config). Empty -> (eos_token_id,) when there is one.
+    stop_token_ids: tuple[int, ...] = ()
     num_experts: int = 0  # Mixtral's num_local_experts; 0 = a dense MLP
     num_experts_per_tok: int = 0  # top-k of the router; 0 = a dense MLP
     router_aux_loss_coef: float = 0.0  # training only: the load-balancing loss weight
@@ -132,6 +135,12 @@ class ModelConfig:
             tok = getattr(self, name)
             if tok is not None and not 0 <= tok < self.vocab_size:
                 raise ValueError(f"{name}={tok} outside vocab of {self.vocab_size}")
+        if not self.stop_token_ids and self.eos_token_id is not None:
+            object.__setattr__(self, "stop_token_ids", (self.eos_token_id,))
+        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        for tok in self.stop_token_ids:
+            if isinstance(tok, bool) or not isinstance(tok, int) or not 0 <= tok < self.vocab_size:
+                raise ValueError(f"eos_token_id {tok!r} outside vocab of {self.vocab_size}")
 
     @property
     def model_type(self) -> str:
@@ -175,10 +184,9 @@ class ModelConfig:
         num_heads = int(d["num_attention_heads"])
         hidden = int(d["hidden_size"])
         head_dim = d.get("head_dim") or hidden // num_heads
-        eos = d.get("eos_token_id")
-        if isinstance(eos, list):
-            # Several stop ids (Llama-3 instruct): the first is the end-of-text id.
-            eos = eos[0] if eos else None
+        # One id or several (Llama-3.1 instruct: end of text, of a message, of a turn): every
+        # one ends generation; the first is the end-of-text id.
+        stop_ids = stop_token_ids(d.get("eos_token_id"), "eos_token_id")
         return cls(
             vocab_size=int(d["vocab_size"]),
             hidden_size=hidden,
@@ -195,7 +203,8 @@ class ModelConfig:
             max_position_embeddings=int(d.get("max_position_embeddings", 2048)),
             architecture=arch,
             bos_token_id=d.get("bos_token_id"),
-            eos_token_id=eos,
+            eos_token_id=stop_ids[0] if stop_ids else None,
+            stop_token_ids=stop_ids,
             **experts,
         )
 
@@ -218,7 +227,9 @@ class ModelConfig:
             "tie_word_embeddings": self.tie_word_embeddings,
             "max_position_embeddings": self.max_position_embeddings,
             "bos_token_id": self.bos_token_id,
-            "eos_token_id": self.eos_token_id,
+            "eos_token_id": (
+                list(self.stop_token_ids) if len(self.stop_token_ids) > 1 else self.eos_token_id
+            ),
             "torch_dtype": torch_dtype,
             "use_cache": True,
         }
@@ -235,6 +246,15 @@ class ModelConfig:
             d["output_router_logits"] = False
             d["sliding_window"] = None
         return d
+
+
+def stop_token_ids(value: Any, name: str) -> tuple[int, ...]:
+    """A config's ``eos_token_id`` (null, one id or a list of ids) -> the ids; ValueError
+    naming ``name`` and the value if it is neither."""
+    ids = [] if value is None else value if isinstance(value, list) else [value]
+    if any(isinstance(t, bool) or not isinstance(t, int) for t in ids):
+        raise ValueError(f"{name}={value!r} is not a token id or a list of token ids")
+    return tuple(ids)
 
 
 # Routing that is not Mixtral's (softmax over every expert, top-k, renormalised; no shared

@@ -1,5 +1,12 @@
 """Tokenizer: the ``tokenizers`` library's tokenizer.json with BOS/EOS handling and streaming.
 
+Which special tokens a text gets is the tokenizer's own rule, as transformers and vLLM
+apply it: tokenizer.json's ``post_processor`` when it has one (Llama 3's prepends
+``<|begin_of_text|>``; Qwen2's adds nothing), else tokenizer_config.json's
+``add_bos_token`` (with its ``bos_token``). config.json's ``bos_token_id`` says which id
+the model was trained with, not whether a prompt gets one: Qwen2.5 names 151643 there and
+its tokenizer adds no BOS.
+
 ``StreamDecoder`` turns generated ids into text incrementally. A byte-level BPE token
 can end in the middle of a multi-byte UTF-8 character, so text is only emitted once
 the decoded suffix no longer ends in the replacement character U+FFFD. It decodes once
@@ -14,6 +21,7 @@ from pathlib import Path
 from tokenizers import Tokenizer as HFTokenizer
 
 TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 REPLACEMENT_CHAR = "\ufffd"
 
 
@@ -31,18 +39,23 @@ class Tokenizer:
 
     @classmethod
     def from_dir(cls, path: str | Path) -> Tokenizer:
-        """Load ``path/tokenizer.json``; BOS/EOS ids come from ``path/config.json`` if present."""
+        """Load ``path/tokenizer.json``. The BOS id is the one the tokenizer itself prepends
+        (None if it adds none); the EOS id is the first of config.json's ``eos_token_id``.
+        ValueError (one line naming the file) for a post-processor that adds anything but
+        one leading token or a ``bos_token`` the vocabulary lacks."""
         path = Path(path)
         file = path / TOKENIZER_FILE
         if not file.is_file():
             raise FileNotFoundError(f"{file} is missing")
         tokenizer = HFTokenizer.from_file(str(file))
-        bos_id = eos_id = None
+        if tokenizer.post_processor is not None:
+            bos_id = _leading_special_id(tokenizer, file)
+        else:
+            bos_id = _add_bos_token_id(tokenizer, path / TOKENIZER_CONFIG_FILE)
+        eos_id = None
         config = path / "config.json"
         if config.is_file():
-            d = json.loads(config.read_text())
-            bos_id = d.get("bos_token_id")
-            eos_id = d.get("eos_token_id")
+            eos_id = json.loads(config.read_text()).get("eos_token_id")
             if isinstance(eos_id, list):
                 eos_id = eos_id[0] if eos_id else None
         return cls(tokenizer, bos_id, eos_id)
@@ -52,7 +65,7 @@ class Tokenizer:
         return self.tokenizer.get_vocab_size()
 
     def encode(self, text: str, add_bos: bool = True) -> list[int]:
-        """Text -> ids, with BOS prepended when asked and the model has one."""
+        """Text -> ids, with BOS prepended when asked and the tokenizer adds one."""
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
         if add_bos and self.bos_id is not None:
             return [self.bos_id, *ids]
@@ -73,6 +86,40 @@ class Tokenizer:
 
     def stream_decoder(self) -> StreamDecoder:
         return StreamDecoder(self)
+
+
+def _leading_special_id(tokenizer: HFTokenizer, file: Path) -> int | None:
+    """The id the tokenizer's post-processor puts before a text (None if it adds nothing).
+
+    Read off an encoding with and without special tokens, so any post-processor type
+    (TemplateProcessing, ByteLevel, a Sequence of them) is read the same way."""
+    probe = "a"
+    plain = tokenizer.encode(probe, add_special_tokens=False).ids
+    full = tokenizer.encode(probe, add_special_tokens=True).ids
+    start = next(
+        (i for i in range(len(full) - len(plain) + 1) if full[i : i + len(plain)] == plain), None
+    )
+    if start is None or start > 1 or len(full) != start + len(plain):
+        added = [i for i in full if i not in plain]
+        raise ValueError(
+            f"{file}: post_processor adds {added} around a text; only one leading BOS is supported"
+        )
+    return full[0] if start == 1 else None
+
+
+def _add_bos_token_id(tokenizer: HFTokenizer, config_file: Path) -> int | None:
+    """``bos_token``'s id when tokenizer_config.json sets ``add_bos_token``, else None."""
+    if not config_file.is_file():
+        return None
+    config = json.loads(config_file.read_text())
+    if not config.get("add_bos_token"):
+        return None
+    token = config.get("bos_token")
+    token = token.get("content") if isinstance(token, dict) else token
+    bos_id = tokenizer.token_to_id(token) if isinstance(token, str) else None
+    if bos_id is None:
+        raise ValueError(f"{config_file}: add_bos_token with bos_token={token!r}, not in the vocab")
+    return bos_id
 
 
 class StreamDecoder:

@@ -24,6 +24,8 @@ from types import FrameType
 import uvicorn
 
 from claimbench.engine.config import EngineConfig
+from claimbench.models.checkpoint import read_config
+from claimbench.models.generation_config import stop_token_ids_source
 from claimbench.models.tokenizer import Tokenizer
 from claimbench.serving.app import create_app
 from claimbench.serving.batch_policy import set_batch_policy
@@ -63,7 +65,13 @@ def build_server_state(options: ServeOptions) -> tuple[ServerState, list[str]]:
     tenants = TenantKeys.load(options.tenants_file) if options.tenants_file else None
     tokenizer = Tokenizer.from_dir(options.model_dir)
     chat_template = ChatTemplate.for_model(options.model_dir)
-    lines = []
+    chat_template.check()  # a bad template or stop id ends start-up before the engine's
+    stop_ids = read_config(options.model_dir).stop_token_ids
+    names = ", ".join(f"{i} {tokenizer.tokenizer.id_to_token(i)}" for i in stop_ids)
+    lines = [
+        f"stop token ids: {names or 'none'} (from {stop_token_ids_source(options.model_dir)})",
+        f"chat template: {chat_template.origin}",
+    ]
     if tenants is None:
         lines.append("single-tenant: no --tenants file, so every request is tenant 'default'")
         lines.append("and no API key is checked")
