@@ -3,11 +3,13 @@
 The shipped claimbench-tiny-draft proposes 4 tokens a step for claimbench-tiny (the full
 profile pins Qwen2.5-0.5B-Instruct for Qwen2.5-7B-Instruct: ``draft_model``); the target
 verifies them in one step (exact greedy acceptance, engine/spec_decode.py). Two engines,
-same pool and buckets, built one at a time, serve the same held-out prompt per trial
-(harness/spec_trials.py); per trial:
+same pool and buckets, built one at a time and taking turns within every trial, serve the
+same held-out prompt per trial (harness/spec_trials.py); per trial:
 the speedup of output tokens/s over plain decoding, the greedy mismatch count (tokens that
 differ from plain decoding's; float32 is batch-invariant, bfloat16 may flip a near-tie)
-and vLLM's acceptance metrics.
+with its positive control (greedy_mismatch_control: the draft's tokens with acceptance
+forced on, which must differ from the target's for a zero mismatch to mean anything), and
+vLLM's acceptance metrics.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ DEFAULT_PARAMS: dict[str, Any] = {
 
 
 def run(ctx: RunContext) -> None:
-    """Record speedup and greedy_mismatch per trial, with each arm's throughput and the
-    acceptance metrics beside them."""
+    """Record speedup, greedy_mismatch and its control per trial, with each arm's throughput
+    and the acceptance metrics beside them."""
     params = ctx.merged(DEFAULT_PARAMS)
     check_params(params)
-    run_trials(ctx, params, "speedup")
+    run_trials(ctx, params, "speedup", control=True)

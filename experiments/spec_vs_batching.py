@@ -1,10 +1,11 @@
 """spec-vs-batching: the same draft-model speculation (k = 4) at batch 32.
 
 Batching fills the idle compute that speculation also feeds on, so at batch 32 the claim
-expects at most a 1.1x gain. Two engines, same pool and buckets, built one at a time, serve
-the same 32 held-out prompts per trial (harness/spec_trials.py; the draft as in
-spec-decode-gain, ``draft_model``); per trial: the speedup of output tokens/s over plain
-decoding (``speedup_at_b32``), the greedy mismatch count and vLLM's acceptance metrics.
+expects at most a 1.1x gain. Two engines, same pool and buckets, built one at a time and
+taking turns within every trial, serve the same 32 held-out prompts per trial
+(harness/spec_trials.py; the draft as in spec-decode-gain, ``draft_model``); per trial: the
+speedup of output tokens/s over plain decoding (``speedup_at_b32``), the greedy mismatch
+count and vLLM's acceptance metrics.
 """
 
 from __future__ import annotations

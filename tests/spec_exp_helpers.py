@@ -20,7 +20,9 @@ TINY = {"batch": 2, "num_spec_tokens": 3, "proposer": "draft", "input_len": 12, 
 
 class TinySpecContext(RunContext):
     """Engines over the tiny random model; the draft is tiny_model(draft_seed): seed 0 is the
-    target itself (every draft accepted), another seed a stranger (nearly all rejected)."""
+    target itself (every draft accepted), another seed a stranger (nearly all rejected). An
+    engine given a ``model_path`` (spec_trials' control: the draft served plain) serves the
+    draft model."""
 
     draft_seed = 0
 
@@ -31,7 +33,8 @@ class TinySpecContext(RunContext):
             page_size=8,
         )
         config = EngineConfig(**(options | overrides))
-        engine = build_engine(config, model=tiny_model(), draft_model=tiny_model(self.draft_seed))
+        served = tiny_model(self.draft_seed) if overrides.get("model_path") else tiny_model()
+        engine = build_engine(config, model=served, draft_model=tiny_model(self.draft_seed))
         if precompile:
             engine.precompile()
         return engine

@@ -184,7 +184,8 @@ VARIANTS: dict[str, Variant] = {
     "kv_dominates": _kv_dominates,
     "decode_bandwidth_bound": _decode_bandwidth_bound,
 }
-# Experiments that free each engine before building the next (precision.each_engine).
+# Experiments that free each engine before building the next (precision.each_engine,
+# interleaved_arms.interleaved_trials).
 ONE_AT_A_TIME = {
     "bf16_not_fp16",
     "kv_int8",

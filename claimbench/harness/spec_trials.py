@@ -2,12 +2,20 @@
 
 Two engines over the same model, pool and buckets, one plain and one speculative, serve the
 same batches of greedy requests (EOS ignored, so both produce exactly ``output_len`` tokens
-each). They are built one at a time (precision.each_engine): the plain engine never shares
-the chip with the speculative one, which holds the target and its draft. Each, once warmed,
-serves every trial's batch; trial t's batch is the same prompts for both, so per trial the
-speedup pairs the two arms' output tokens/s and the greedy mismatch count compares their
-tokens. Which engine goes first turns with the run seed. vLLM's acceptance metrics are
-recorded per trial from the speculative engine's steps.
+each). They are built one at a time and take turns within every trial in ABBA order
+(harness/interleaved_arms.py): the plain engine never shares the chip with the speculative
+one, which holds the target and its draft, and a drift in machine speed falls on both arms.
+Each new engine is warmed before it measures; trial t's batch is the same prompts for both,
+so per trial the speedup pairs the two arms' output tokens/s and the greedy mismatch count
+compares their tokens. vLLM's acceptance metrics are recorded per trial from the
+speculative engine's steps.
+
+greedy_mismatch is a "never" condition, so it gets a positive control where asked
+(``run_trials(control=True)``): greedy_mismatch_control is the same count for the draft's
+tokens with acceptance forced on, i.e. every draft token emitted unverified: the draft model
+served plain, greedy, on the same prompts (built once, after the arms). A counter that reads
+zero there could not see a mismatch at all. A draft identical to the target makes it zero
+too; the n-gram proposer has no model to serve, so it records no control.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import numpy as np
 
 from claimbench.engine.sampler import SamplingParams
 from claimbench.harness.draft_models import DRAFT_PARAM, draft_path, pinned_draft
-from claimbench.harness.precision import each_engine
+from claimbench.harness.interleaved_arms import interleaved_trials
 from claimbench.harness.serving_summary import spec_decode_summary
 from claimbench.workload.corpus import heldout_prompts
 from claimbench.workload.tokens import random_token_source
@@ -83,37 +91,69 @@ def serve(engine: LLMEngine, prompts: list[list[int]], output_len: int) -> tuple
     return [o.token_ids for o in outs], time.perf_counter() - start
 
 
-def run_trials(ctx: RunContext, params: dict[str, Any], speedup_metric: str) -> None:
-    """Every trial of the comparison, one engine at a time; the speedup is recorded as
-    ``speedup_metric``."""
+def greedy_mismatch(tokens: list[list[int]], reference: list[list[int]]) -> int:
+    """Output tokens that differ from ``reference``'s, position by position, over a batch."""
+    return sum(
+        sum(a != b for a, b in zip(t, r, strict=True))
+        for t, r in zip(tokens, reference, strict=True)
+    )
+
+
+def control_options(options: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """ctx.engine options serving the speculative arm's draft model plain (its tokens with
+    acceptance forced on), or None for a proposer without a model (n-gram)."""
+    speculative = options["speculative"]
+    if speculative["speculative"] != "draft":
+        return None
+    from claimbench.models.checkpoint import default_draft_path
+
+    draft = speculative.get("draft_model_path") or default_draft_path()
+    return options["plain"] | {"model_path": draft}
+
+
+def run_trials(
+    ctx: RunContext, params: dict[str, Any], speedup_metric: str, *, control: bool = False
+) -> None:
+    """Every trial of the comparison, the arms interleaved; the speedup is recorded as
+    ``speedup_metric``, and with ``control`` greedy_mismatch_control beside the mismatch."""
     output_len = params["output_len"]
     batches: list[list[list[int]]] = []  # per trial, drawn once: both arms serve the same
 
-    def measure(arm: str, engine: LLMEngine) -> list[tuple[list, float]]:
+    def warm(arm: str, engine: LLMEngine) -> None:
         if not batches:
             batches.extend(draw_prompts(engine, params, ctx.seed + t) for t in range(ctx.trials))
         serve(engine, batches[0], min(output_len, 8))  # warm caches and allocator paths
-        served = []
-        for trial, prompts in enumerate(batches):
-            tokens, seconds = serve(engine, prompts, output_len)
-            rate = len(prompts) * output_len / seconds
-            served.append((tokens, rate))
-            ctx.record("output_throughput", rate, trial=trial, unit="tok/s", arm=arm)
-            steps = engine.steps_frame()
-            ctx.save_frames(requests=engine.requests_frame(), steps=steps, arm=arm, trial=trial)
-            if arm == "speculative":
-                record_acceptance(ctx, spec_decode_summary(steps), trial, params)
-        return served
+
+    def measure(arm: str, engine: LLMEngine, trial: int) -> tuple[list, float]:
+        prompts = batches[trial]
+        tokens, seconds = serve(engine, prompts, output_len)
+        rate = len(prompts) * output_len / seconds
+        ctx.record("output_throughput", rate, trial=trial, unit="tok/s", arm=arm)
+        steps = engine.steps_frame()
+        ctx.save_frames(requests=engine.requests_frame(), steps=steps, arm=arm, trial=trial)
+        if arm == "speculative":
+            record_acceptance(ctx, spec_decode_summary(steps), trial, params)
+        return tokens, rate
 
     options = engine_options(params, serves_shipped_model=ctx.model_option is None)
-    arms = each_engine(ctx, options, measure, save_frames=False)
+    arms = interleaved_trials(ctx, options, measure, on_build=warm)
+    plain_tokens = []
     for trial in range(ctx.trials):
         (plain, plain_rate), (spec, spec_rate) = arms["plain"][trial], arms["speculative"][trial]
+        plain_tokens.append(plain)
         ctx.record(speedup_metric, spec_rate / plain_rate, trial=trial, unit="x")
-        mismatch = sum(
-            sum(a != b for a, b in zip(s, p, strict=True)) for s, p in zip(spec, plain, strict=True)
-        )
-        ctx.record("greedy_mismatch", mismatch, trial=trial, unit="tokens")
+        ctx.record("greedy_mismatch", greedy_mismatch(spec, plain), trial=trial, unit="tokens")
+    if control and (draft_options := control_options(options)) is not None:
+        engine = ctx.engine(**draft_options)
+        for trial, plain in enumerate(plain_tokens):
+            tokens, _ = serve(engine, batches[trial], output_len)
+            ctx.record(
+                "greedy_mismatch_control",
+                greedy_mismatch(tokens, plain),
+                trial=trial,
+                unit="tokens",
+                arm="draft-unverified",
+            )
 
 
 def record_acceptance(
