@@ -1,0 +1,1 @@
+"""Agent ops: the runbook as MCP tools (`claimbench mcp`), agents' scopes, the audit log, jobs."""

@@ -1,0 +1,128 @@
+"""Agents of `claimbench mcp`: agents.yaml, each agent's scopes and the sha256 of its token.
+
+agents:
+  - name: nightly-bot
+    scopes: [read, check, run]        # ops/scopes.py; default [read]
+    token_sha256: 9f86d0...           # sha256 hex of the token (the token is never stored)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from claimbench.ops.scopes import DEFAULT_SCOPES, check_scopes
+
+TOKEN_PREFIX = "cba-"
+TOKEN_ENV_VAR = "CLAIMBENCH_AGENT_TOKEN"  # the agent's token over stdio
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Agent:
+    """One declared agent."""
+
+    name: str
+    scopes: tuple[str, ...]
+    token_sha256: str
+
+
+class Agents:
+    """The agents of an agents file."""
+
+    def __init__(self, agents: list[Agent]) -> None:
+        self.agents = agents  # in file order
+
+    def agent_for(self, token: str | None) -> Agent | None:
+        """The agent whose token this is, or None (no token, or an unknown one)."""
+        if not token:
+            return None
+        digest = hash_token(token)
+        # Constant-time compare: the time to refuse a token says nothing about the stored hashes.
+        found = [a for a in self.agents if hmac.compare_digest(a.token_sha256, digest)]
+        return found[0] if found else None
+
+    @classmethod
+    def load(cls, path: Path) -> Agents:
+        """Read and validate an agents file; ValueError naming the file and the problem."""
+        agents: list[Agent] = []
+        for entry in _read_entries(path):
+            agent = _parse_entry(path, entry)
+            if any(a.name == agent.name for a in agents):
+                raise ValueError(f"{path}: agent {agent.name!r} appears twice")
+            if any(a.token_sha256 == agent.token_sha256 for a in agents):
+                raise ValueError(f"{path}: agent {agent.name!r} shares a token with another agent")
+            agents.append(agent)
+        if not agents:
+            raise ValueError(f"{path}: no agents")
+        return cls(agents)
+
+
+def add_agent(path: Path, name: str, scopes: list[str] | None) -> str:
+    """Add agent ``name`` with ``scopes`` (None: read only) and a new token to ``path`` (created
+    if missing); returns the token. ValueError if the agent exists, a scope is unknown or the
+    file is malformed; the file is then untouched."""
+    entries = _read_entries(path) if path.exists() else []
+    if path.exists():
+        Agents.load(path)  # refuse to extend a file the server would reject
+    if any(isinstance(e, dict) and e.get("name") == name for e in entries):
+        raise ValueError(f"{path}: agent {name!r} already exists")
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    entry = {
+        "name": name,
+        "scopes": list(scopes or DEFAULT_SCOPES),
+        "token_sha256": hash_token(token),
+    }
+    _parse_entry(path, entry)  # the same validation a server start applies
+    entries.append(entry)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(yaml.safe_dump({"agents": entries}, sort_keys=False))
+        # The file holds only hashes, but who may act is still nobody else's business.
+        tmp.chmod(0o600)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return token
+
+
+def _read_entries(path: Path) -> list:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ValueError(f"cannot read agents file {path}: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from e
+    if not isinstance(data, dict) or not isinstance(data.get("agents"), list):
+        raise ValueError(f"{path} must hold a mapping with an 'agents' list")
+    return data["agents"]
+
+
+def _parse_entry(path: Path, entry: object) -> Agent:
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+        raise ValueError(f"{path}: every agent needs a 'name', got {entry!r}")
+    name = entry["name"]
+    if not _NAME.fullmatch(name):
+        raise ValueError(
+            f"{path}: agent name {name!r} must be 1-64 letters, digits, '_', '.' or '-'"
+        )
+    unknown = sorted(set(entry) - {"name", "scopes", "token_sha256"})
+    if unknown:
+        raise ValueError(f"{path}: agent {name!r} has unknown fields {unknown}")
+    digest = entry.get("token_sha256")
+    if not isinstance(digest, str) or not _HEX64.fullmatch(digest):
+        raise ValueError(f"{path}: agent {name!r} token_sha256 must be sha256 hex, got {digest!r}")
+    scopes = check_scopes(entry.get("scopes", list(DEFAULT_SCOPES)), f"{path}: agent {name!r}")
+    return Agent(name, scopes, digest)

@@ -1,0 +1,135 @@
+"""The long work behind MCP jobs, run in a worker process (ops/worker.py): claim runs, a TPU
+compile check, warming the compilation cache. Each is the library calls `claimbench run`,
+`tpu-check` and an engine's precompile make, reporting progress through ``emit``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
+
+
+def run_claims(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
+    """Run each claim of ``spec["claims"]`` as `claimbench run` does: the budget gate first
+    (refusing, never overriding), then each run stored atomically and appended to the ledger.
+    A failed claim is reported and the next one runs; Ctrl-C (cancel) stores nothing more."""
+    from claimbench.harness import ledger, registry, spend_gate
+    from claimbench.harness.claims import find_claim, load_claims
+    from claimbench.harness.context import run_claim
+
+    root, store = Path(spec["root"]), Path(spec["results_dir"])
+    claims = load_claims(root)
+    selected = [find_claim(claims, claim_id) for claim_id in spec["claims"]]
+    profile, trials = spec["profile"], spec["trials"]
+    # Again here, not only when the job was accepted: another job may have spent since.
+    plan = spend_gate.plan_spend(root, store, selected, profile, trials)
+    if plan.blocked is not None:
+        raise ValueError(plan.blocked)
+    stored: list[dict[str, Any]] = []
+    failed: list[dict[str, str]] = []
+    for index, claim in enumerate(selected):
+
+        def on_progress(completed: int, total: int, claim_id: str = claim.id, i: int = index):
+            emit(
+                {
+                    "event": "progress",
+                    "claim": claim_id,
+                    "claim_index": i + 1,
+                    "num_claims": len(selected),
+                    "trial": completed,
+                    "num_trials": total,
+                }
+            )
+
+        try:
+            module = registry.load_experiment(root, claim)
+            run_dir = run_claim(
+                claim,
+                module,
+                root=root,
+                results_dir=store,
+                profile=profile,
+                trials=trials,
+                seed=spec["seed"],
+                dtype=spec["dtype"],
+                model_option=Path(spec["model"]) if spec["model"] else None,
+                on_progress=on_progress,
+            )
+        except Exception as err:
+            failed.append({"claim": claim.id, "error": f"not stored: {_one_line(err)}"})
+            continue
+        try:
+            ledger.append_rows(store, [ledger.row_for_run(run_dir, plan.price)])
+        except (ledger.LedgerError, OSError) as err:
+            failed.append({"claim": claim.id, "error": f"stored, not in the ledger: {err}"})
+        stored.append({"claim": claim.id, "run_id": run_dir.name})
+        emit({"event": "stored", "claim": claim.id, "run_id": run_dir.name})
+    return {"stored": stored, "failed": failed, "usd_per_hour": plan.price.usd_per_hour}
+
+
+def tpu_check(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
+    """`claimbench tpu-check` for one engine: the compile report, per bucket."""
+    from claimbench.harness import tpu_check as check
+    from claimbench.harness.tpu_check_setup import check_setup
+
+    setup = check_setup(
+        Path(spec["root"]),
+        spec["profile"],
+        tp=spec["tp"],
+        buckets=spec["buckets"],
+        weights=spec["weights"],
+        kv_dtype=spec["kv_dtype"],
+    )
+    report = check.check(
+        spec["chip"],
+        setup.model_cfg,
+        setup.engine_cfg,
+        model_name=setup.model_name,
+        buckets=setup.buckets,
+    )
+    return {"ok": report.ok, "report": report.to_json()}
+
+
+def warm_cache(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
+    """Compile every bucket of the served engine (the configured model and dtype, default
+    settings) into the persistent compilation cache experiments and `serve` share."""
+    from claimbench.engine.build import build_engine
+    from claimbench.engine.config import EngineConfig
+    from claimbench.harness.context import COMPILE_CACHE_DIR
+
+    def num_entries() -> int:
+        return sum(1 for _ in COMPILE_CACHE_DIR.iterdir()) if COMPILE_CACHE_DIR.is_dir() else 0
+
+    before = num_entries()
+    t0 = time.perf_counter()
+    engine = build_engine(
+        EngineConfig(
+            model_path=Path(spec["model"]) if spec["model"] else None,
+            dtype=spec["dtype"],
+            compilation_cache_dir=COMPILE_CACHE_DIR,
+        )
+    )
+    num_buckets, compile_s = engine.precompile()
+    return {
+        "num_buckets": num_buckets,
+        "compile_s": compile_s,
+        "wall_s": time.perf_counter() - t0,
+        "cache_dir": str(COMPILE_CACHE_DIR),
+        "cache_entries_before": before,
+        "cache_entries_after": num_entries(),
+    }
+
+
+WORK: dict[str, Callable[[dict[str, Any], Emit], dict[str, Any]]] = {
+    "run_claims": run_claims,
+    "tpu_check": tpu_check,
+    "warm_cache": warm_cache,
+}

@@ -1,0 +1,410 @@
+"""The runbook's steps as MCP tools: each a thin call into the library code the CLI calls.
+
+No tool takes a path, a URL or a shell string: the project root, results store, model and the
+serving URL are the operator's (`claimbench mcp` options); an agent names only claims, chips,
+profiles, buckets and jobs. The over-budget override of `claimbench run` is not here at all.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
+from pydantic import Field
+
+from claimbench.engine.config import KV_DTYPES, WEIGHT_FORMATS
+from claimbench.harness import (
+    budget,
+    calibration,
+    ledger,
+    registry,
+    results,
+    score_file,
+    scoring,
+    spend_gate,
+)
+from claimbench.harness.claims import PROFILES, Claim, ClaimsError, find_claim, load_claims
+from claimbench.harness.project_config import load_project_config
+from claimbench.harness.run_info import RunInfo
+from claimbench.harness.tpu_check import TPU_CHIPS
+from claimbench.kernels.backend import BACKENDS
+from claimbench.ops import outputs, remote
+from claimbench.ops.agents import Agent
+from claimbench.ops.jobs import Job, JobManager
+from claimbench.ops.scopes import CHECK, RUN, SPEND, TOOL_SCOPES
+
+# The agent of the call being served, set by the guard (ops/guard.py) for the tool's duration.
+current_agent: ContextVar[Agent | None] = ContextVar("current_agent", default=None)
+
+ClaimId = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$", max_length=64)]
+JobId = Annotated[str, Field(pattern=r"^job-[0-9a-f]{8}$")]
+# Choices from the tables they index, so each tool's schema lists exactly what is known.
+Profile = Literal[PROFILES]
+TpuChip = Literal[TPU_CHIPS]
+Weights = Literal[WEIGHT_FORMATS]
+KvDtype = Literal[KV_DTYPES]
+AttentionBackend = Literal[BACKENDS]
+Buckets = Annotated[str, Field(pattern=r"^\s*\d+x\d+(\s*,\s*\d+x\d+)*\s*$", max_length=200)]
+
+
+@dataclass(frozen=True)
+class OpsConfig:
+    """What the operator fixed when starting `claimbench mcp`."""
+
+    root: Path  # the claims project
+    model: Path | None  # the model experiments and doctor load (None: the shipped one)
+    dtype: str
+    server_url: str | None  # a running `claimbench serve`, for server_health/server_metrics
+
+    @property
+    def store(self) -> Path:
+        return self.root / "results"
+
+
+def _relative(root: Path, path: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def _job_out(job: Job) -> outputs.JobOut:
+    return outputs.JobOut(
+        job_id=job.job_id,
+        kind=job.kind,
+        state=job.state,
+        started_at=job.started_at,
+        elapsed_s=round(job.elapsed_s, 3),
+        progress=dict(job.progress),
+        stored=list(job.stored),
+        result=job.result,
+        error=job.error,
+    )
+
+
+def _agent_name() -> str:
+    agent = current_agent.get()
+    return agent.name if agent is not None else "-"
+
+
+class Runbook:
+    """The tools, bound to one project and one job manager."""
+
+    def __init__(self, config: OpsConfig, jobs: JobManager) -> None:
+        self.config = config
+        self.jobs = jobs
+
+    # -- shared look-ups -------------------------------------------------------------------
+
+    def _claims(self) -> list[Claim]:
+        try:
+            return load_claims(self.config.root)
+        except ClaimsError as err:
+            raise MCPError(INVALID_PARAMS, str(err)) from None
+
+    def _claim(self, claim_id: str) -> Claim:
+        try:
+            return find_claim(self._claims(), claim_id)
+        except ValueError as err:
+            raise MCPError(INVALID_PARAMS, str(err)) from None
+
+    def _runs(self) -> list[results.StoredRun]:
+        return results.read_runs(self.config.store)[0]
+
+    def _own_job(self, job_id: str) -> Job:
+        job = self.jobs.get(job_id)
+        if job is None or job.agent != _agent_name():
+            raise MCPError(INVALID_PARAMS, f"no job {job_id!r} of this agent")
+        return job
+
+    def spend_plan(self, claim_ids: list[str], profile: str, trials: int | None):
+        """The budget gate's answer for a run (harness/spend_gate.py)."""
+        selected = [self._claim(c) for c in claim_ids]
+        try:
+            return spend_gate.plan_spend(
+                self.config.root, self.config.store, selected, profile, trials
+            )
+        except (ClaimsError, ledger.LedgerError) as err:
+            raise MCPError(INVALID_PARAMS, str(err)) from None
+
+    def needed_scopes(self, tool: str, arguments: dict[str, Any]) -> tuple[str, ...]:
+        """The scopes a call needs: the tool's own, spend for a run the ledger prices above
+        zero, and for job_cancel the scope the job was started under."""
+        if tool == "job_cancel":
+            job = self.jobs.get(str(arguments.get("job_id")))
+            if job is not None and job.agent == _agent_name():
+                return (job.scope,)
+        scope = TOOL_SCOPES[tool]
+        if tool == "run_claims":
+            claim_ids = arguments.get("claims")
+            try:
+                plan = self.spend_plan(
+                    list(claim_ids) if isinstance(claim_ids, list) else [],
+                    str(arguments.get("profile", "quick")),
+                    None,
+                )
+            except MCPError:
+                return (scope,)  # the call itself reports the bad input
+            if plan.metered:
+                return (scope, SPEND)
+        return (scope,)
+
+    # -- read ------------------------------------------------------------------------------
+
+    def list_claims(self) -> outputs.ClaimList:
+        """Every claim: id, part, title, confidence, scope and status (verdict once run)."""
+        root = self.config.root
+        scores = scoring.score_claims(self._claims(), self._runs())
+        return outputs.ClaimList(
+            claims=[
+                outputs.ClaimRow(
+                    id=s.claim.id,
+                    part=s.claim.part,
+                    title=s.claim.title,
+                    confidence=s.claim.confidence,
+                    scope=s.claim.scope,
+                    status=registry.claim_status(root, s.claim, s.verdict),
+                )
+                for s in scores
+            ]
+        )
+
+    def show_claim(self, claim_id: ClaimId) -> outputs.ClaimDetail:
+        """One claim: statement, prediction, what refutes it, its score and its runs."""
+        claim = self._claim(claim_id)
+        score = scoring.score_claim(claim, self._runs())
+        return outputs.ClaimDetail(
+            id=claim.id,
+            part=claim.part,
+            title=claim.title,
+            statement=claim.statement,
+            confidence=claim.confidence,
+            scope=claim.scope,
+            prediction=[str(c) for c in claim.prediction],
+            refuted_if=claim.refuted_if,
+            params=claim.params,
+            status=registry.claim_status(self.config.root, claim, score.verdict),
+            score=outputs.ScoreOut.of(score),
+            runs=[run.info for group in score.groups for run in group.runs],
+        )
+
+    def get_scores(self) -> outputs.Scores:
+        """Every claim's verdict and conditions, and calibration, from the stored runs
+        (computed, not written: `score` writes scores.parquet)."""
+        runs = self._runs()
+        scores = scoring.score_claims(self._claims(), runs)
+        return outputs.Scores(
+            claims=[outputs.ScoreOut.of(s) for s in scores],
+            calibration=calibration.calibration(scores),
+            totals=scoring.verdict_counts(scores),
+            num_runs=len(runs),
+        )
+
+    def list_runs(
+        self, claim_id: ClaimId | None = None, limit: Annotated[int, Field(ge=1, le=500)] = 50
+    ) -> outputs.RunList:
+        """Stored runs, newest first, each with its provenance (hardware, model, git, profile)."""
+        runs, skipped = results.read_runs(self.config.store)
+        infos = [RunInfo.from_meta(r.meta) for r in runs if claim_id in (None, r.claim_id)]
+        infos.sort(key=lambda i: i.end or "", reverse=True)
+        return outputs.RunList(runs=infos[:limit], num_skipped=len(skipped))
+
+    def get_budget(self) -> outputs.Budget:
+        """Dollars spent against the budget, and $/Mtok per claim and chip, from the ledger."""
+        try:
+            usd = load_project_config(self.config.root).budget.usd
+            rows = ledger.read_ledger(self.config.store)
+        except (ClaimsError, ledger.LedgerError) as err:
+            raise MCPError(INVALID_PARAMS, str(err)) from None
+        status = budget.budget_status(rows, usd)
+        table = budget.per_mtok_table(rows)
+        per_claim = [
+            {k: (None if isinstance(v, float) and v != v else v) for k, v in record.items()}
+            for record in table.to_dict(orient="records")
+        ]
+        return outputs.Budget(
+            budget_usd=status.budget_usd,
+            spent_usd=status.spent_usd,
+            remaining_usd=status.remaining_usd,
+            num_runs=status.num_runs,
+            device_s=status.device_s,
+            num_unpriced=status.num_unpriced,
+            per_claim=per_claim,
+            runs_not_in_ledger=[p.name for p in ledger.missing_runs(self.config.store, rows)],
+        )
+
+    def get_env(self) -> dict[str, Any]:
+        """The platform JAX runs on, its devices, chip and library versions."""
+        from claimbench.harness.hardware import detect
+
+        return detect()
+
+    def job_status(self, job_id: JobId) -> outputs.JobOut:
+        """A job of this agent: state, progress (claim i of n, trial i of n), elapsed, result."""
+        return _job_out(self._own_job(job_id))
+
+    # -- check -----------------------------------------------------------------------------
+
+    def doctor(self, attention_backend: AttentionBackend = "auto") -> outputs.DoctorOut:
+        """The offline golden check: the engine's greedy completion against a dense forward
+        pass of the same weights; ok means the deployment generates correct output."""
+        from claimbench.serving.golden_check import golden_check
+
+        try:
+            check = golden_check(self.config.model, self.config.dtype, attention_backend)
+        except (ValueError, FileNotFoundError) as err:
+            raise MCPError(INVALID_PARAMS, str(err).splitlines()[0]) from None
+        return outputs.DoctorOut(
+            ok=check.ok,
+            model=str(check.model_path),
+            dtype=check.dtype,
+            prompt=check.prompt,
+            engine_tokens=check.engine_tokens,
+            reference_tokens=check.reference_tokens,
+            engine_text=check.engine_text,
+            reference_text=check.reference_text,
+        )
+
+    def tpu_check(
+        self,
+        chip: TpuChip,
+        profile: Profile = "quick",
+        buckets: Buckets | None = None,
+        tp: Annotated[int, Field(ge=1, le=8)] = 1,
+        weights: Weights = "bf16",
+        kv_dtype: KvDtype = "auto",
+    ) -> outputs.JobOut:
+        """Start compiling the engine step for a TPU chip through libtpu (no chip needed); a
+        job: poll job_status for the per-bucket report (compile s, HBM, copies)."""
+        from claimbench.harness import tpu_check
+        from claimbench.harness.tpu_check_setup import check_setup
+
+        try:
+            check_setup(
+                self.config.root,
+                profile,
+                tp=tp,
+                buckets=buckets,
+                weights=weights,
+                kv_dtype=kv_dtype,
+            )
+        except ValueError as err:
+            raise MCPError(INVALID_PARAMS, str(err).splitlines()[0]) from None
+        if (reason := tpu_check.libtpu_unavailable()) is not None:
+            raise MCPError(INVALID_PARAMS, reason)
+        spec = {
+            "root": str(self.config.root),
+            "chip": chip,
+            "profile": profile,
+            "buckets": buckets,
+            "tp": tp,
+            "weights": weights,
+            "kv_dtype": kv_dtype,
+        }
+        return _job_out(self.jobs.start("tpu_check", spec, agent=_agent_name(), scope=CHECK))
+
+    def server_health(self) -> outputs.Health:
+        """The configured server's /health/ready: ready only if it generates its golden output."""
+        return remote.health(self._server_url())
+
+    def server_metrics(self) -> outputs.Metrics:
+        """The configured server's /metrics, summarized per tenant."""
+        return remote.metrics(self._server_url())
+
+    def _server_url(self) -> str:
+        if self.config.server_url is None:
+            raise MCPError(
+                INVALID_PARAMS, "no server configured: start `claimbench mcp --server-url URL`"
+            )
+        return self.config.server_url
+
+    # -- run -------------------------------------------------------------------------------
+
+    def run_claims(
+        self,
+        claims: Annotated[list[ClaimId], Field(min_length=1, max_length=64)],
+        profile: Profile = "quick",
+        trials: Annotated[int, Field(ge=1, le=100)] | None = None,
+        seed: int = 0,
+    ) -> outputs.JobOut:
+        """Start running claims' experiments (a job: poll job_status). Refused when the
+        estimated cost exceeds the remaining budget; a run on a metered chip needs spend."""
+        for claim_id in claims:
+            if not registry.has_experiment(self.config.root, self._claim(claim_id)):
+                raise MCPError(INVALID_PARAMS, f"claim {claim_id!r}: no experiment yet")
+        plan = self.spend_plan(claims, profile, trials)
+        if plan.blocked is not None:
+            raise MCPError(INVALID_PARAMS, f"refused: {plan.blocked}")
+        spec = {
+            "root": str(self.config.root),
+            "results_dir": str(self.config.store),
+            "claims": list(dict.fromkeys(claims)),
+            "profile": profile,
+            "trials": trials,
+            "seed": seed,
+            "dtype": self.config.dtype,
+            "model": str(self.config.model) if self.config.model else None,
+        }
+        return _job_out(self.jobs.start("run_claims", spec, agent=_agent_name(), scope=RUN))
+
+    def score(self) -> outputs.Written:
+        """Score every claim from the stored runs and write results/scores.parquet."""
+        runs = self._runs()
+        scores = scoring.score_claims(self._claims(), runs)
+        path = score_file.write_scores(self.config.store, scores)
+        counts = scoring.verdict_counts(scores)
+        summary = " · ".join(f"{n} {verdict}" for verdict, n in counts.items())
+        return outputs.Written(
+            path=_relative(self.config.root, path), summary=f"{len(runs)} run(s): {summary}"
+        )
+
+    def build_site(self) -> outputs.Written:
+        """Render the scoreboard (site/index.html and a page per claim) from the stored runs."""
+        from claimbench.harness.peers import read_peers
+        from claimbench.site.render import render_site
+
+        root, store = self.config.root, self.config.store
+        claims = self._claims()
+        runs = self._runs()
+        try:
+            spend = ledger.read_ledger(store)
+            budget_usd = load_project_config(root).budget.usd
+        except (ClaimsError, ledger.LedgerError) as err:
+            raise MCPError(INVALID_PARAMS, str(err)) from None
+        index = render_site(
+            root,
+            claims,
+            runs,
+            root / "site",
+            ledger=spend,
+            budget_usd=budget_usd,
+            peer_records=read_peers(store),
+        )
+        return outputs.Written(
+            path=_relative(root, index),
+            summary=f"{len(claims)} claim pages from {len(runs)} run(s)",
+        )
+
+    def warm_cache(self) -> outputs.JobOut:
+        """Start precompiling every bucket of the served engine into the persistent compilation
+        cache (a job: job_status reports buckets compiled and compile seconds)."""
+        spec = {
+            "dtype": self.config.dtype,
+            "model": str(self.config.model) if self.config.model else None,
+        }
+        return _job_out(self.jobs.start("warm_cache", spec, agent=_agent_name(), scope=RUN))
+
+    def job_cancel(self, job_id: JobId) -> outputs.JobOut:
+        """Stop a job of this agent as Ctrl-C stops `claimbench run`: the run in flight is not
+        stored, runs already stored are kept. Returns once the worker has stopped."""
+        job = self._own_job(job_id)
+        self.jobs.cancel(job)
+        return _job_out(job)
+
+    def tools(self) -> dict[str, Any]:
+        """Tool name -> bound method, for the server to register (ops/scopes.TOOL_SCOPES' keys)."""
+        return {name: getattr(self, name) for name in TOOL_SCOPES}

@@ -1,0 +1,50 @@
+"""One MCP job's process: ``python -m claimbench.ops.worker KIND SPEC_JSON``.
+
+Events go to the parent as JSON lines on the stdout it was started with; the work's own
+prints are sent to stderr, so nothing it says can be mistaken for an event. SIGINT (job_cancel)
+is Ctrl-C: the work stops where it is and, as with `claimbench run`, the run in flight is not
+stored (harness/results.py writes a run only once it has finished).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, TextIO
+
+CANCELLED_EXIT = 130  # the shell's code for Ctrl-C, as `claimbench run` exits
+
+
+def _events() -> TextIO:
+    """The parent's event pipe; fd 1 then points at stderr for everything else."""
+    events = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return events
+
+
+def main(argv: list[str]) -> int:
+    kind, spec = argv[0], json.loads(argv[1])
+    events = _events()
+
+    def emit(event: dict[str, Any]) -> None:
+        events.write(json.dumps(event, default=str) + "\n")
+
+    from claimbench.ops.job_work import WORK
+
+    try:
+        result = WORK[kind](spec, emit)
+    except KeyboardInterrupt:
+        emit({"event": "cancelled"})
+        return CANCELLED_EXIT
+    except Exception as err:
+        lines = str(err).strip().splitlines()
+        emit({"event": "error", "message": lines[0] if lines else type(err).__name__})
+        return 1
+    emit({"event": "done", "result": result})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
