@@ -62,8 +62,16 @@ def test_tiny_run_serves_the_same_requests_with_the_ladder_and_without(tmp_path)
         ladder=LADDER,
     )
     assert_claim_metrics_recorded(ctx)
-    assert modes_in_order(ctx, 0) == ["ladder", "none"]
-    assert modes_in_order(ctx, 1) == ["none", "ladder"]
+    assert modes_in_order(ctx, 0) == ["ladder", "none", "control"]
+    assert modes_in_order(ctx, 1) == ["none", "control", "ladder"]
+    frame = ctx.measurements_frame("run")
+    # The positive control fires: under the light load some tier meets its SLO.
+    control = frame[frame["metric"] == "tiers_meeting_slo_without_control"]
+    assert sorted(control["trial"]) == [0, 1] and (control["value"] >= 1).all()
+    # Every trial's realised load is recorded, near the nominal 2x.
+    realised = frame[frame["metric"] == "realised_load"]
+    assert sorted(realised["trial"]) == [0, 1]
+    assert realised["value"].between(1.0, 4.0).all()
     premium = trial_labels(ctx, "premium_slo_attainment_pct")
     without = trial_labels(ctx, "tiers_meeting_slo_without")
     steps = ctx.frames()["steps"]
