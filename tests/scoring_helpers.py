@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from claimbench.harness import results
+from claimbench.harness import registry, results, run_checks
 from claimbench.harness.claims import Claim
 from claimbench.harness.results import StoredRun
 
@@ -52,11 +52,13 @@ def store_run(
     platform: str = "cpu",
     day: str = "2026-11-29",
     extra_meta: dict[str, Any] | None = None,
+    root: Path | None = None,
 ) -> StoredRun:
     """Write one run of ``for_claim`` with ``data`` and read it back.
 
-    ``current`` stores today's prediction hash; False stores an earlier one. The run ends at
-    ``day``T``hour``:00 UTC and its id sorts by that time.
+    ``current`` stores today's prediction hash; False stores an earlier one. ``root``: the
+    claims project whose experiment's design today the run records (none recorded without).
+    The run ends at ``day``T``hour``:00 UTC and its id sorts by that time.
     """
     stamp = day.replace("-", "") + f"T{hour:02d}0000Z"
     run_id = f"{stamp}-{for_claim.id}-{hour:04d}"
@@ -87,8 +89,21 @@ def store_run(
         "hardware": {"platform": platform, "device_kind": platform, "device_count": 1},
         "prediction_hash": for_claim.prediction_hash(profile) if current else "0123456789abcdef",
         **({"origin": origin} if origin else {}),
+        **({"design_hash": design_hash(root, for_claim)} if root is not None else {}),
         **(extra_meta or {}),
     }
     path = results.write_run(results_dir, meta, measurements, {})
     runs, _ = results.read_runs(results_dir)
     return next(r for r in runs if r.path == path)
+
+
+def design_hash(root: Path, for_claim: Claim) -> str | None:
+    """The design hash of ``for_claim``'s experiment under ``root`` today (None: it has none)."""
+    return run_checks.today_designs(root, [for_claim]).get(for_claim.id)
+
+
+def write_experiment(root: Path, for_claim: Claim, text: str = "def run(ctx):\n    pass\n") -> None:
+    """A minimal experiment module for ``for_claim`` under ``root``, so its runs have a design."""
+    path = registry.experiment_path(root, for_claim)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)

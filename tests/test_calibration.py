@@ -74,11 +74,32 @@ def test_only_claims_decided_in_scope_count(tmp_path):
         store_run(tmp_path, claims[3], rows("gain", [2, 2.1, 2.2])),
         store_run(tmp_path, claims[5], [("ratio", 0, 1.5, "analytic")]),
     ]
+    # Refuted by its analytic condition while its measured one holds: arithmetic decided it.
+    claims.append(
+        claim(
+            id="refuted-by-sum",
+            confidence=0.85,
+            conditions=[
+                {"metric": "ratio", "op": ">=", "value": 1.0, "basis": "analytic"},
+                {"metric": "gain", "op": ">=", "value": 1.5},
+            ],
+        )
+    )
+    runs.append(
+        store_run(
+            tmp_path,
+            claims[6],
+            [("ratio", 0, 0.5, "analytic"), *rows("gain", [2, 2.1, 2.2])],
+            hour=11,
+        )
+    )
     scores = scoring.score_claims(claims, runs)
+    assert (scores[6].verdict, scores[6].decided) == ("refuted", True)
+    assert not scores[6].decided_by_measurement
     assert scores[3].verdict == "indicative-only"
     assert scores[5].verdict == "confirmed"
     cal = calibration.calibration(scores)
-    assert (cal.num_decided, cal.num_analytic_only) == (2, 1)
+    assert (cal.num_decided, cal.num_analytic_only) == (2, 2)
     assert cal.brier == pytest.approx(0.2)  # the hand case above: 0.8 confirmed, 0.6 refuted
     assert cal.log_score == pytest.approx(-0.569717, abs=1e-6)
     assert cal.brier_ci == pytest.approx((0.04, 0.36))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scoring_helpers import claim, rows, store_run
 
-from claimbench.harness import scoring
+from claimbench.harness import condition_scores, scoring
 from claimbench.harness.claims import Condition
 from claimbench.site import charts
 
@@ -42,7 +42,7 @@ def test_condition_chart_labels_unit_threshold_and_zoom(tmp_path):
 
 def test_constant_and_exact_values_are_marked():
     condition = Condition(metric="m", op=">=", value=1.0)
-    constant = scoring.ConditionScore(
+    constant = condition_scores.ConditionScore(
         condition, (2.0, 2.0, 2.0), 2.0, None, None, "constant", "cpu", True, "unclear"
     )
     svg = charts.condition_svg(condition, [("cpu", constant)])

@@ -77,7 +77,7 @@ def test_show_json_with_evidence(project):
     assert condition["trial_values"] == pytest.approx([2.0, 2.01, 2.02])
     assert condition["in_scope"] is False and data["decided"] is False
     assert data["prediction"] == [
-        {"metric": "score", "op": ">=", "value": 1.0, "basis": "measured"}
+        {"metric": "score", "op": ">=", "value": 1.0, "basis": "measured", "model_class": None}
     ]
 
 

@@ -18,8 +18,10 @@ def stored(project):
     """fake-pass: a refuting run from lab-a on 11-28, a confirming one from lab-b on 11-30."""
     claim = next(c for c in load_claims(project) if c.id == "fake-pass")
     store = project / "results"
-    store_run(store, claim, rows("score", [0.5, 0.6, 0.7]), day="2026-11-28", origin="lab-a")
-    store_run(store, claim, rows("score", [2.0, 2.1, 2.2]), day="2026-11-30", origin="lab-b")
+    a = rows("score", [0.5, 0.6, 0.7])
+    store_run(store, claim, a, day="2026-11-28", origin="lab-a", root=project)
+    b = rows("score", [2.0, 2.1, 2.2])
+    store_run(store, claim, b, day="2026-11-30", origin="lab-b", root=project)
     return project
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from scoring_helpers import claim, rows, store_run
 
-from claimbench.harness import scoring
+from claimbench.harness import condition_scores, scoring
 from claimbench.harness.claims import Condition
 
 TWO = [
@@ -20,18 +20,18 @@ ANALYTIC_AND_MEASURED = [
 
 def test_interval_status_by_op():
     ge = Condition(metric="m", op=">=", value=1.0)
-    assert scoring.interval_status(ge, 1.0, 2.0) == "holds"  # touching the threshold is in
-    assert scoring.interval_status(ge, 0.2, 0.9) == "fails"
-    assert scoring.interval_status(ge, 0.9, 1.1) == "unclear"
+    assert condition_scores.interval_status(ge, 1.0, 2.0) == "holds"  # touching the threshold is in
+    assert condition_scores.interval_status(ge, 0.2, 0.9) == "fails"
+    assert condition_scores.interval_status(ge, 0.9, 1.1) == "unclear"
     lt = Condition(metric="m", op="<", value=10.0)
-    assert scoring.interval_status(lt, 3.0, 9.9) == "holds"
-    assert scoring.interval_status(lt, 10.0, 12.0) == "fails"  # 10 is not < 10
+    assert condition_scores.interval_status(lt, 3.0, 9.9) == "holds"
+    assert condition_scores.interval_status(lt, 10.0, 12.0) == "fails"  # 10 is not < 10
 
 
 def test_trial_values_average_within_a_trial(tmp_path):
     data = [("m", 0, 1.0, "cpu"), ("m", 0, 3.0, "cpu"), ("m", 1, 5.0, "cpu"), ("x", 0, 9, "cpu")]
     run = store_run(tmp_path, claim(), data)
-    assert scoring.trial_values(run.measurements, "m").tolist() == [2.0, 5.0]
+    assert condition_scores.trial_values(run.measurements, "m").tolist() == [2.0, 5.0]
 
 
 # --- one condition ---------------------------------------------------------------------------
@@ -254,16 +254,29 @@ def test_format_value():
     assert scoring.format_value(None) == "-"
 
 
-def test_a_never_condition_is_an_observation_not_an_interval(tmp_path):
-    """``metric <= 0`` predicts an event never happens: zero in every trial holds (it is not a
-    'constant' left undecided), and one event in one trial fails it."""
+def test_a_never_condition_is_an_observation_checked_by_its_control(tmp_path):
+    """``metric <= 0`` predicts an event never happens: one event in one trial fails it; zero in
+    every trial holds only if the positive control (the same measurement where the event can
+    happen) fired in at least the trial minimum of those trials."""
     never = claim(conditions=[{"metric": "preemptions", "op": "<=", "value": 0}])
-    assert scoring.is_never_condition(never.prediction[0])
-    assert not scoring.is_never_condition(Condition(metric="x", op="<=", value=1))
-    clean = store_run(tmp_path / "a", never, rows("preemptions", [0, 0, 0], unit="preemptions"))
-    (cs,) = scoring.score_claim(never, [clean]).conditions
-    assert (cs.status, cs.method) == ("holds", "never")
-    one = store_run(tmp_path / "b", never, rows("preemptions", [0, 1, 0], unit="preemptions"))
-    assert scoring.score_claim(never, [one]).conditions[0].status == "fails"
-    short = store_run(tmp_path / "c", never, rows("preemptions", [0, 0], unit="preemptions"))
-    assert scoring.score_claim(never, [short]).conditions[0].status == "too-few-trials"
+    assert condition_scores.is_never_condition(never.prediction[0])
+    assert not condition_scores.is_never_condition(Condition(metric="x", op="<=", value=1))
+    zeros = rows("preemptions", [0, 0, 0], unit="preemptions")
+
+    def status(name, data):
+        (cs,) = scoring.score_claim(never, [store_run(tmp_path / name, never, data)]).conditions
+        return cs
+
+    fired = status("fired", zeros + rows("preemptions_control", [2, 1, 3]))
+    assert (fired.status, fired.method, fired.num_control_fired) == ("holds", "never", 3)
+    assert fired.control_values == (2.0, 1.0, 3.0)
+    # No control, a silent control, or one that fired in too few trials: nothing was shown.
+    assert status("none", zeros).status == "unclear"
+    assert status("silent", zeros + rows("preemptions_control", [0, 0, 0])).status == "unclear"
+    partial = status("partial", zeros + rows("preemptions_control", [0, 4, 1]))
+    assert (partial.status, partial.num_control_fired) == ("unclear", 2)
+    # An event is an event, control or not.
+    one = rows("preemptions", [0, 1, 0], unit="preemptions")
+    assert status("one", one).status == "fails"
+    short = rows("preemptions", [0, 0], unit="preemptions") + rows("preemptions_control", [1, 1])
+    assert status("short", short).status == "too-few-trials"

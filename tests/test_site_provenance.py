@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from scoring_helpers import rows, store_run
+from scoring_helpers import rows, store_run, write_experiment
 
 from claimbench.harness import results
 from claimbench.harness.claims import load_claims
@@ -66,13 +66,16 @@ def site(tmp_path: Path) -> Path:
     root.mkdir()
     (root / "claims.yaml").write_text(textwrap.dedent(CLAIMS))
     claims = {c.id: c for c in load_claims(root)}
+    for claim in claims.values():
+        write_experiment(root, claim)
     store = root / "results"
     extra = {"model": MODEL, "hardware": HARDWARE}
     mixed = claims["mixed"]
     store_run(store, mixed, rows("ppl_delta_pct", [0.3, 0.9, 0.1]), hour=8, current=False)
     data = rows("capacity_ratio", [1.94], "analytic") + rows("ppl_delta_pct", [0.2, 0.2, 0.2])
-    store_run(store, mixed, data, hour=9, origin="lab-a", extra_meta=extra)
-    store_run(store, claims["chip-bound"], rows("gain", [2.0, 2.1, 2.2]), origin="lab-b")
+    store_run(store, mixed, data, hour=9, origin="lab-a", extra_meta=extra, root=root)
+    chip = claims["chip-bound"]
+    store_run(store, chip, rows("gain", [2.0, 2.1, 2.2]), origin="lab-b", root=root)
     old = store_run(store, claims["stored-long-ago"], rows("gain", [2.0, 2.1, 2.2]), origin=None)
     meta = json.loads((old.path / "meta.json").read_text())
     for key in ("prediction_hash", "hardware"):
@@ -90,7 +93,7 @@ def test_index_shows_provenance_beside_each_verdict(site):
     for fragment in ("Test CPU 9000", "claimbench-tiny @abcdef12", "quick", "3 trials"):
         assert fragment in row
     assert "2026-11-29" in row and "origin lab-a" in row
-    assert "1 run against an earlier prediction" in row
+    assert "1 run measured against an earlier prediction" in row
     assert "constant across trials" in row and "1.94" in row and "exact" in row
     chip = index.split('id="claim-chip-bound"')[1].split("</tr>")[0]
     assert "indicative-only" in chip and "indicative" in chip and "origin lab-b" in chip
@@ -105,11 +108,11 @@ def test_claim_page_badges_scope_constant_and_replications(site):
     assert "identical values in every trial give no interval" in page
     assert "measured against an earlier prediction" in page
     # cpu group: one current run (scored) and one earlier; the current one agrees with itself.
-    assert "1 of 1 run against today's prediction agree" in page
+    assert "1 of 1 scorable run agree" in page
     assert "<strong>scored</strong>" in page
     chip = (site / "claims" / "chip-bound.html").read_text()
     assert "The effect comes from the MXU" in chip
-    assert "indicative: cpu, outside scope" in chip
+    assert "indicative: cpu evidence, outside the scope (tpu)" in chip
 
 
 def test_runs_stored_before_provenance_read_as_unknown(site):
@@ -120,5 +123,5 @@ def test_runs_stored_before_provenance_read_as_unknown(site):
     # The index still shows what was measured, greyed as not scored.
     index = (site / "index.html").read_text()
     row = index.split('id="claim-stored-long-ago"')[1].split("</tr>")[0]
-    assert "earlier prediction, not scored" in row and "2.1 [" in row
+    assert "earlier prediction: not scored" in row and "2.1 [" in row
     assert "origin unknown" in row and "model unknown" in row

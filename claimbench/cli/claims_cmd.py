@@ -12,7 +12,7 @@ from rich.table import Table
 from claimbench.cli import project, score_json
 from claimbench.cli.common import console, fail, global_options
 from claimbench.cli.evidence_options import OriginOption, SinceOption, selected_runs
-from claimbench.harness import registry, scoring
+from claimbench.harness import registry, run_checks, scoring
 from claimbench.harness.claims import find_claim
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
@@ -23,7 +23,7 @@ def list_claims(ctx: typer.Context, as_json: JsonOption = False) -> None:
     root = global_options(ctx).root
     claims = project.open_claims(root)
     runs = project.read_results(project.results_dir(root, None))
-    scores = scoring.score_claims(claims, runs)
+    scores = scoring.score_claims(claims, runs, run_checks.today_designs(root, claims))
     rows = [
         {
             "id": s.claim.id,
@@ -61,7 +61,7 @@ def show_claim(
     except ValueError as err:
         fail(str(err))
     runs = selected_runs(project.results_dir(root, None), since, origin)
-    score = scoring.score_claim(claim, runs)
+    score = scoring.score_claim(claim, runs, run_checks.today_designs(root, [claim]))
     experiment = registry.experiment_path(root, claim)
     if as_json:
         data = claim.model_dump() | score_json.score_dict(root, score)

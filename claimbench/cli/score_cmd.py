@@ -13,7 +13,7 @@ from rich.table import Table
 from claimbench.cli import project, score_json
 from claimbench.cli.common import console, global_options
 from claimbench.cli.evidence_options import OriginOption, SinceOption, selected_runs
-from claimbench.harness import calibration, results, score_file, scoring
+from claimbench.harness import calibration, results, run_checks, score_file, scoring
 
 VERDICT_STYLE = {
     "confirmed": "green",
@@ -26,25 +26,29 @@ VERDICT_STYLE = {
 
 def _evidence_cell(s: scoring.ClaimScore) -> str:
     """Where the row's values come from, and the replications behind them."""
+    not_scored = [f"{n} run(s) {reason}, not scored" for reason, n in s.exclusion_counts().items()]
     if s.shown is None:
-        earlier = f"\n{s.num_earlier} run(s) against an earlier prediction" if s.num_earlier else ""
-        return "-" + earlier
+        return "\n".join(escape(line) for line in ["-", *not_scored])
     lines = [s.shown.evidence + ("" if s.headline or s.shown.in_scope else " (indicative)")]
     lines.append(score_json.run_label(s.shown.info))
     group = s.group(s.shown.evidence)
     if group is not None:
         lines.append(f"{group.num_agree} of {len(group.current_runs)} current run(s) agree")
-    if s.num_earlier:
-        lines.append(f"{s.num_earlier} run(s) against an earlier prediction, not scored")
+    lines.extend(f"{g.evidence} (in scope) says {g.scored.verdict}" for g in s.disagreements)
+    lines.extend(not_scored)
     return "\n".join(escape(line) for line in lines)
 
 
 def _condition_line(cs: scoring.ConditionScore) -> str:
     basis = "analytic" if cs.condition.basis == "analytic" else "measured"
-    source = f"{cs.evidence}{'' if cs.in_scope else ', indicative'}" if cs.evidence else "none"
+    source = cs.evidence or "none"
+    if cs.evidence and not cs.in_scope:
+        source += f", indicative: {cs.scope_note}" if cs.scope_note else ", indicative"
     status = cs.status
     if status == "too-few-trials":
         status += f" ({cs.num_trials} of {cs.min_trials})"
+    if cs.control_values:
+        status += f" (control fired in {cs.num_control_fired} of {cs.num_trials} trials)"
     return (
         f"{escape(str(cs.condition))} ({basis}): {escape(score_json.format_estimate(cs))}"
         f" from {source} -> {status}"
@@ -65,7 +69,7 @@ def score(
     claims = project.open_claims(root)
     store = project.results_dir(root, results_dir)
     runs = selected_runs(store, since, origin)
-    scores = scoring.score_claims(claims, runs)
+    scores = scoring.score_claims(claims, runs, run_checks.today_designs(root, claims))
     cal = calibration.calibration(scores)
     path = score_file.write_scores(store, scores)
     counts = scoring.verdict_counts(scores)

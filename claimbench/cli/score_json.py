@@ -46,6 +46,7 @@ def info_dict(info: RunInfo) -> dict[str, Any]:
         "hardware": info.hardware,
         "model": info.model_name,
         "model_sha": info.model_sha,
+        "model_params": info.model_params,
         "git_sha": info.git_sha,
         "prediction_hash": info.prediction_hash,
     }
@@ -72,6 +73,10 @@ def condition_dict(cs: scoring.ConditionScore) -> dict[str, Any]:
         "in_scope": cs.in_scope,
         "run_id": cs.run_id,
         "status": cs.status,
+        "scope_note": cs.scope_note,
+        "model_class": cs.condition.model_class,
+        "control_values": list(cs.control_values),
+        "num_control_fired": cs.num_control_fired,
     }
 
 
@@ -79,8 +84,13 @@ def run_dict(run: scoring.RunScore, group: scoring.EvidenceGroup) -> dict[str, A
     """One replication: its provenance, whether it is scored, its own verdict."""
     return info_dict(run.info) | {
         "current": run.current,
+        "exclusion": run.exclusion,
         "scored": run is group.scored,
         "verdict": run.verdict,
+        "failed_trials": [
+            {"trial": f.trial, "realised_load": f.realised_load, "target": f.target}
+            for f in run.failed_trials
+        ],
         "conditions": [condition_dict(cs) for cs in run.conditions],
     }
 
@@ -113,7 +123,12 @@ def score_dict(root: Path, score: scoring.ClaimScore) -> dict[str, Any]:
         "headline_evidence": score.headline.evidence if score.headline else None,
         "shown_run": info_dict(score.shown.info) if score.shown else None,
         "conditions": [condition_dict(cs) for cs in score.conditions],
-        "num_earlier_prediction_runs": score.num_earlier,
+        "decided_by_measurement": score.decided_by_measurement,
+        "num_not_scored_runs": score.num_earlier,
+        "not_scored": score.exclusion_counts(),
+        "disagreeing_classes": {
+            g.evidence: g.scored.verdict for g in score.disagreements if g.scored is not None
+        },
         "groups": [group_dict(g) for g in score.groups],
     }
 

@@ -1,10 +1,14 @@
 """Calibration: how well stated confidences matched outcomes, over the claims decided in scope.
 
-Only claims whose verdict rests on in-scope evidence of each condition's basis count
-(ClaimScore.decided): an indicative-only, inconclusive or not-run claim says nothing about the
-forecaster. Brier and log scores come with a percentile bootstrap interval over claims
-(resampling whole claims, the unit that was forecast), and a reliability table bins the claims by
-stated confidence.
+Only claims decided by measurement count (ClaimScore.decided_by_measurement): decided on in-scope
+evidence of each condition's basis, and confirmed with a measured condition among those holding,
+or refuted by a measured condition. An indicative-only, inconclusive or not-run claim says
+nothing about the forecaster, and neither does one decided by arithmetic alone (every condition
+analytic, or refuted by an analytic condition): the author could have done the sum.
+
+Brier and log scores come with a percentile bootstrap interval over claims (resampling whole
+claims, the unit that was forecast), and a reliability table bins the claims by stated
+confidence.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ class Calibration:
     """Scores of the stated confidences over the claims decided in scope."""
 
     num_decided: int
-    num_analytic_only: int  # decided claims with no measured condition: left out, counted
+    num_analytic_only: int  # claims decided by arithmetic alone: left out, counted
     brier: float | None  # mean (p - outcome)^2; lower is better, COIN_BRIER for always 0.5
     brier_ci: tuple[float, float] | None  # bootstrap over claims
     log_score: float | None  # mean ln(p if confirmed else 1 - p); higher is better, 0 perfect
@@ -128,11 +132,11 @@ def reliability_bins(
 
 def calibration(scores: list[ClaimScore], *, seed: int = 0) -> Calibration:
     """Brier, log score (each with a bootstrap interval over claims) and reliability bins over
-    the claims decided in scope (confirmed = 1)."""
+    the claims decided by measurement (confirmed = 1)."""
     # A claim decided by arithmetic alone forecasts no measurement: the author could have done
     # the sum. It is left out (and counted), so calibration is about predictions of the world.
-    arithmetic = [s for s in scores if s.decided and _analytic_only(s)]
-    decided = [s for s in scores if s.decided and not _analytic_only(s)]
+    arithmetic = [s for s in scores if s.decided and not s.decided_by_measurement]
+    decided = [s for s in scores if s.decided_by_measurement]
     if not decided:
         return Calibration(0, len(arithmetic), None, None, None, None, ())
     confidences = np.array([s.claim.confidence for s in decided])
@@ -147,7 +151,3 @@ def calibration(scores: list[ClaimScore], *, seed: int = 0) -> Calibration:
         log_score_ci=log_ci,
         bins=reliability_bins(confidences, outcomes),
     )
-
-
-def _analytic_only(score: ClaimScore) -> bool:
-    return all(c.basis == "analytic" for c in score.claim.prediction)

@@ -11,6 +11,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from claimbench.harness.evidence_rules import MODEL_CLASSES
+
 CLAIMS_FILE = "claims.yaml"
 EXPERIMENTS_DIR = "experiments"
 PROFILES = ("quick", "full")
@@ -39,6 +41,17 @@ class Condition(BaseModel):
     # arithmetic on a model config, a pool layout or a chip spec, recorded once with its inputs
     # (RunContext.record_analytic), and only analytic evidence decides it.
     basis: Literal["measured", "analytic"] = "measured"
+    # The model class the condition's mechanism depends on (evidence_rules.MODEL_CLASSES): only
+    # measurements of a model of that class decide it. None: any model's measurements decide.
+    # An evidence rule like the claim's scope, not part of the prediction (nor of its hash).
+    model_class: str | None = None
+
+    @field_validator("model_class")
+    @classmethod
+    def _known_class(cls, value: str | None) -> str | None:
+        if value is not None and value not in MODEL_CLASSES:
+            raise ValueError(f"must be one of {sorted(MODEL_CLASSES)}, got {value!r}")
+        return value
 
     def holds(self, x: float) -> bool:
         """Whether ``x`` satisfies the condition."""
@@ -107,7 +120,7 @@ class Claim(BaseModel):
         against an earlier prediction (or design) and is shown, not scored.
         """
         payload = {
-            "prediction": [c.model_dump() for c in self.prediction],
+            "prediction": [c.model_dump(exclude={"model_class"}) for c in self.prediction],
             "confidence": self.confidence,
             "params": self.profile_params(profile),
         }

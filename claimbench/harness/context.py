@@ -322,7 +322,7 @@ def run_claim(
     num_trials = trials if trials is not None else int(params.get("trials", DEFAULT_TRIALS))
     # As the claim stood when the run started: a later edit of claims.yaml shows as a changed hash.
     prediction = {
-        "conditions": [c.model_dump() for c in claim.prediction],
+        "conditions": [c.model_dump(exclude_none=True) for c in claim.prediction],
         "confidence": claim.confidence,
     }
     prediction_hash = claim.prediction_hash(profile)

@@ -89,3 +89,22 @@ def on_target(realised: float, target: float, tolerance: float) -> bool:
     if target <= 0 or tolerance < 0:
         raise ValueError(f"need target > 0 and tolerance >= 0, got {target} and {tolerance}")
     return abs(realised / target - 1.0) <= tolerance
+
+
+# Model class, beside the hardware scope. A quality condition whose mechanism depends on the size
+# of the model the claim is about (quantization error grows with the outlier features of larger
+# models) names that class in claims.yaml (``model_class: 8b``). Only measurements of a model of
+# that class decide it: a parameter count within MODEL_CLASS_FACTOR of the class's nominal size.
+# Measurements of another model are shown, labelled, and decide nothing.
+MODEL_CLASSES = {"1b": 1e9, "8b": 8e9, "70b": 70e9}  # nominal parameter counts
+MODEL_CLASS_FACTOR = 2.0
+
+
+def in_model_class(model_class: str, num_params: int | None) -> bool:
+    """Whether a model of ``num_params`` parameters (None: unknown) is of ``model_class``."""
+    if model_class not in MODEL_CLASSES:
+        raise ValueError(f"model class {model_class!r} is not one of {sorted(MODEL_CLASSES)}")
+    if num_params is None:
+        return False
+    nominal = MODEL_CLASSES[model_class]
+    return nominal / MODEL_CLASS_FACTOR <= num_params <= nominal * MODEL_CLASS_FACTOR

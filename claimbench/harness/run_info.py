@@ -28,6 +28,7 @@ class RunInfo:
     hardware: str  # chip (device kind x count) or CPU model
     model_name: str | None
     model_sha: str | None  # short digest of the weight files' sha256s
+    model_params: int | None  # parameters stored in the model's weight files
     git_sha: str | None
     prediction_hash: str | None
 
@@ -66,6 +67,7 @@ class RunInfo:
             hardware=_hardware(hw),
             model_name=name,
             model_sha=sha,
+            model_params=_num_params(meta.get("model")),
             git_sha=str(git["sha"])[:10] if git.get("sha") else None,
             prediction_hash=str(meta["prediction_hash"]) if meta.get("prediction_hash") else None,
         )
@@ -108,3 +110,10 @@ def _model(model: Any) -> tuple[str | None, str | None]:
     # Several weight files: one digest over all of them, in file order, so it names the set.
     joined = "\n".join(f"{file}:{sha}" for file, sha in sorted(shas.items()))
     return name, hashlib.sha256(joined.encode()).hexdigest()[:8]
+
+
+def _num_params(model: Any) -> int | None:
+    """The parameter count meta's ``model`` recorded (architecture.num_params), else None."""
+    arch = model.get("architecture") if isinstance(model, dict) else None
+    count = arch.get("num_params") if isinstance(arch, dict) else None
+    return count if isinstance(count, int) and not isinstance(count, bool) else None

@@ -17,7 +17,9 @@ COLUMNS = (
     "evidence",  # this row's evidence group: cpu | gpu | tpu | analytic
     "in_scope",
     "run_id",
-    "current",  # measured against today's prediction hash
+    "current",  # passes every run check (harness/run_checks.py): may be scored
+    "exclusion",  # why it may not be scored (run_checks.EXCLUSIONS), or None
+    "num_failed_trials",  # trials off their realised-load target, dropped before scoring
     "scored",  # this run is its group's scored run (the newest current one)
     "headline",  # this run gives the claim's verdict
     "run_verdict",  # the run's own verdict
@@ -36,12 +38,14 @@ COLUMNS = (
     "estimate",
     "ci_lo",
     "ci_hi",
-    "interval",  # t | log-t | exact | constant | single | inconsistent
+    "interval",  # intervals.METHODS | exact | inconsistent
     "constant",
     "num_trials",
     "min_trials",
     "condition_status",
     "value_evidence",  # the class this row's value came from
+    "scope_note",  # why this value may not decide the condition (hardware or model class)
+    "control_fired",  # a never condition's trials whose positive control saw the event
 )
 
 
@@ -64,6 +68,8 @@ def _row(
         "in_scope": group.in_scope if group else False,
         "run_id": info.run_id if info else None,
         "current": bool(run and run.current),
+        "exclusion": run.exclusion if run else None,
+        "num_failed_trials": len(run.failed_trials) if run else 0,
         "scored": bool(run and group and run is group.scored),
         "headline": bool(run and run is score.headline),
         "run_verdict": run.verdict if run else None,
@@ -88,6 +94,8 @@ def _row(
         "min_trials": cs.min_trials if cs else 0,
         "condition_status": cs.status if cs else "missing",
         "value_evidence": cs.evidence if cs else None,
+        "scope_note": cs.scope_note if cs else "",
+        "control_fired": cs.num_control_fired if cs else 0,
     }
 
 

@@ -2,70 +2,55 @@
 
 Evidence groups: one per hardware class (tpu, gpu, cpu) holding every run with measured values
 of the claim's measured conditions, and one "analytic" group of the runs with analytic values of
-its analytic conditions. Groups never displace each other. Within a group the scored run is the
-newest whose meta ``prediction_hash`` equals today's ``claim.prediction_hash(profile)``; runs
-measured against an earlier prediction (or stored before hashes) are shown, never scored.
+its analytic conditions. Groups never displace each other. A run may be scored only if it passes
+harness/run_checks.py (today's prediction and design, a committed tree, its provenance); the
+others are listed with the reason, never scored. Within a group the scored run is the newest
+such run of the full profile, else the newest of quick: the full profile outranks quick.
+
+Trials: a trial whose realised load was off its target (evidence_rules.OFF_TARGET) failed to run
+the design. Every value of it is dropped before any condition is scored, and it is reported.
 
 Conditions: an analytic condition is decided by the scored analytic run's value, exactly (no
 interval). A measured condition is decided by a run's trials of one class: each trial's values
 are averaged, and the estimate and its interval come from harness.intervals (Student-t; ratios
 in log space). Too few trials (evidence_rules.min_trials) or identical values in every trial
 leave it undecided, except for a "never" condition (``metric <= 0``, an event predicted never
-to happen), which is an observation: any trial with an event fails it, none in every trial
-holds it. A measured condition is never filled from analytic values.
+to happen), which is an observation: any trial with an event fails it. None in every trial holds
+it only if the measurement is shown able to see the event: its positive control
+(``<metric>_control``, the same measurement under a setting where the event can happen) fired
+in at least the trial minimum of those trials. Zero with a silent or missing control is unclear.
+A measured condition is never filled from analytic values, and a condition with a
+``model_class`` is decided only by a run of a model of that class (evidence_rules).
 
 Verdict: the headline is the scored run of the first in-scope measured class in MEASURED order.
 confirmed: every condition holds on in-scope evidence of its basis. refuted: some condition fails
 on such evidence (a failing analytic condition refutes: every condition must hold).
-indicative-only: measured conditions have only out-of-scope evidence and nothing in scope fails.
-not-run: no scored run at all. inconclusive: anything else.
+indicative-only: nothing in scope fails, and either measured conditions have only out-of-scope
+hardware, or every condition that does not hold in scope has a value from out of scope (another
+hardware class or model class). not-run: no scored run at all. inconclusive: anything else.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-import numpy as np
-import pandas as pd
-
-from claimbench.harness import evidence_rules, intervals
-from claimbench.harness.claims import PROFILES, Claim, Condition
+from claimbench.harness import evidence_rules, run_checks
+from claimbench.harness.claims import Claim
+from claimbench.harness.condition_scores import (
+    ConditionScore,
+    FailedTrial,
+    failed_trials,
+    missing_score,
+    score_condition,
+    usable_rows,
+)
 from claimbench.harness.evidence_rules import ANALYTIC, MEASURED
 from claimbench.harness.results import StoredRun
 from claimbench.harness.run_info import RunInfo
 
 VERDICTS = ("confirmed", "refuted", "inconclusive", "indicative-only", "not-run")
 DECIDED = ("confirmed", "refuted")
-# other-basis: the condition is not this evidence kind's to decide (a measured one in an
-# analytic run).
-STATUSES = ("holds", "fails", "unclear", "too-few-trials", "missing", "other-basis")
-
-
-@dataclass(frozen=True)
-class ConditionScore:
-    """One condition's estimate from one run's values of one evidence class."""
-
-    condition: Condition
-    trial_values: tuple[float, ...]  # one per trial, in trial order
-    estimate: float | None  # None when the metric is missing
-    ci_lo: float | None  # None when there is no honest interval (constant, one trial, missing)
-    ci_hi: float | None
-    method: str | None  # intervals.METHODS, "exact" (analytic), "inconsistent", or None
-    evidence: str | None  # the class the values came from
-    in_scope: bool  # whether this evidence may decide the condition (basis and scope)
-    status: str  # one of STATUSES
-    unit: str = ""
-    min_trials: int = evidence_rules.MIN_TRIALS
-    run_id: str | None = None
-
-    @property
-    def num_trials(self) -> int:
-        return len(self.trial_values)
-
-    @property
-    def constant(self) -> bool:
-        """A measured metric with the same value in every trial (no interval, undecided)."""
-        return self.method == "constant"
 
 
 @dataclass(frozen=True)
@@ -75,13 +60,19 @@ class RunScore:
     info: RunInfo
     evidence: str  # cpu | gpu | tpu | analytic
     in_scope: bool
-    current: bool  # measured against today's prediction (hash matches); only these are scored
     conditions: tuple[ConditionScore, ...]
     verdict: str  # confirmed | refuted | inconclusive: this run's own verdict
+    exclusion: str | None = None  # why it may not be scored (run_checks.EXCLUSIONS), or None
+    failed_trials: tuple[FailedTrial, ...] = ()  # dropped before scoring
 
     @property
     def run_id(self) -> str:
         return self.info.run_id
+
+    @property
+    def current(self) -> bool:
+        """Whether the run may be scored (it passes every run check)."""
+        return self.exclusion is None
 
 
 @dataclass(frozen=True)
@@ -94,8 +85,10 @@ class EvidenceGroup:
 
     @property
     def scored(self) -> RunScore | None:
-        """The newest run measured against today's prediction, or None."""
-        return next((r for r in self.runs if r.current), None)
+        """The newest current run of the full profile, else the newest current quick one."""
+        current = self.current_runs
+        full = next((r for r in current if r.info.profile == "full"), None)
+        return full or (current[0] if current else None)
 
     @property
     def current_runs(self) -> tuple[RunScore, ...]:
@@ -103,7 +96,8 @@ class EvidenceGroup:
 
     @property
     def earlier_runs(self) -> tuple[RunScore, ...]:
-        """Runs measured against an earlier prediction: shown, not scored."""
+        """Runs that may not be scored (an earlier prediction or design, a dirty tree, missing
+        provenance): shown, not scored."""
         return tuple(r for r in self.runs if not r.current)
 
     @property
@@ -135,112 +129,47 @@ class ClaimScore:
         return False
 
     @property
+    def decided_by_measurement(self) -> bool:
+        """Decided, and on a measurement: confirmed with a measured condition among those that
+        hold, or refuted by a measured condition. The claims calibration counts; one decided
+        by arithmetic alone forecast no measurement."""
+        if not self.decided:
+            return False
+        measured = [cs for cs in self.conditions if cs.condition.basis == "measured"]
+        if self.verdict == "confirmed":
+            return bool(measured)
+        return any(cs.in_scope and cs.status == "fails" for cs in measured)
+
+    @property
     def num_earlier(self) -> int:
-        """Runs measured against an earlier prediction, over every group."""
+        """Runs that may not be scored, over every group."""
         return sum(len(g.earlier_runs) for g in self.groups)
+
+    def exclusion_counts(self) -> dict[str, int]:
+        """Runs not scored, per reason (run_checks.EXCLUSIONS order; reasons with none left out)."""
+        counts = dict.fromkeys(run_checks.EXCLUSIONS, 0)
+        for group in self.groups:
+            for run in group.earlier_runs:
+                counts[run.exclusion] = counts.get(run.exclusion, 0) + 1
+        return {reason: n for reason, n in counts.items() if n}
+
+    @property
+    def disagreements(self) -> tuple[EvidenceGroup, ...]:
+        """In-scope hardware classes whose scored run's verdict differs from the headline's."""
+        if self.headline is None:
+            return ()
+        return tuple(
+            g
+            for g in self.groups
+            if g.evidence != ANALYTIC
+            and g.in_scope
+            and g.scored is not None
+            and g.scored.verdict != self.headline.verdict
+        )
 
     def group(self, evidence: str) -> EvidenceGroup | None:
         """The group of ``evidence``, if it has runs."""
         return next((g for g in self.groups if g.evidence == evidence), None)
-
-
-def interval_status(condition: Condition, lo: float, hi: float) -> str:
-    """holds: [lo, hi] wholly on the predicted side; fails: wholly on the wrong side; else
-    unclear."""
-    if condition.holds(lo) and condition.holds(hi):
-        return "holds"
-    if not condition.holds(lo) and not condition.holds(hi):
-        return "fails"
-    return "unclear"
-
-
-def trial_values(measurements: pd.DataFrame, metric: str) -> np.ndarray:
-    """f64[num_trials]: the mean of each trial's values of ``metric``, in trial order."""
-    rows = measurements[measurements["metric"] == metric]
-    return rows.groupby("trial")["value"].mean().sort_index().to_numpy(dtype=np.float64)
-
-
-def _unit(measurements: pd.DataFrame, metric: str) -> str:
-    units = measurements.loc[measurements["metric"] == metric, "unit"].dropna().astype(str)
-    units = units[units != ""]
-    return str(units.iloc[0]) if len(units) else ""
-
-
-def missing_score(condition: Condition, status: str = "missing") -> ConditionScore:
-    """A condition with no values (missing) or not this evidence's to decide (other-basis)."""
-    return ConditionScore(condition, (), None, None, None, None, None, False, status)
-
-
-def score_condition(
-    condition: Condition,
-    rows: pd.DataFrame,
-    evidence: str,
-    *,
-    scope: str,
-    profile: str,
-    run_id: str | None = None,
-) -> ConditionScore:
-    """Score ``condition`` on ``rows`` (one run's measurements of one ``evidence`` class)."""
-    values = trial_values(rows, condition.metric)
-    unit = _unit(rows, condition.metric)
-    if values.size == 0:
-        return missing_score(condition)
-    if evidence == ANALYTIC:
-        # Arithmetic, recorded once: the value is exact. Rows that disagree (an old run that
-        # copied a value per trial, then changed it) decide nothing.
-        exact = bool(np.ptp(values) == 0)
-        value = float(values[0]) if exact else float(values.mean())
-        status = ("holds" if condition.holds(value) else "fails") if exact else "unclear"
-        return ConditionScore(
-            condition,
-            tuple(values.tolist()),
-            value,
-            value if exact else None,
-            value if exact else None,
-            "exact" if exact else "inconsistent",
-            evidence,
-            condition.basis == "analytic",
-            status,
-            unit,
-            1,
-            run_id,
-        )
-    need = evidence_rules.min_trials(condition.metric, unit, profile)
-    interval = intervals.estimate_interval(values, unit)
-    if values.size < need:
-        status = "too-few-trials"
-    elif is_never_condition(condition):
-        # "metric <= 0": the prediction is that an event never happens (a top-tier preemption,
-        # a greedy mismatch, a compile while serving). That is an observation, not a mean to
-        # estimate: one trial with an event refutes it; none in every trial (at the trial
-        # minimum) holds. The interval stays the data's range, never a zero-width estimate.
-        status = "fails" if bool((values > 0).any()) else "holds"
-        interval = intervals.Interval(
-            float(values.mean()), float(values.min()), float(values.max()), "never"
-        )
-    elif interval.lo is None or interval.hi is None:
-        status = "unclear"  # constant: identical trials give no interval to decide with
-    else:
-        status = interval_status(condition, interval.lo, interval.hi)
-    return ConditionScore(
-        condition,
-        tuple(values.tolist()),
-        interval.estimate,
-        interval.lo,
-        interval.hi,
-        interval.method,
-        evidence,
-        condition.basis == "measured" and evidence_rules.in_scope(scope, evidence),
-        status,
-        unit,
-        need,
-        run_id,
-    )
-
-
-def is_never_condition(condition: Condition) -> bool:
-    """Whether ``condition`` predicts an event count of zero (``metric <= 0``)."""
-    return condition.op == "<=" and condition.value == 0
 
 
 def combine(conditions: tuple[ConditionScore, ...]) -> str:
@@ -254,29 +183,25 @@ def combine(conditions: tuple[ConditionScore, ...]) -> str:
     return "inconclusive"
 
 
-def is_current(claim: Claim, meta: dict) -> bool:
-    """Whether the run was measured against today's prediction of ``claim``."""
-    profile = meta.get("profile")
-    if profile not in PROFILES:
-        return False
-    return meta.get("prediction_hash") == claim.prediction_hash(profile)
-
-
 def score_run(
     claim: Claim,
     run: StoredRun,
     evidence: str,
     analytic_scores: tuple[ConditionScore, ...] | None = None,
+    designs: Mapping[str, str] | None = None,
 ) -> RunScore:
     """Score ``run``'s values of one evidence class against ``claim``.
 
     An analytic run scores the analytic conditions (measured ones are other-basis). A measured
     run scores the measured conditions and takes the analytic ones from ``analytic_scores`` (the
-    claim's scored analytic evidence; missing when None).
+    claim's scored analytic evidence; missing when None). Trials off their realised-load target
+    are dropped and listed. ``designs``: today's design hashes (run_checks.exclusion).
     """
     info = RunInfo.from_meta(run.meta)
     rows = run.measurements
     rows = rows[(rows["claim_id"] == claim.id) & (rows["evidence"] == evidence)]
+    failed = failed_trials(rows) if evidence != ANALYTIC else ()
+    rows = usable_rows(rows, failed)
     scores = []
     for i, condition in enumerate(claim.prediction):
         if evidence == ANALYTIC and condition.basis == "measured":
@@ -292,6 +217,7 @@ def score_run(
                     scope=claim.scope,
                     profile=info.profile,
                     run_id=info.run_id,
+                    num_params=info.model_params,
                 )
             )
     conditions = tuple(scores)
@@ -299,9 +225,10 @@ def score_run(
         info=info,
         evidence=evidence,
         in_scope=evidence == ANALYTIC or evidence_rules.in_scope(claim.scope, evidence),
-        current=is_current(claim, run.meta),
         conditions=conditions,
         verdict=combine(conditions),
+        exclusion=run_checks.exclusion(claim, run.meta, designs),
+        failed_trials=failed,
     )
 
 
@@ -317,8 +244,24 @@ def _classes(claim: Claim, run: StoredRun) -> set[str]:
     return classes
 
 
-def score_claim(claim: Claim, runs: list[StoredRun]) -> ClaimScore:
-    """The claim's verdict from ``runs`` (any order; other claims' runs are ignored)."""
+def _only_out_of_scope(conditions: tuple[ConditionScore, ...]) -> bool:
+    """Whether every condition that does not hold in scope has a value from out of scope (another
+    hardware class or model class), and at least one does."""
+    outside = [cs for cs in conditions if not (cs.in_scope and cs.status == "holds")]
+    return bool(outside) and all(
+        not cs.in_scope and cs.evidence is not None and cs.status not in ("missing", "other-basis")
+        for cs in outside
+    )
+
+
+def score_claim(
+    claim: Claim, runs: list[StoredRun], designs: Mapping[str, str] | None = None
+) -> ClaimScore:
+    """The claim's verdict from ``runs`` (any order; other claims' runs are ignored).
+
+    ``designs`` maps claim ids to today's design hashes (run_checks.today_designs); None skips
+    the design check (for runs scored without their experiments at hand).
+    """
     own = sorted((r for r in runs if r.claim_id == claim.id), key=lambda r: r.run_id, reverse=True)
     by_class: dict[str, list[StoredRun]] = {}
     for run in own:
@@ -327,7 +270,9 @@ def score_claim(claim: Claim, runs: list[StoredRun]) -> ClaimScore:
 
     analytic_group = None
     if ANALYTIC in by_class:
-        analytic_runs = tuple(score_run(claim, r, ANALYTIC) for r in by_class[ANALYTIC])
+        analytic_runs = tuple(
+            score_run(claim, r, ANALYTIC, designs=designs) for r in by_class[ANALYTIC]
+        )
         analytic_group = EvidenceGroup(ANALYTIC, True, analytic_runs)
     analytic_run = analytic_group.scored if analytic_group else None
     analytic_scores = analytic_run.conditions if analytic_run else None
@@ -336,7 +281,9 @@ def score_claim(claim: Claim, runs: list[StoredRun]) -> ClaimScore:
         EvidenceGroup(
             evidence,
             evidence_rules.in_scope(claim.scope, evidence),
-            tuple(score_run(claim, r, evidence, analytic_scores) for r in by_class[evidence]),
+            tuple(
+                score_run(claim, r, evidence, analytic_scores, designs) for r in by_class[evidence]
+            ),
         )
         for evidence in MEASURED
         if evidence in by_class
@@ -358,16 +305,18 @@ def score_claim(claim: Claim, runs: list[StoredRun]) -> ClaimScore:
         verdict = "refuted"
     elif all(cs.in_scope and cs.status == "holds" for cs in conditions):
         verdict = "confirmed"
-    elif headline is None and scored:
+    elif (headline is None and scored) or _only_out_of_scope(conditions):
         verdict = "indicative-only"
     else:
         verdict = "inconclusive"
     return ClaimScore(claim, verdict, conditions, shown, headline, groups)
 
 
-def score_claims(claims: list[Claim], runs: list[StoredRun]) -> list[ClaimScore]:
-    """Every claim's score, in the claims file's order."""
-    return [score_claim(claim, runs) for claim in claims]
+def score_claims(
+    claims: list[Claim], runs: list[StoredRun], designs: Mapping[str, str] | None = None
+) -> list[ClaimScore]:
+    """Every claim's score, in the claims file's order (``designs``: as for score_claim)."""
+    return [score_claim(claim, runs, designs) for claim in claims]
 
 
 def verdict_counts(scores: list[ClaimScore]) -> dict[str, int]:

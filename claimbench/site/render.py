@@ -17,12 +17,21 @@ import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
-from claimbench.harness import calibration, peers, registry, results, scoring
+from claimbench.harness import calibration, peers, registry, results, run_checks, scoring
 from claimbench.harness.claims import Claim
 from claimbench.harness.run_info import RunInfo
 from claimbench.site import charts, ledger_charts
 
 BUDGET_USD = 100.0
+# What each reason a run is not scored means, for the claim page (harness/run_checks.py).
+EXCLUSION_HELP = {
+    run_checks.EARLIER_PREDICTION: "its prediction hash differs from today's claims.yaml (or it "
+    "predates hashes)",
+    run_checks.EARLIER_DESIGN: "the experiment's code or a helper it imports has changed since "
+    "(or the run predates design hashes)",
+    run_checks.DIRTY_TREE: "its code cannot be tied to a commit",
+    run_checks.MISSING_DRAFT_HASH: "it ran a draft model without recording which weights",
+}
 TEMPLATES = Path(__file__).parent / "templates"
 CLAIMS_SUBDIR = "claims"
 # An experiment's figure must not pull anything from the network.
@@ -126,7 +135,9 @@ def _chart_rows(
         if not group.in_scope:
             label += " (indicative)"
         if not run.current:
-            label += " (earlier prediction)"
+            label += " (not scored)"
+        elif cs.scope_note and group.in_scope:
+            label += " (indicative: model class)"
         rows.append((label, cs, run, group))
     return rows
 
@@ -164,7 +175,7 @@ def render_site(
     any it says "not measured".
     """
     env = _environment()
-    scores = scoring.score_claims(claims, runs)
+    scores = scoring.score_claims(claims, runs, run_checks.today_designs(root, claims))
     cal = calibration.calibration(scores)
     spent = results.total_cost_usd(runs) if ledger is None else float(ledger["usd"].sum())
     spend_svg = None if ledger is None else Markup(ledger_charts.spend_svg(ledger, budget_usd))
@@ -205,6 +216,7 @@ def render_site(
                 has_experiment=registry.has_experiment(root, claim),
                 experiment=registry.experiment_path(root, claim).relative_to(root),
                 figures=_figures(root, claim, [run.path for run in own]),
+                exclusion_help=EXCLUSION_HELP,
                 generated=generated,
             ),
             encoding="utf-8",

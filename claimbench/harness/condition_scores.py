@@ -1,0 +1,228 @@
+"""One condition scored on one run's values of one evidence class (harness/scoring.py's unit).
+
+A measured condition's trials are averaged per trial and given an estimate and interval by
+harness.intervals; an analytic one is exact. A "never" condition (``metric <= 0``) is an
+observation checked against its positive control. Trials that failed to run the design (off
+their realised-load target) are dropped first: ``usable_rows``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from claimbench.harness import evidence_rules, intervals
+from claimbench.harness.claims import Condition
+from claimbench.harness.evidence_rules import ANALYTIC
+
+# other-basis: the condition is not this evidence kind's to decide (a measured one in an
+# analytic run).
+STATUSES = ("holds", "fails", "unclear", "too-few-trials", "missing", "other-basis")
+
+
+@dataclass(frozen=True)
+class ConditionScore:
+    """One condition's estimate from one run's values of one evidence class."""
+
+    condition: Condition
+    trial_values: tuple[float, ...]  # one per trial, in trial order
+    estimate: float | None  # None when the metric is missing
+    ci_lo: float | None  # None when there is no honest interval (constant, one trial, missing)
+    ci_hi: float | None
+    method: str | None  # intervals.METHODS, "exact" (analytic), "inconsistent", or None
+    evidence: str | None  # the class the values came from
+    in_scope: bool  # whether this evidence may decide the condition (basis, scope, model class)
+    status: str  # one of STATUSES
+    unit: str = ""
+    min_trials: int = evidence_rules.MIN_TRIALS
+    run_id: str | None = None
+    # A never condition's positive control, one per trial of trial_values (None: not recorded
+    # in that trial); empty for other conditions.
+    control_values: tuple[float | None, ...] = ()
+    # Why this evidence may not decide the condition ("" when it may, or it is not measured).
+    scope_note: str = ""
+
+    @property
+    def num_trials(self) -> int:
+        return len(self.trial_values)
+
+    @property
+    def constant(self) -> bool:
+        """A measured metric with the same value in every trial (no interval, undecided)."""
+        return self.method == "constant"
+
+    @property
+    def num_control_fired(self) -> int:
+        """Trials whose positive control saw the event."""
+        return sum(1 for v in self.control_values if v is not None and v > 0)
+
+
+@dataclass(frozen=True)
+class FailedTrial:
+    """A trial that did not run the design: its realised load was off its target."""
+
+    trial: int
+    realised_load: float | None  # realised offered load over measured service (x)
+    target: float | None
+
+
+def interval_status(condition: Condition, lo: float, hi: float) -> str:
+    """holds: [lo, hi] wholly on the predicted side; fails: wholly on the wrong side; else
+    unclear."""
+    if condition.holds(lo) and condition.holds(hi):
+        return "holds"
+    if not condition.holds(lo) and not condition.holds(hi):
+        return "fails"
+    return "unclear"
+
+
+def trial_series(measurements: pd.DataFrame, metric: str) -> pd.Series:
+    """The mean of each trial's values of ``metric``, indexed by trial, in trial order."""
+    rows = measurements[measurements["metric"] == metric]
+    return rows.groupby("trial")["value"].mean().sort_index().astype(np.float64)
+
+
+def trial_values(measurements: pd.DataFrame, metric: str) -> np.ndarray:
+    """f64[num_trials]: the mean of each trial's values of ``metric``, in trial order."""
+    return trial_series(measurements, metric).to_numpy(dtype=np.float64)
+
+
+def failed_trials(rows: pd.DataFrame) -> tuple[FailedTrial, ...]:
+    """The trials ``rows`` mark off their realised-load target (evidence_rules.OFF_TARGET)."""
+    off = trial_series(rows, evidence_rules.OFF_TARGET)
+    loads = rows[rows["metric"] == evidence_rules.REALISED_LOAD]
+    failed = []
+    for trial in off.index[off.to_numpy() > 0]:
+        mine = loads[loads["trial"] == trial]
+        target = None
+        if len(mine):
+            labels = json.loads(str(mine["labels"].iloc[0]) or "{}")
+            target = float(labels["target"]) if "target" in labels else None
+        realised = float(mine["value"].mean()) if len(mine) else None
+        failed.append(FailedTrial(int(trial), realised, target))
+    return tuple(failed)
+
+
+def usable_rows(rows: pd.DataFrame, failed: tuple[FailedTrial, ...]) -> pd.DataFrame:
+    """``rows`` without any value of a failed trial."""
+    if not failed:
+        return rows
+    return rows[~rows["trial"].isin([f.trial for f in failed])]
+
+
+def _unit(measurements: pd.DataFrame, metric: str) -> str:
+    units = measurements.loc[measurements["metric"] == metric, "unit"].dropna().astype(str)
+    units = units[units != ""]
+    return str(units.iloc[0]) if len(units) else ""
+
+
+def missing_score(condition: Condition, status: str = "missing") -> ConditionScore:
+    """A condition with no values (missing) or not this evidence's to decide (other-basis)."""
+    return ConditionScore(condition, (), None, None, None, None, None, False, status)
+
+
+def is_never_condition(condition: Condition) -> bool:
+    """Whether ``condition`` predicts an event count of zero (``metric <= 0``)."""
+    return condition.op == "<=" and condition.value == 0
+
+
+def _analytic_score(
+    condition: Condition, values: np.ndarray, unit: str, run_id: str | None
+) -> ConditionScore:
+    # Arithmetic, recorded once: the value is exact. Rows that disagree (an old run that
+    # copied a value per trial, then changed it) decide nothing.
+    exact = bool(np.ptp(values) == 0)
+    value = float(values[0]) if exact else float(values.mean())
+    status = ("holds" if condition.holds(value) else "fails") if exact else "unclear"
+    return ConditionScore(
+        condition,
+        tuple(values.tolist()),
+        value,
+        value if exact else None,
+        value if exact else None,
+        "exact" if exact else "inconsistent",
+        ANALYTIC,
+        condition.basis == "analytic",
+        status,
+        unit,
+        1,
+        run_id,
+    )
+
+
+def _scope_note(condition: Condition, evidence: str, scope: str, num_params: int | None) -> str:
+    """Why measured ``evidence`` may not decide ``condition`` ("" when it may)."""
+    if not evidence_rules.in_scope(scope, evidence):
+        return f"{evidence} evidence, outside the scope ({scope})"
+    if condition.model_class and not evidence_rules.in_model_class(
+        condition.model_class, num_params
+    ):
+        size = f"a {num_params / 1e6:,.1f}M-parameter" if num_params else "an unknown-size"
+        return f"measured on {size} model, not of the {condition.model_class} class it is about"
+    return ""
+
+
+def score_condition(
+    condition: Condition,
+    rows: pd.DataFrame,
+    evidence: str,
+    *,
+    scope: str,
+    profile: str,
+    run_id: str | None = None,
+    num_params: int | None = None,
+) -> ConditionScore:
+    """Score ``condition`` on ``rows`` (one run's usable measurements of one ``evidence``
+    class, from a model of ``num_params`` parameters when known)."""
+    series = trial_series(rows, condition.metric)
+    values = series.to_numpy(dtype=np.float64)
+    unit = _unit(rows, condition.metric)
+    if values.size == 0:
+        return missing_score(condition)
+    if evidence == ANALYTIC:
+        return _analytic_score(condition, values, unit, run_id)
+    need = evidence_rules.min_trials(condition.metric, unit, profile)
+    share = intervals.is_share(condition.metric, unit, values)
+    interval = intervals.estimate_interval(values, unit, share=share)
+    controls: tuple[float | None, ...] = ()
+    if is_never_condition(condition):
+        control = trial_series(rows, evidence_rules.control_metric(condition.metric))
+        controls = tuple(float(control[t]) if t in control.index else None for t in series.index)
+    if values.size < need:
+        status = "too-few-trials"
+    elif is_never_condition(condition):
+        # "metric <= 0": the prediction is that an event never happens (a top-tier preemption,
+        # a greedy mismatch, a compile while serving). That is an observation, not a mean to
+        # estimate: one trial with an event refutes it. None in every trial holds only where the
+        # same measurement saw the event under a setting where it can happen (the positive
+        # control) in at least the trial minimum of those trials: a measurement that cannot see
+        # the event proves nothing by seeing none. The interval stays the data's range.
+        fired = sum(1 for v in controls if v is not None and v > 0)
+        status = "fails" if bool((values > 0).any()) else ("holds" if fired >= need else "unclear")
+        interval = intervals.Interval(
+            float(values.mean()), float(values.min()), float(values.max()), "never"
+        )
+    elif interval.lo is None or interval.hi is None:
+        status = "unclear"  # constant: identical trials give no interval to decide with
+    else:
+        status = interval_status(condition, interval.lo, interval.hi)
+    note = _scope_note(condition, evidence, scope, num_params)
+    return ConditionScore(
+        condition,
+        tuple(values.tolist()),
+        interval.estimate,
+        interval.lo,
+        interval.hi,
+        interval.method,
+        evidence,
+        condition.basis == "measured" and not note,
+        status,
+        unit,
+        need,
+        run_id,
+        controls,
+        note,
+    )
