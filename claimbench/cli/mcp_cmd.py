@@ -1,0 +1,74 @@
+"""`claimbench mcp`: the runbook as MCP tools for an agent, over stdio or streamable HTTP."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from claimbench.cli.common import fail, global_options
+from claimbench.cli.project import RESULTS_DIR
+from claimbench.ops.agents import TOKEN_ENV_VAR
+from claimbench.ops.audit import DEFAULT_LOG
+
+
+def mcp(
+    ctx: typer.Context,
+    agents: Annotated[Path, typer.Option(help="The agents file (`claimbench agents add`).")] = Path(
+        "agents.yaml"
+    ),
+    audit_log: Annotated[
+        Path | None,
+        typer.Option(help=f"Where every call is logged (default: <root>/{DEFAULT_LOG})."),
+    ] = None,
+    http: Annotated[
+        bool, typer.Option("--http", help="Serve streamable HTTP (bearer tokens), not stdio.")
+    ] = False,
+    host: Annotated[str, typer.Option(help="--http: the address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="--http: the port.", min=1, max=65535)] = 8765,
+    server_url: Annotated[
+        str | None,
+        typer.Option(
+            help="A running `claimbench serve` (http://host:port) for the server_health and "
+            "server_metrics tools; agents cannot choose it."
+        ),
+    ] = None,
+) -> None:
+    """Serve the runbook (claims, scores, runs, budget, doctor, tpu-check, run, score, site,
+    warm cache) as MCP tools. Over stdio the agent's token is $CLAIMBENCH_AGENT_TOKEN in the
+    environment the client launches this with; over --http, each request's bearer token."""
+    from claimbench.ops.agents import Agents
+    from claimbench.ops.audit import AuditLog
+    from claimbench.ops.jobs import JobManager
+    from claimbench.ops.runbook import OpsConfig
+    from claimbench.ops.server import build_server, serve_http, serve_stdio
+
+    opts = global_options(ctx)
+    try:
+        declared = Agents.load(agents)
+    except ValueError as e:
+        fail(str(e).splitlines()[0])
+    log = (audit_log if audit_log is not None else opts.root / DEFAULT_LOG).resolve()
+    if log.is_relative_to(opts.root / RESULTS_DIR):
+        fail(f"--audit-log {log} is inside {RESULTS_DIR}/: the log of who acted lives apart")
+    if log.is_dir():
+        fail(f"--audit-log {log} is a directory")
+    if server_url is not None and not server_url.startswith(("http://", "https://")):
+        fail(f"--server-url {server_url!r} must start with http:// or https://")
+    stdio_token = None
+    if not http:
+        stdio_token = os.environ.get(TOKEN_ENV_VAR)
+        if not stdio_token:
+            fail(f"{TOKEN_ENV_VAR} is not set: the agent's token (`claimbench agents add`)")
+        if declared.agent_for(stdio_token) is None:
+            fail(f"{TOKEN_ENV_VAR} is not the token of any agent in {agents}")
+    model = opts.model.resolve() if opts.model is not None else None
+    config = OpsConfig(root=opts.root, model=model, dtype=opts.dtype, server_url=server_url)
+    jobs = JobManager()
+    server = build_server(config, declared, AuditLog(log), jobs, stdio_token=stdio_token)
+    if http:
+        serve_http(server, jobs, host, port)
+    else:
+        serve_stdio(server, jobs)
