@@ -39,6 +39,10 @@ def mcp(
     """Serve the runbook (claims, scores, runs, budget, doctor, tpu-check, run, score, site,
     warm cache) as MCP tools. Over stdio the agent's token is $CLAIMBENCH_AGENT_TOKEN in the
     environment the client launches this with; over --http, each request's bearer token."""
+    try:
+        import mcp as _sdk  # noqa: F401
+    except ImportError:
+        fail("claimbench mcp needs the MCP SDK: pip install 'claimbench[ops]'")
     from claimbench.ops.agents import Agents
     from claimbench.ops.audit import AuditLog
     from claimbench.ops.jobs import JobManager
