@@ -1,13 +1,19 @@
 """priority-aging: does aging keep the low tier from starving without hurting the high tier?
 
-Every trial first measures the engine's service rate on the trial's request mix (a burst
-served at full batch: ``mu`` requests/s), and sets every load and window in that unit, so
-the experiment is the same on a slow and a fast engine. One "request time" is 1 / mu.
+Every trial first measures the engine's service rate on the trial's request mix the way the
+load is offered (harness/open_loop.py: open loop, steady state; ``mu`` requests/s), and sets
+every load and window in that unit, so the experiment is the same on a slow and a fast
+engine. One "request time" is 1 / mu.
 
 The workload is an overload episode: for ``window_requests`` request times a high-tier
-tenant (tier 0) offers ``high_load`` x the service rate (default 1.0: alone it keeps the
-engine busy, the regime in which strict priority starves) and a low-tier tenant (tier 1)
-offers ``low_load`` on top, both poisson with the same length mix. Arrivals then stop and
+tenant (tier 0) offers ``high_load`` x the service rate (above 1: alone it keeps a queue
+for the whole episode, the regime in which strict priority starves) and a low-tier tenant
+(tier 1) offers ``low_load`` on top, both poisson with the same length mix. The realised
+load of both tiers over the measured rate is recorded per trial; a trial more than
+``load_tolerance`` off high_load + low_load is reported, not scored. So is the manipulation
+check, strict_high_backlogged_pct: the % of the strict arm's steps during the arrivals that
+ran with a high-tier request waiting, i.e. how much of the episode strict priority had a
+reason to starve the low tier. Arrivals then stop and
 the backlog is served to completion. Each trial serves the same arrivals three times, in
 an order that rotates across trials: the high tier alone, both tiers under strict
 ``priority``, both under ``priority-aging`` (every arm with the same aging horizon, so
@@ -38,6 +44,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from claimbench.engine.fairness import BACKLOG_PREFIX
+from claimbench.harness import open_loop
 from claimbench.harness import tenant_runs as tr
 from claimbench.site import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
@@ -49,8 +57,9 @@ if TYPE_CHECKING:
 DEFAULT_PARAMS: dict[str, Any] = {
     "engine": {},
     "compile_cache": True,
-    "high_load": 1.0,
+    "high_load": 1.1,
     "low_load": 0.1,
+    "load_tolerance": 0.15,
     "aging_requests": 32,
     "window_requests": 256,
     "prompt_len": [16, 64],
@@ -110,6 +119,17 @@ def aging_metrics(outcomes: dict[str, dict[str, float]], aging_s: float) -> dict
     }
 
 
+def high_backlogged_pct(served: tr.ServedRun, window_s: float) -> float:
+    """% of the run's steps starting within [0, window_s) (the arrivals) that had a
+    high-tier request waiting."""
+    steps = served.steps
+    during = steps[steps["start_s"] < window_s]
+    column = f"{BACKLOG_PREFIX}{HIGH}"
+    if during.empty or column not in during:
+        return 0.0
+    return 100.0 * float(during[column].astype(bool).mean())
+
+
 def run(ctx: RunContext) -> None:
     """Record low_wait_over_bound, high_p99_ratio and strict_low_wait_ratio per trial."""
     params = ctx.merged(DEFAULT_PARAMS)
@@ -118,11 +138,10 @@ def run(ctx: RunContext) -> None:
             raise ValueError(f"param {name} must be > 0, got {params[name]!r}")
     engine = ctx.engine(precompile=True, compile_cache=params["compile_cache"])
     vocab_size = engine.model_cfg.vocab_size
+    meter = open_loop.ServiceMeter(engine, params["saturation_requests"], config=engine.config)
     for trial in range(ctx.trials):
         seed = tr.trial_seed(ctx, trial)
-        saturation = tr.measure_saturation(
-            engine, mix(params, seed), params["saturation_requests"], config=engine.config
-        )
+        saturation = meter.measure(mix(params, seed))
         aging_s = saturation.seconds_for(params["aging_requests"])
         # Every arm carries the same horizon; only the ordering (and, alone, the requests) differ.
         baseline = dataclasses.replace(engine.config, priority_aging_s=aging_s)
@@ -140,11 +159,21 @@ def run(ctx: RunContext) -> None:
         served = tr.serve_arms(ctx, engine, baseline, arms, trial, timeout_s=timeout_s)
         outcomes = {mode: tier_outcome(r.requests) for mode, r in served.items()}
         metrics = aging_metrics(outcomes, aging_s)
+        window_s = saturation.seconds_for(params["window_requests"])
+        open_loop.record_load(
+            ctx, trial, both, window_s, saturation, target=total, tolerance=params["load_tolerance"]
+        )
+        ctx.record(
+            "strict_high_backlogged_pct",
+            high_backlogged_pct(served["strict"], window_s),
+            trial=trial,
+            unit="%",
+        )
         labels = {
             "aging_s": aging_s,
             "bound_s": metrics["bound_s"],
-            "window_s": saturation.seconds_for(params["window_requests"]),
-            "saturation_tok_s": saturation.output_tokens_per_s,
+            "window_s": window_s,
+            "service_tok_s": saturation.output_tokens_per_s,
             "timed_out": any(r.timed_out for r in served.values()),
         }
         ctx.record(

@@ -7,6 +7,7 @@ from tenant_exp_helpers import experiment, run_tiny, write_checkpoint
 
 from claimbench.engine.outputs import TokenEvent
 from claimbench.engine.sampler import SamplingParams
+from claimbench.harness import tenant_runs as tr
 
 CLAIM = "priority-aging"
 
@@ -130,4 +131,17 @@ def test_tiny_run_serves_the_same_episode_in_each_arm(tmp_path):
     measured = ctx.measurements_frame("run")
     bounds = measured.loc[measured["metric"] == "low_wait_over_bound"]
     assert sorted(bounds["trial"]) == [0, 1]
-    assert (measured["value"] > 0).all()
+    # The manipulation check and the realised load, every trial: the high tier above the
+    # service rate kept a queue through most of the strict arm's arrivals.
+    check = measured.loc[measured["metric"] == "strict_high_backlogged_pct"]
+    assert sorted(check["trial"]) == [0, 1] and check["value"].between(0, 100).all()
+    realised = measured.loc[measured["metric"] == "realised_load"]
+    assert sorted(realised["trial"]) == [0, 1] and realised["value"].between(0.6, 2.0).all()
+    assert (measured["value"] >= 0).all()
+
+
+def test_manipulation_check_reads_the_high_tiers_queue_during_arrivals():
+    steps = pd.DataFrame({"start_s": [0.0, 1.0, 2.0, 3.0], "backlogged.high": [1, 1, 0, 1]})
+    served = tr.ServedRun(pd.DataFrame(), steps, duration_s=4.0, timed_out=False)
+    # Steps starting before 3 s: two of three had a high-tier request waiting.
+    assert experiment(CLAIM).high_backlogged_pct(served, 3.0) == pytest.approx(200 / 3)

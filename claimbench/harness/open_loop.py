@@ -12,10 +12,13 @@ rate" therefore needs the rate measured open loop:
   request waiting (the batch kept full) after the first request finished (the start-up, all
   prefill at once, is over; from then on requests join as others leave, prefill beside
   decode, as under any open-loop load).
+* ``ServiceMeter``: one per experiment, measuring every trial's rate open loop (the host's
+  speed drifts, and that drift belongs in the trials' spread); the first trial's stream is
+  paced by a closed burst's rough figure, later ones by the previous trial's rate.
 * ``realised_load``: what a trial's requests really asked for (their output tokens over the
   stretch they arrived in) over a measured service rate, so an experiment can record it per
-  trial (RunContext.record_realised_load) and a trial whose poisson draw or drifting host
-  put it off its nominal load is reported, not scored.
+  trial (``record_load``, RunContext.record_realised_load) and a trial whose poisson draw or
+  drifting host put it off its nominal load is reported, not scored.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from claimbench.workload.spec import WorkloadSpec, offered_requests_per_s
 if TYPE_CHECKING:
     from claimbench.engine.config import EngineConfig
     from claimbench.engine.engine import LLMEngine
+    from claimbench.harness.context import RunContext
     from claimbench.workload.build import WorkloadRequest
 
 # Offered load over the rough estimate while measuring: above capacity even when the estimate
@@ -68,17 +72,19 @@ def measure_service(
     estimate: tr.Saturation,
     *,
     config: EngineConfig | None = None,
+    via: str = "engine",
 ) -> tr.Saturation:
     """The engine's open-loop service rate on ``spec``'s mix: ``num_requests`` of its
     requests arriving at OPEN_LOOP_LOAD x ``estimate``, served from an emptied engine (under
-    ``config``), the rate taken over the steady stretch (``steady_service_tok_s``).
-    ``num_requests`` should be several times max_num_seqs so that stretch spans many steps."""
+    ``config``; ``via`` as tenant_runs.serve's), the rate taken over the steady stretch
+    (``steady_service_tok_s``). ``num_requests`` should be several times max_num_seqs so
+    that stretch spans many steps."""
     engine.reset(config)
     stream = dataclasses.replace(spec, max_requests=num_requests, max_duration_s=None)
     loaded = tr.at_load(stream, estimate, OPEN_LOOP_LOAD)
     requests = tr.workload_requests(loaded, engine.model_cfg.vocab_size)
     expected_s = estimate.seconds_for(len(requests))
-    served = tr.serve(engine, requests, tr.safety_timeout_s(expected_s))
+    served = tr.serve(engine, requests, tr.safety_timeout_s(expected_s), via)
     tok_s = steady_service_tok_s(served)
     mean_output = tr.offered_output_tokens_per_s(spec) / offered_requests_per_s(spec)
     return tr.Saturation(
@@ -99,3 +105,46 @@ def realised_load(
     """The load the requests really offered over [0, window_s), in units of a measured
     service rate (output tokens per second)."""
     return tr.ratio(offered_tok_s(requests, window_s), service_tok_s)
+
+
+class ServiceMeter:
+    """Each trial's open-loop service rate on one engine (``measure_service``), paced by a
+    closed burst's figure the first time and by the previous trial's rate after that."""
+
+    def __init__(
+        self,
+        engine: LLMEngine,
+        num_requests: int,
+        *,
+        config: EngineConfig | None = None,
+        via: str = "engine",
+    ) -> None:
+        self.engine, self.num_requests, self.config, self.via = engine, num_requests, config, via
+        self.estimate: tr.Saturation | None = None  # the last rate measured
+
+    def measure(self, spec: WorkloadSpec) -> tr.Saturation:
+        """This trial's rate on ``spec``'s mix."""
+        if self.estimate is None:
+            self.estimate = tr.measure_saturation(
+                self.engine, spec, self.num_requests, config=self.config, via=self.via
+            )
+        self.estimate = measure_service(
+            self.engine, spec, self.num_requests, self.estimate, config=self.config, via=self.via
+        )
+        return self.estimate
+
+
+def record_load(
+    ctx: RunContext,
+    trial: int,
+    requests: Sequence[WorkloadRequest],
+    window_s: float,
+    service: tr.Saturation,
+    *,
+    target: float,
+    tolerance: float,
+) -> bool:
+    """Record the trial's realised load (its requests over [0, window_s) against the trial's
+    measured ``service``) and whether it is within ``tolerance`` of ``target``."""
+    realised = realised_load(requests, window_s, service.output_tokens_per_s)
+    return ctx.record_realised_load(trial, realised, target=target, tolerance=tolerance)
