@@ -79,6 +79,24 @@ def test_prediction_hash_moves_with_the_prediction_not_the_words():
     assert surer.prediction_hash("quick") != claim.prediction_hash("quick")
 
 
+def test_model_class_marks_quality_conditions_outside_the_hash():
+    claims = load_claims(REPO)
+    # Quantization quality depends on the model class the claims name (Llama-3.1-8B).
+    for claim_id in ("fp8-weights", "kv-int8", "kv-fp8", "levers-multiply"):
+        claim = find_claim(claims, claim_id)
+        classes = {c.metric: c.model_class for c in claim.prediction}
+        assert {m for m, k in classes.items() if k == "8b"}, claim_id
+        assert all(k is None for m, k in classes.items() if m.endswith("_ratio")), claim_id
+    # An evidence rule, like scope: not part of the prediction a run is measured against.
+    claim = find_claim(claims, "kv-int8")
+    unclassed = claim.model_copy(
+        update={
+            "prediction": [c.model_copy(update={"model_class": None}) for c in claim.prediction]
+        }
+    )
+    assert unclassed.prediction_hash("quick") == claim.prediction_hash("quick")
+
+
 def test_analytic_basis_marks_arithmetic_conditions():
     claims = load_claims(REPO)
     capacity = find_claim(claims, "kv-int8").prediction[0]
@@ -175,6 +193,10 @@ BAD_CASES = {
         r"claim 'kv-int8': field 'params\.huge'",
     ),
     "entry-not-mapping": ("- just a string\n", "claim #1: must be a mapping, got str"),
+    "unknown-model-class": (
+        GOOD.replace("value: 1.9}", "value: 1.9, model_class: 9b}"),
+        r"claim 'kv-int8': field 'prediction\[0\]\.model_class': must be one of",
+    ),
 }
 
 

@@ -90,3 +90,48 @@ def test_constant_values_have_no_interval():
     assert intervals.estimate_interval(np.array([3.5])).method == "single"
     with pytest.raises(ValueError, match="non-empty 1-D"):
         intervals.estimate_interval(np.array([]))
+
+
+# --- shares ----------------------------------------------------------------------------------
+
+
+def test_share_interval_stays_within_its_bounds():
+    # Premium SLO attainment of 99.9, 91 and 99.5%: the t interval reaches past 100%
+    # (96.8 +- 4.303 * 4.98 / sqrt(3) = [84.4, 109.2]); a share's interval cannot.
+    values = np.array([99.9, 91.0, 99.5])
+    _, t_lo, t_hi = intervals.t_bounds(values)
+    assert t_hi > 100.0
+    got = intervals.estimate_interval(values, "%", share=True)
+    assert got.method == "logit-t" and 0.0 < got.lo < got.estimate < got.hi < 100.0
+    # A trial at the bound has no logit: the t interval, cut at [0, 100].
+    at_bound = intervals.estimate_interval(np.array([100.0, 92.0, 100.0]), "%", share=True)
+    assert at_bound.method == "t-bounded" and at_bound.hi == 100.0 and 0.0 <= at_bound.lo < 92.0
+    low = intervals.estimate_interval(np.array([0.0, 3.0, 0.5]), "%", share=True)
+    assert low.lo == 0.0 and low.hi <= 100.0
+    # Unit "share" is a fraction of 1.
+    frac = intervals.estimate_interval(np.array([0.2, 0.4, 0.3]), "share", share=True)
+    assert frac.method == "logit-t" and 0.0 < frac.lo < frac.hi < 1.0
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_logit_t_interval_covers_the_logit_mean(n):
+    # Trial shares expit(logit(0.9) + noise): the logit-mean maps back to 0.9, which the
+    # logit-space interval estimates, and every bound stays inside (0, 1).
+    rng = np.random.default_rng(11 + n)
+    logits = np.log(9.0) + rng.normal(0, 0.5, (NUM_SAMPLES, n))
+    shares = 1 / (1 + np.exp(-logits))
+    _, lo, hi = intervals.logit_t_bounds(shares)
+    assert _coverage(lo, hi, 0.9) >= 0.93
+    assert np.all((lo > 0) & (hi < 1))
+
+
+def test_which_metrics_are_shares():
+    assert intervals.is_share("premium_slo_attainment_pct", "%")
+    assert intervals.is_share("salted_attack_acc_pct", "%")
+    assert intervals.is_share("steps_running_all_layers_b32", "share")
+    # Percent changes are not shares of a whole, and neither is a "share" past its bounds.
+    assert not intervals.is_share("ppl_delta_pct", "%")
+    assert not intervals.is_share("goodput_gain_pct", "%")
+    assert not intervals.is_share("host_share_pct", "%", np.array([50.0, 120.0]))
+    with pytest.raises(ValueError, match="shares must lie in"):
+        intervals.share_interval(np.array([50.0, 101.0]), 100.0)

@@ -280,3 +280,94 @@ def test_a_never_condition_is_an_observation_checked_by_its_control(tmp_path):
     assert status("one", one).status == "fails"
     short = rows("preemptions", [0, 0], unit="preemptions") + rows("preemptions_control", [1, 1])
     assert status("short", short).status == "too-few-trials"
+
+
+# --- realised load, profiles, classes that disagree, model class, shares ---------------------
+
+
+def test_a_trial_off_its_realised_load_is_reported_not_scored(tmp_path):
+    c = claim()
+    # Trial 1 offered 1.1x instead of 2x and, at the low load, looked like a success.
+    data = rows("gain", [1.0, 3.0, 1.1, 1.2]) + [
+        ("realised_load", 0, 2.05, "cpu", "x"),
+        ("realised_load", 1, 1.10, "cpu", "x"),
+        ("realised_load", 2, 1.95, "cpu", "x"),
+        ("realised_load", 3, 2.00, "cpu", "x"),
+        ("trial_off_target", 1, 1.0, "cpu"),
+    ]
+    run = store_run(tmp_path, c, data)
+    score = scoring.score_claim(c, [run])
+    (failed,) = score.headline.failed_trials
+    assert (failed.trial, failed.realised_load) == (1, pytest.approx(1.1))
+    (cs,) = score.conditions
+    assert cs.trial_values == (1.0, 1.1, 1.2) and score.verdict == "refuted"
+    # Too few trials left on target: undecided, never filled from the failed one.
+    short = store_run(tmp_path / "s", c, data[:2] + data[4:6] + [("trial_off_target", 1, 1, "cpu")])
+    assert scoring.score_claim(c, [short]).conditions[0].status == "too-few-trials"
+
+
+def test_a_full_run_outranks_a_newer_quick_one(tmp_path):
+    c = claim()
+    full = store_run(tmp_path, c, rows("gain", [1.0, 1.1, 1.2]), hour=9, profile="full")
+    quick = store_run(tmp_path, c, rows("gain", [2.0, 2.1, 2.2]), hour=12)
+    score = scoring.score_claim(c, [quick, full])
+    assert (score.verdict, score.headline.run_id) == ("refuted", full.run_id)
+    assert score.group("cpu").num_agree == 1  # the quick run disagrees, and shows it
+
+
+def test_in_scope_classes_that_disagree_are_shown(tmp_path):
+    any_claim = claim()
+    tpu = store_run(tmp_path, any_claim, rows("gain", [1.0, 1.1, 1.2], "tpu"), hour=9)
+    cpu = store_run(tmp_path, any_claim, rows("gain", [2.0, 2.1, 2.2]), hour=12)
+    score = scoring.score_claim(any_claim, [cpu, tpu])
+    assert score.verdict == "refuted"
+    assert [(g.evidence, g.scored.verdict) for g in score.disagreements] == [("cpu", "confirmed")]
+    # Out of scope, the same cpu run is indicative, not a disagreement.
+    tpu_claim = claim(scope="tpu", id="t")
+    runs = [
+        store_run(tmp_path / "t", tpu_claim, rows("gain", [1.0, 1.1, 1.2], "tpu"), hour=9),
+        store_run(tmp_path / "t", tpu_claim, rows("gain", [2.0, 2.1, 2.2]), hour=12),
+    ]
+    assert scoring.score_claim(tpu_claim, runs).disagreements == ()
+
+
+def _model(num_params: int) -> dict:
+    return {"model": {"name": "m", "architecture": {"num_params": num_params}}}
+
+
+def test_a_model_class_condition_is_decided_only_by_a_model_of_that_class(tmp_path):
+    quality = claim(
+        conditions=[
+            {"metric": "gain", "op": ">=", "value": 1.5},
+            {"metric": "ppl_delta_pct", "op": "<=", "value": 1.0, "model_class": "8b"},
+        ]
+    )
+    data = rows("gain", [2.0, 2.1, 2.2]) + rows("ppl_delta_pct", [0.1, 0.2, 0.3], unit="%")
+    tiny = store_run(tmp_path / "a", quality, data, extra_meta=_model(4_196_608))
+    score = scoring.score_claim(quality, [tiny])
+    gain, ppl = score.conditions
+    assert (gain.in_scope, gain.status) == (True, "holds")
+    assert (ppl.in_scope, ppl.status) == (False, "holds")
+    assert "4.2M-parameter model" in ppl.scope_note and "8b" in ppl.scope_note
+    assert (score.verdict, score.decided) == ("indicative-only", False)
+    # The same values from an 8B-class model decide it.
+    eight = store_run(tmp_path / "b", quality, data, extra_meta=_model(7_615_616_512))
+    assert scoring.score_claim(quality, [eight]).verdict == "confirmed"
+    # A tiny model's failure refutes nothing about an 8B model either.
+    bad = rows("gain", [2.0, 2.1, 2.2]) + rows("ppl_delta_pct", [3.0, 3.1, 3.2], unit="%")
+    tiny_bad = store_run(tmp_path / "c", quality, bad, extra_meta=_model(4_196_608))
+    assert scoring.score_claim(quality, [tiny_bad]).verdict == "indicative-only"
+    # A run that did not record its model's size decides nothing about a class.
+    unknown = store_run(tmp_path / "d", quality, data)
+    assert not scoring.score_claim(quality, [unknown]).conditions[1].in_scope
+
+
+def test_a_share_condition_gets_a_bounded_interval(tmp_path):
+    attainment = claim(
+        conditions=[{"metric": "premium_slo_attainment_pct", "op": ">=", "value": 99.0}]
+    )
+    # An SLO share is a timing metric: 5 trials in quick.
+    data = rows("premium_slo_attainment_pct", [99.9, 91.0, 99.5, 98.0, 99.8], unit="%")
+    (cs,) = scoring.score_claim(attainment, [store_run(tmp_path, attainment, data)]).conditions
+    assert cs.method == "logit-t" and 0.0 <= cs.ci_lo < cs.ci_hi <= 100.0
+    assert cs.status == "unclear"

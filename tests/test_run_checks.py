@@ -1,0 +1,81 @@
+"""Which runs may be scored: today's prediction and design, a committed tree, a speculative run's
+draft hashes. Each failing run is listed with its reason and never decides a verdict."""
+
+from __future__ import annotations
+
+from scoring_helpers import claim, design_hash, rows, store_run, write_experiment
+
+from claimbench.harness import run_checks, scoring
+
+GOOD = rows("gain", [2.0, 2.1, 2.2])
+BAD = rows("gain", [1.0, 1.1, 1.2])
+
+
+def test_a_run_of_an_earlier_design_is_listed_not_scored(tmp_path):
+    c = claim()
+    root = tmp_path / "proj"
+    write_experiment(root, c, "def run(ctx):\n    ctx.record('gain', 1.0, trial=0)\n")
+    store = tmp_path / "results"
+    old = store_run(store, c, BAD, hour=9, root=root)
+    # The experiment changes: the run above measured a design that no longer exists.
+    write_experiment(root, c, "def run(ctx):\n    ctx.record('gain', 2.0, trial=0)\n")
+    designs = run_checks.today_designs(root, [c])
+    alone = scoring.score_claim(c, [old], designs)
+    assert (alone.verdict, alone.exclusion_counts()) == ("not-run", {run_checks.EARLIER_DESIGN: 1})
+    new = store_run(store, c, GOOD, hour=10, root=root)
+    score = scoring.score_claim(c, [old, new], designs)
+    assert (score.verdict, score.headline.run_id) == ("confirmed", new.run_id)
+    # A run without a design hash (stored before they were recorded) is of an unknown design.
+    legacy = store_run(store, c, GOOD, hour=11)
+    assert scoring.score_claim(c, [legacy], designs).verdict == "not-run"
+    # Without today's designs (no experiments at hand) the check is not made.
+    assert scoring.score_claim(c, [old]).verdict == "refuted"
+    assert design_hash(root, c) == designs[c.id]
+
+
+def test_a_run_from_a_dirty_tree_is_listed_not_scored(tmp_path):
+    c = claim()
+    dirty = store_run(
+        tmp_path, c, GOOD, hour=10, extra_meta={"git": {"sha": "a" * 40, "dirty": True}}
+    )
+    clean = store_run(
+        tmp_path, c, BAD, hour=9, extra_meta={"git": {"sha": "b" * 40, "dirty": False}}
+    )
+    score = scoring.score_claim(c, [dirty, clean])
+    # The newer run is dirty: the verdict comes from the older clean one.
+    assert (score.verdict, score.headline.run_id) == ("refuted", clean.run_id)
+    (group,) = score.groups
+    assert [r.exclusion for r in group.runs] == [run_checks.DIRTY_TREE, None]
+    # An exported tree cannot know (dirty None): its commit is recorded, so it passes.
+    exported = {"git": {"sha": "c" * 40, "dirty": None, "exported": True}}
+    assert (
+        scoring.score_claim(c, [store_run(tmp_path, c, GOOD, hour=11, extra_meta=exported)]).verdict
+        == "confirmed"
+    )
+
+
+def test_a_speculative_run_without_its_draft_hash_is_not_scored(tmp_path):
+    c = claim()
+    target = {"name": "t", "path": "/m/t", "weights_sha256": {"model.safetensors": "1" * 64}}
+    draft = {"name": "d", "path": "/m/d", "weights_sha256": {"model.safetensors": "2" * 64}}
+    configs = [{"speculative": "none"}, {"speculative": "draft", "draft_model_path": None}]
+    lacking = {"engine_configs": configs, "model": target, "other_models": []}
+    run = store_run(tmp_path / "a", c, GOOD, extra_meta=lacking)
+    score = scoring.score_claim(c, [run])
+    assert (score.verdict, score.exclusion_counts()) == (
+        "not-run",
+        {run_checks.MISSING_DRAFT_HASH: 1},
+    )
+    hashed = lacking | {"other_models": [draft]}
+    assert (
+        scoring.score_claim(c, [store_run(tmp_path / "b", c, GOOD, extra_meta=hashed)]).verdict
+        == "confirmed"
+    )
+    # A pinned draft must be the very directory hashed.
+    pinned = hashed | {"engine_configs": [{"speculative": "draft", "draft_model_path": "/m/other"}]}
+    assert run_checks.lacks_draft_hash(pinned)
+    assert not run_checks.lacks_draft_hash(
+        pinned | {"engine_configs": [{"speculative": "draft", "draft_model_path": "/m/d"}]}
+    )
+    # No speculative engine: nothing to hash.
+    assert not run_checks.lacks_draft_hash({"engine_configs": [{"speculative": "none"}]})
