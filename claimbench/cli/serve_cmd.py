@@ -70,6 +70,30 @@ def serve(
             "preempt the engine's threads on a shared core, as on a CPU host."
         ),
     ] = True,
+    max_request_bytes: Annotated[
+        int, typer.Option(help="Longest request body; a longer one gets 413 unread.")
+    ] = 4 * 2**20,
+    max_header_bytes: Annotated[
+        int, typer.Option(help="Longest request headers; longer ones get 431.")
+    ] = 64 * 2**10,
+    header_timeout_s: Annotated[
+        float,
+        typer.Option(help="A request's headers not complete this long get 408 (slowloris)."),
+    ] = 10.0,
+    metrics_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="CLAIMBENCH_METRICS_KEY",
+            help="Put /metrics (tenant names, their traffic) behind this Bearer key; "
+            "none = open, as vLLM's is.",
+        ),
+    ] = None,
+    max_engine_restarts: Annotated[
+        int,
+        typer.Option(
+            help="Tries to restart an engine process that died before the server exits 1."
+        ),
+    ] = 3,
 ) -> None:
     """Serve the model over HTTP (OpenAI's /v1/completions and /v1/chat/completions)."""
     from claimbench.engine.config import EngineConfig
@@ -83,6 +107,14 @@ def serve(
         fail(f"--port {port} is not a TCP port")
     if stream_interval < 1:
         fail(f"--stream-interval must be >= 1, got {stream_interval}")
+    if max_request_bytes < 1:
+        fail(f"--max-request-bytes must be >= 1, got {max_request_bytes}")
+    if max_header_bytes < 1024:
+        fail(f"--max-header-bytes must be >= 1024, got {max_header_bytes}")
+    if not header_timeout_s > 0:
+        fail(f"--header-timeout-s must be > 0, got {header_timeout_s}")
+    if max_engine_restarts < 0:
+        fail(f"--max-engine-restarts must be >= 0, got {max_engine_restarts}")
     try:
         options = ServeOptions(
             model_dir=opts.model or default_model_path(),
@@ -108,6 +140,11 @@ def serve(
             precompile=precompile,
             stream_interval=stream_interval,
             api_batch_policy=api_batch_policy,
+            max_request_bytes=max_request_bytes,
+            max_header_bytes=max_header_bytes,
+            header_timeout_s=header_timeout_s,
+            metrics_key=metrics_key or None,
+            max_engine_restarts=max_engine_restarts,
         )
         state, lines = build_server_state(options)
     except (ValueError, FileNotFoundError, ModelLoadError, EngineProcessError) as e:
@@ -116,3 +153,7 @@ def serve(
         err_console.print(line, style="dim", highlight=False)
     err_console.print(f"serving {state.model_name!r} on http://{host}:{port}/v1", highlight=False)
     make_server(state, options).run()
+    error = getattr(state.engine, "error", None)
+    if state.engine_failure is not None or error is not None:
+        # A supervisor above must see the crash, not a clean exit.
+        fail(state.engine_failure or str(error), code=1)

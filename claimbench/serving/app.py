@@ -1,12 +1,16 @@
 """The FastAPI app: OpenAI routes, tenants by API key, health, readiness and metrics.
 
 Routes under /v1 need ``Authorization: Bearer <key>`` when the server has a tenants
-file (the key selects the tenant); /health, /health/ready and /metrics are open, as
-vLLM's are, for probes and scrapers.
+file (the key selects the tenant); /health, /health/ready and /openapi.json are open, as
+vLLM's are, for probes, and so is /metrics (tenant names and their traffic) unless the
+server has a metrics key. A body over ``max_request_bytes`` gets 413 before it is read
+(limits.py).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,12 +19,13 @@ from typing import TypeVar
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
+from starlette.requests import ClientDisconnect
 
 from claimbench.serving import completions
 from claimbench.serving.async_engine import IDLE_WAIT_S, EngineStopped
 from claimbench.serving.errors import ApiError, install_handlers, validation_message
 from claimbench.serving.event_stream import RawSendApp
-from claimbench.serving.health import check_golden
+from claimbench.serving.limits import BodyLimit, BodyTooLarge
 from claimbench.serving.metrics import CONTENT_TYPE
 from claimbench.serving.protocol import (
     ChatCompletionRequest,
@@ -31,7 +36,9 @@ from claimbench.serving.protocol import (
 from claimbench.serving.state import SINGLE_TENANT, ServerState
 
 Body = TypeVar("Body", bound=BaseModel)
-STALL_S = 60.0  # a loop that has not gone round for this long is not live (steps take ms)
+# A loop that has not gone round for this long is not live: steps take milliseconds and the
+# engine process sends a heartbeat every 0.5 s (engine_core.HEARTBEAT_S) when idle.
+STALL_S = 5.0
 
 
 def create_app(state: ServerState) -> FastAPI:
@@ -46,6 +53,7 @@ def create_app(state: ServerState) -> FastAPI:
 
     app = RawSendApp(title="claimbench", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.server = state
+    app.add_middleware(BodyLimit, max_bytes=state.max_request_bytes)
     install_handlers(app)
 
     @app.get("/v1/models")
@@ -85,23 +93,37 @@ def create_app(state: ServerState) -> FastAPI:
         """Readiness: the golden completion still matches the one recorded at start-up."""
         if state.draining:
             return JSONResponse({"status": "draining"}, status_code=503)
+        if not state.engine.is_alive:
+            return JSONResponse({"status": "dead", "detail": "engine loop stopped"}, 503)
         try:
-            result = await check_golden(state.engine, state.golden_prompt_ids, state.golden_tokens)
+            result = await state.readiness.check(
+                state.engine, state.golden_prompt_ids, state.golden_tokens
+            )
         except EngineStopped:
             return JSONResponse({"status": "dead", "detail": "engine loop stopped"}, 503)
         body = {"status": "ready" if result.ok else "unready", "detail": result.detail}
         return JSONResponse(body, status_code=200 if result.ok else 503)
 
     @app.get("/metrics")
-    async def metrics() -> Response:
+    async def metrics(request: Request) -> Response:
+        if state.metrics_key_sha256 is not None:
+            _, _, key = request.headers.get("authorization", "").partition(" ")
+            digest = hashlib.sha256(key.strip().encode()).hexdigest()
+            if not hmac.compare_digest(digest, state.metrics_key_sha256):
+                raise ApiError(401, "/metrics needs the metrics key: 'Authorization: Bearer <key>'")
+        restarts = (
+            "# HELP claimbench:engine_restarts_total Engine processes started after one died.\n"
+            "# TYPE claimbench:engine_restarts_total counter\n"
+            f"claimbench:engine_restarts_total {state.num_engine_restarts}\n"
+        ).encode()
         try:
             if state.metrics is None:  # kept by the engine process
                 text = await state.engine.render_metrics()
             else:
                 text = state.metrics.render(await state.engine.snapshot())
         except EngineStopped:
-            return Response("engine loop stopped\n", status_code=503)
-        return Response(text, media_type=CONTENT_TYPE)
+            return Response(b"engine loop stopped\n" + restarts, status_code=503)
+        return Response(text + restarts, media_type=CONTENT_TYPE)
 
     return app
 
@@ -127,6 +149,10 @@ async def parse(state: ServerState, request: Request, schema: type[Body]) -> Bod
         raise ApiError(503, "the server is shutting down")
     try:
         body = schema.model_validate_json(await request.body())
+    except BodyTooLarge as e:  # no Content-Length said so: counted as it came
+        raise ApiError(413, str(e)) from e
+    except ClientDisconnect as e:  # gone mid-upload: nobody to answer, nothing to log
+        raise ApiError(499, "client disconnected") from e
     except ValidationError as e:
         message, field = validation_message(e)
         raise ApiError(400, message, param=field) from e

@@ -61,6 +61,11 @@ class EngineStopped(Exception):
     """The engine loop has stopped (shut down or failed); no request can be served."""
 
 
+class RequestFailed(Exception):
+    """The engine could not run this request's own values (its finish reason "error");
+    every other request goes on."""
+
+
 @dataclass(frozen=True)
 class EngineSnapshot:
     """What the server reports about the engine, read on the engine thread."""
@@ -275,17 +280,34 @@ class AsyncEngine:
         stream.request_id = await self.call(add)
         return stream
 
-    def abort(self, request_id: str) -> None:
-        """Stop a request and free its pages now (on the engine thread); no more events."""
+    def abort(self, request_id: str, reason: str = "abort") -> None:
+        """Stop a request and free its pages now (on the engine thread); no more events.
+        ``reason`` is what /metrics counts it as ("stop" when a stop string ended it)."""
 
         def abort(engine: LLMEngine) -> None:
             self._sinks.pop(request_id, None)
             self._interval.drop(request_id)
             if request_id in engine.requests:
-                engine.abort(request_id)
+                engine.abort(request_id, reason)
 
         if self.is_alive:
             self.submit(abort)
+
+    def fail_all(self, message: str) -> None:
+        """End every request in flight now: its stream gets EngineStopped(``message``) and
+        the engine frees its pages."""
+
+        def fail(engine: LLMEngine) -> None:
+            sinks, self._sinks = self._sinks, {}
+            for request_id, (loop, stream) in sinks.items():
+                self._interval.drop(request_id)
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(stream.push, [EngineStopped(message)])
+                if request_id in engine.requests:
+                    engine.abort(request_id)
+
+        if self.is_alive:
+            self.submit(fail)
 
     def reset(self, timeout_s: float = 60.0) -> None:
         """Empty the engine (``LLMEngine.reset``) on its thread, between runs of a harness;

@@ -23,10 +23,16 @@ from pydantic import BaseModel
 from claimbench.engine.outputs import TokenEvent
 from claimbench.engine.sampler import SamplingParams
 from claimbench.serving import sse
-from claimbench.serving.async_engine import EngineStopped, RequestRejected, RequestStream
+from claimbench.serving.async_engine import (
+    EngineStopped,
+    RequestFailed,
+    RequestRejected,
+    RequestStream,
+)
 from claimbench.serving.errors import ApiError
 from claimbench.serving.event_stream import EventStream, Write
 from claimbench.serving.generation import OutputAssembler, Piece, pieces
+from claimbench.serving.limits import cannot_fit, encode
 from claimbench.serving.protocol import (
     ChatChoice,
     ChatCompletionChunk,
@@ -91,7 +97,7 @@ async def completions(
     state: ServerState, tenant: str, body: CompletionRequest, http: Request
 ) -> Response:
     prompt = body.single_prompt()
-    prompt_ids = state.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+    prompt_ids = await _tokenize(state, prompt) if isinstance(prompt, str) else list(prompt)
     job = await _admit(state, tenant, body, prompt_ids, body.max_tokens, body.logprobs is not None)
     request_id = f"cmpl-{uuid.uuid4().hex}"
     want_logprobs = body.logprobs is not None
@@ -151,7 +157,7 @@ async def chat_completions(
     text = state.chat_template.render(body.messages, body.add_generation_prompt)
     bos = state.chat_template.bos_token
     # A template that writes the BOS token itself must not get a second one.
-    prompt_ids = state.tokenizer.encode(text, add_bos=not (bos and text.startswith(bos)))
+    prompt_ids = await _tokenize(state, text, add_bos=not (bos and text.startswith(bos)))
     job = await _admit(state, tenant, body, prompt_ids, body.output_limit(), body.logprobs)
     request_id = f"chatcmpl-{uuid.uuid4().hex}"
 
@@ -205,6 +211,14 @@ async def chat_completions(
 
 
 # -- shared steps -----------------------------------------------------------------------
+
+
+async def _tokenize(state: ServerState, text: str, add_bos: bool = True) -> list[int]:
+    """The prompt's ids; 400 without tokenizing when the text is too long to ever fit."""
+    reason = cannot_fit(text, state.max_token_bytes, state.max_model_len)
+    if reason is not None:
+        raise ApiError(400, reason, param="prompt")
+    return await encode(state.tokenizer, text, add_bos)
 
 
 async def _admit(
@@ -289,6 +303,8 @@ async def _collect(job: Job) -> tuple[str, str | None]:
             reason = piece.finish_reason
     except EngineStopped as e:
         raise ApiError(503, "the server stopped before the request finished") from e
+    except RequestFailed as e:
+        raise ApiError(400, str(e)) from e
     return "".join(parts), reason
 
 
@@ -350,9 +366,10 @@ def _sse(
                     tail = sse.event(chunk(piece))
                 elif piece.text or piece.token_ids:
                     await write(middle(piece), False)
-        except EngineStopped:
-            error = error_body("the server stopped before the request finished", 503)
-            tail += f"data: {json.dumps(error)}\n\n"
+        except EngineStopped as e:  # the engine ended, or shutdown's grace period did
+            tail += f"data: {json.dumps(error_body(str(e), 503))}\n\n"
+        except RequestFailed as e:
+            tail += f"data: {json.dumps(error_body(str(e), 400))}\n\n"
         finally:
             job.stream.listener = None
         if usage_chunk is not None:

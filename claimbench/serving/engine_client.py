@@ -231,11 +231,21 @@ class ProcessEngine:
         await asyncio.wrap_future(future)
         return stream
 
-    def abort(self, request_id: str) -> None:
-        """Stop a request and free its pages in the engine process; no more events."""
+    def abort(self, request_id: str, reason: str = "abort") -> None:
+        """Stop a request and free its pages in the engine process; no more events.
+        ``reason`` is what /metrics counts it as ("stop" when a stop string ended it)."""
         self._streams.pop(request_id, None)
         if not self._closed:
-            self._send_quietly((ABORT, request_id))
+            self._send_quietly((ABORT, request_id, reason))
+
+    def fail_all(self, message: str) -> None:
+        """End every request in flight now: its stream gets EngineStopped(``message``) (a
+        stream then ends with an error event and [DONE]) and the engine frees its pages."""
+        streams, self._streams = self._streams, {}
+        for request_id, stream in streams.items():
+            stream.push([EngineStopped(message)])
+            if not self._closed:
+                self._send_quietly((ABORT, request_id, "abort"))
 
     def _request(
         self, kind: str, *payload: Any, stream: RequestStream | None = None

@@ -9,7 +9,7 @@ process (``build_engine``): JAX is not safe to fork once initialized, so the pro
 spawned.
 
 Messages are pickled tuples. In: ``(ADD, seq, prompt_ids, sampling, tenant, priority,
-cache_salt)``, ``(ABORT, request_id)``, ``(CALL, seq, fn, args)``, ``(METRICS, seq)``,
+cache_salt)``, ``(ABORT, request_id, reason)``, ``(CALL, seq, fn, args)``, ``(METRICS, seq)``,
 ``(STOP,)``. Out: ``(READY, info)`` (or ``(FAILED, message)``) once, then
 ``(REPLY, seq, ok, value)`` for each ADD/CALL/METRICS, ``(STEP, events)`` with every
 event of one engine step (not a message per token) as plain tuples (``encode_event``: a
@@ -211,12 +211,12 @@ class EngineCore:
             _, seq, prompt_ids, sampling, tenant, priority, cache_salt = message
             self._reply(seq, self._add, prompt_ids, sampling, tenant, priority, cache_salt)
         elif kind == ABORT:
-            request_id = message[1]
+            request_id, reason = message[1], message[2] if len(message) > 2 else "abort"
             self.live.discard(request_id)
             self.interval.drop(request_id)
             request = self.engine.requests.get(request_id)
             if request is not None and not request.is_finished:
-                self.engine.abort(request_id)
+                self.engine.abort(request_id, reason)
         elif kind == CALL:
             _, seq, fn, args = message
             self._reply(seq, fn, self.engine, *args)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from claimbench.engine.outputs import FinishEvent, RejectEvent, TokenEvent
 from claimbench.models.tokenizer import Tokenizer
-from claimbench.serving.async_engine import AsyncEngine, RequestStream
+from claimbench.serving.async_engine import AsyncEngine, RequestFailed, RequestStream
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,8 @@ async def pieces(
     piece covers every event queued when it is made (one token while the consumer keeps up).
 
     A stop string aborts the request in the engine (its pages are freed at once). If the
-    consumer goes away first (a client disconnect cancels it), the request is aborted."""
+    consumer goes away first (a client disconnect cancels it), the request is aborted.
+    RequestFailed when the engine failed the request for its own values."""
     finished = False
     try:
         while True:
@@ -91,10 +92,13 @@ async def pieces(
                     if event.logprob is not None:
                         logprobs.append(event.logprob)
                     if assembler.stopped:
-                        engine.abort(stream.request_id)
+                        engine.abort(stream.request_id, "stop")  # /metrics counts a stop
                         finished = True
                         yield Piece(text + assembler.finish(), token_ids, logprobs, "stop")
                         return
+                elif isinstance(event, FinishEvent) and event.reason == "error":
+                    finished = True
+                    raise RequestFailed("the engine could not run this request's values")
                 elif isinstance(event, FinishEvent | RejectEvent):
                     finished = True
                     reason = "abort" if isinstance(event, RejectEvent) else event.reason

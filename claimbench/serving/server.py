@@ -8,15 +8,24 @@ stops admitting (new requests get 503), uvicorn stops accepting connections and 
 to ``shutdown_timeout_s`` for in-flight responses (streams run to their end), then the
 engine process aborts whatever is left and exits, and so does the server, with 0.
 uvicorn on its own re-raises the signal after shutting down, which would end the process
-"killed by SIGTERM" (exit -15) even after a clean drain.
+"killed by SIGTERM" (exit -15) even after a clean drain. Shortly before the grace period
+ends, whatever is still live is ended (``fail_all``): every stream gets an error event and
+``[DONE]`` rather than being cut mid-body. An engine process that dies is restarted
+(supervisor.py); when restarting fails the server ends, and ``serve`` exits non-zero.
+
+uvicorn runs with bounds on request headers (http_limits.py: size and time) and the app
+with one on bodies (limits.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import importlib
+import importlib.util
 import logging
 import signal
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -32,10 +41,18 @@ from claimbench.serving.batch_policy import set_batch_policy
 from claimbench.serving.chat import ChatTemplate
 from claimbench.serving.engine_client import ProcessEngine
 from claimbench.serving.engine_core import CoreOptions
+from claimbench.serving.http_limits import (
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_MAX_HEADER_BYTES,
+    limited_protocol,
+)
+from claimbench.serving.limits import DEFAULT_MAX_REQUEST_BYTES
 from claimbench.serving.state import PrefixSharing, ServerState
-from claimbench.serving.tenants import TenantKeys
+from claimbench.serving.supervisor import MAX_RESTARTS, EngineSupervisor
+from claimbench.serving.tenants import TenantKeys, hash_key
 
 log = logging.getLogger("claimbench.serving")
+ABORT_MARGIN_S = 1.0  # live requests are ended this long before the grace period does
 
 
 @dataclass(frozen=True)
@@ -54,6 +71,11 @@ class ServeOptions:
     # This process under SCHED_BATCH once the engine process runs (batch_policy.py): `serve`
     # sets it; off here, so a server started inside another program leaves its threads be.
     api_batch_policy: bool = False
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # a longer body gets 413
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES  # longer headers get 431
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S  # headers not done by then get 408
+    metrics_key: str | None = None  # set: /metrics needs it as a Bearer key
+    max_engine_restarts: int = MAX_RESTARTS  # tries to replace a dead engine process
 
 
 def build_server_state(options: ServeOptions) -> tuple[ServerState, list[str]]:
@@ -108,23 +130,65 @@ def build_server_state(options: ServeOptions) -> tuple[ServerState, list[str]]:
         metrics=None,
         golden_prompt_ids=info.golden_prompt_ids,
         golden_tokens=info.golden_tokens,
+        max_request_bytes=options.max_request_bytes,
+        metrics_key_sha256=hash_key(options.metrics_key) if options.metrics_key else None,
     )
+    if options.metrics_key:
+        lines.append("/metrics needs the metrics key")
     return state, lines
 
 
 class GracefulServer(uvicorn.Server):
-    """uvicorn, with SIGTERM as a drain that ends in exit 0."""
+    """uvicorn, with SIGTERM as a drain that ends in exit 0, live requests ended just
+    before the grace period does, and the engine process restarted when it dies."""
 
-    def __init__(self, config: uvicorn.Config, state: ServerState) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        state: ServerState,
+        supervisor: EngineSupervisor | None = None,
+    ) -> None:
         super().__init__(config)
         self.claimbench_state = state
+        self.supervisor = supervisor
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._watch: asyncio.Future | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().startup(sockets)
+        if self.supervisor is not None:
+            watch = self.supervisor.watch(self.claimbench_state, self.give_up)
+            self._watch = asyncio.ensure_future(watch)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+        await super().shutdown(sockets)
+
+    def give_up(self) -> None:
+        """End the server (the engine cannot be restarted): ``serve`` then exits 1."""
+        self.claimbench_state.draining = True
+        self.should_exit = True
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.claimbench_state.draining = True
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self.end_live_before_deadline)
         if sig == signal.SIGTERM:
             self.should_exit = True  # not recorded: uvicorn would re-raise it at the end
             return
         super().handle_exit(sig, frame)
+
+    def end_live_before_deadline(self) -> None:
+        """Shortly before the grace period ends, end every request still live, so each
+        stream closes with an error event and [DONE] instead of being cut (on the loop)."""
+        grace_s = self.config.timeout_graceful_shutdown
+        if grace_s is None:
+            return
+        delay = max(grace_s - min(ABORT_MARGIN_S, grace_s / 2), 0.0)
+        engine = self.claimbench_state.engine
+        self._loop.call_later(delay, engine.fail_all, "the server shut down")
 
 
 def event_loop() -> str:
@@ -139,13 +203,24 @@ def event_loop() -> str:
 def make_server(state: ServerState, options: ServeOptions) -> GracefulServer:
     loop = event_loop()
     log.info("event loop: %s", loop)
+    http = "auto"
+    if importlib.util.find_spec("httptools") is not None:
+        http = limited_protocol(options.max_header_bytes, options.header_timeout_s)
     config = uvicorn.Config(
         create_app(state),
         host=options.host,
         port=options.port,
         loop=loop,
+        http=http,
+        # h11 (without httptools) bounds header bytes only; httptools both (http_limits.py).
+        h11_max_incomplete_event_size=options.max_header_bytes,
         log_level=options.log_level,
         timeout_graceful_shutdown=options.shutdown_timeout_s,
         access_log=False,
     )
-    return GracefulServer(config, state)
+    supervisor = None
+    if isinstance(state.engine, ProcessEngine) and options.max_engine_restarts > 0:
+        supervisor = EngineSupervisor(
+            state.engine.options, max_restarts=options.max_engine_restarts
+        )
+    return GracefulServer(config, state, supervisor)

@@ -28,7 +28,8 @@ from claimbench.serving.async_engine import (
     RequestStream,
 )
 from claimbench.serving.chat import ChatTemplate
-from claimbench.serving.health import GOLDEN_PROMPT, record_golden
+from claimbench.serving.health import GOLDEN_PROMPT, Readiness, record_golden
+from claimbench.serving.limits import DEFAULT_MAX_REQUEST_BYTES, max_token_bytes
 from claimbench.serving.metrics import ServerMetrics
 from claimbench.serving.tenants import TenantKeys
 
@@ -71,7 +72,9 @@ class ServingEngine(Protocol):
         cache_salt: str | None = None,
     ) -> RequestStream: ...
 
-    def abort(self, request_id: str) -> None: ...
+    def abort(self, request_id: str, reason: str = "abort") -> None: ...
+
+    def fail_all(self, message: str) -> None: ...
 
     def submit(self, fn: Callable[..., Any]) -> concurrent.futures.Future: ...
 
@@ -92,6 +95,16 @@ class ServerState:
     golden_tokens: list[int]
     created: int = field(default_factory=lambda: int(time.time()))
     draining: bool = False  # set on SIGTERM: admit nothing new
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # a longer body gets 413 unread
+    metrics_key_sha256: str | None = None  # set: /metrics needs this key (as a Bearer token)
+    readiness: Readiness = field(default_factory=Readiness)
+    num_engine_restarts: int = 0  # engine processes started after the first one died
+    engine_failure: str | None = None  # set when the engine died and restarting failed
+    # The most text bytes one token covers: bounds a prompt's token count before tokenizing.
+    max_token_bytes: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.max_token_bytes = max_token_bytes(self.tokenizer)
 
     def cache_salt(self, tenant: str, request_salt: str | None) -> str | None:
         """The prefix-cache salt of a request of ``tenant`` carrying ``request_salt``."""
