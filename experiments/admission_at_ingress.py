@@ -17,7 +17,9 @@ max_num_seqs requests (at least one each); a request over it is rejected at add 
 is not admitted. Every run is served to completion.
 
 Metrics: admitted_p99_ttft_ratio (p99 TTFT of the admitted requests, bounded / base) and
-unbounded_p99_ttft_ratio (unbounded / base).
+unbounded_p99_ttft_ratio (unbounded / base). The service rate is measured open loop at
+steady state (harness/open_loop.py), and the overload episode's realised load is recorded
+per trial: a trial more than ``load_tolerance`` off ``overload`` is reported, not scored.
 
 Why each condition can come out either way: the overload lasts a pre-registered number of
 service units and is followed by recovery, so the unbounded queue peaks at a size set by
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from claimbench.engine.tenants import Tenant
+from claimbench.harness import open_loop
 from claimbench.harness import tenant_runs as tr
 from claimbench.site import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
@@ -47,6 +50,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "num_tenants": 4,
     "base_load": 0.5,
     "overload": 2.0,
+    "load_tolerance": 0.25,  # the episode's realised load within 25%, or not scored
     "queue_batches": 1.0,
     "prompt_len": [16, 64],
     "output_len": [16, 48],
@@ -99,15 +103,12 @@ def run(ctx: RunContext) -> None:
     baseline = engine.config
     limits = ingress_limits(params, baseline.max_num_seqs)
     vocab_size = engine.model_cfg.vocab_size
+    meter = open_loop.ServiceMeter(
+        engine, params["saturation_requests"], config=baseline, via=params["via"]
+    )
     for trial in range(ctx.trials):
         seed = tr.trial_seed(ctx, trial)
-        saturation = tr.measure_saturation(
-            engine,
-            mix(params, seed),
-            params["saturation_requests"],
-            config=baseline,
-            via=params["via"],
-        )
+        saturation = meter.measure(mix(params, seed))
         arms = {
             mode: tr.Arm(
                 tr.phased_requests(mix(params, seed), saturation, timeline, vocab_size),
@@ -115,6 +116,16 @@ def run(ctx: RunContext) -> None:
             )
             for mode, timeline in timelines.items()
         }
+        # The overload episode's realised load (the bounded and unbounded arms share it).
+        open_loop.record_load(
+            ctx,
+            trial,
+            arms["bounded"].requests,
+            saturation.seconds_for(params["episode_requests"]),
+            saturation,
+            target=params["overload"],
+            tolerance=params["load_tolerance"],
+        )
         longest = max(
             sum(saturation.seconds_for(p.service_requests) for p in timeline)
             for timeline in timelines.values()

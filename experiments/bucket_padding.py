@@ -3,8 +3,10 @@
 Each trial serves one realistic trace on the real engine and reads its step records: every
 step's scheduled tokens, its sequences and the (token, sequence) bucket pair it ran at. The
 trace is the workload generator's: gamma arrivals (``burstiness`` < 1: bursty) at ``load`` x
-the saturation measured in the trial, for the time the engine needs to serve
-``episode_requests`` requests at saturation (service units), then drained. Prompt lengths are
+the saturation measured in the trial (open loop, steady state: harness/open_loop.py), for
+the time the engine needs to serve ``episode_requests`` requests at saturation (service
+units), then drained; the realised load is recorded, and a trial more than
+``load_tolerance`` off ``load`` is reported, not scored. Prompt lengths are
 the held-out corpus's documents in the served model's tokenizer (one source file per request,
 clipped to ``prompt_len`` as a code assistant truncates a file to its context); output lengths
 are lognormal.
@@ -53,6 +55,7 @@ import pandas as pd
 
 from claimbench.engine.buckets import bucket_pairs, seq_buckets, token_buckets
 from claimbench.engine.config import MIN_TOKEN_BUCKET
+from claimbench.harness import open_loop
 from claimbench.harness import tenant_runs as tr
 from claimbench.harness.bucket_policies import (
     BucketPolicy,
@@ -74,6 +77,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "engine": {},
     "compile_cache": True,
     "load": 0.7,
+    "load_tolerance": 0.25,  # realised load within 25% of load, or not scored
     "burstiness": 0.5,
     "prompt_len": [16, 512],
     "output_mean": 128.0,
@@ -195,11 +199,21 @@ def run(ctx: RunContext) -> None:
     )
     doc_lengths = document_lengths(ctx.model_path)
     fitted: list[BucketPolicy] | None = None
+    meter = open_loop.ServiceMeter(engine, params["saturation_requests"])
     for trial in range(ctx.trials):
         spec = trace_spec(params, doc_lengths, tr.trial_seed(ctx, trial))
-        saturation = tr.measure_saturation(engine, spec, params["saturation_requests"])
+        saturation = meter.measure(spec)
         phase = tr.Phase(params["episode_requests"], params["load"])
         requests = tr.phased_requests(spec, saturation, [phase], vocab)
+        open_loop.record_load(
+            ctx,
+            trial,
+            requests,
+            saturation.seconds_for(params["episode_requests"]),
+            saturation,
+            target=params["load"],
+            tolerance=params["load_tolerance"],
+        )
         engine.reset()
         timeout_s = tr.safety_timeout_s(saturation.seconds_for(params["episode_requests"]))
         own = serve_with(engine, requests, timeout_s)

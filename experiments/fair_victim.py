@@ -26,6 +26,10 @@ and top_tier_preemptions (preemptions of tier-0 requests under fair-share). Its 
 control, top_tier_preemptions_control, is the same count under ``newest`` in the same
 episode: a policy blind to tiers whose top-tier preemptions show that the load put the top
 tier at risk at all. A zero under fair-share beside a zero control shows nothing.
+
+The service rate is measured open loop at steady state (harness/open_loop.py), and each
+trial's realised load is recorded: a trial more than ``load_tolerance`` off ``load`` is
+reported, not scored.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from claimbench.engine.fairness import INPUT_PREFIX
+from claimbench.harness import open_loop
 from claimbench.harness import tenant_runs as tr
 from claimbench.site import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
@@ -49,6 +54,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "scheduling_policy": "priority",
     "kv_fraction": 0.5,
     "load": 1.0,
+    "load_tolerance": 0.25,  # realised load within 25% of load, or not scored
     "top_share": 0.2,
     "mid_share": 0.3,
     "prompt_len": [16, 64],
@@ -119,13 +125,21 @@ def run(ctx: RunContext) -> None:
     )
     baseline = engine.config
     vocab_size = engine.model_cfg.vocab_size
+    meter = open_loop.ServiceMeter(engine, params["saturation_requests"], config=baseline)
     for trial in range(ctx.trials):
         seed = tr.trial_seed(ctx, trial)
-        saturation = tr.measure_saturation(
-            engine, mix(params, seed), params["saturation_requests"], config=baseline
-        )
+        saturation = meter.measure(mix(params, seed))
         phase = tr.Phase(params["episode_requests"], params["load"])
         requests = tr.phased_requests(mix(params, seed), saturation, [phase], vocab_size)
+        open_loop.record_load(
+            ctx,
+            trial,
+            requests,
+            saturation.seconds_for(params["episode_requests"]),
+            saturation,
+            target=params["load"],
+            tolerance=params["load_tolerance"],
+        )
         arms = {mode: tr.Arm(requests, {"victim_policy": mode}) for mode in (BASELINE, FAIR)}
         # The episode and its backlog to completion, with a safety margin.
         timeout_s = tr.safety_timeout_s(2 * saturation.seconds_for(params["episode_requests"]))

@@ -6,6 +6,9 @@ arrivals at ``load`` x the trial's saturation for as long as the engine needs to
 ``heavy_share`` of them; then arrivals stop and the backlog is served to completion. Each
 trial measures its own saturation first, then serves the same requests twice, under FCFS
 and under VTC (the only difference), in an order that rotates from trial to trial.
+The service rate is measured open loop at steady state (harness/open_loop.py), and each
+trial's realised load is recorded: a trial more than ``load_tolerance`` off ``load`` is
+reported, not scored.
 
 Service is w_in * input + w_out * output tokens (``input_weight``, ``output_weight``). The gap
 is the largest difference in service two tenants received over an interval in which both
@@ -36,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from claimbench.engine.fairness import RUNNING_TOKENS
+from claimbench.harness import open_loop
 from claimbench.harness import tenant_runs as tr
 from claimbench.harness.service import cumulative_service, max_service_gap, steps_backlog
 from claimbench.site import tenant_charts
@@ -49,6 +53,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "engine": {},
     "compile_cache": True,
     "load": 2.0,
+    "load_tolerance": 0.25,  # realised load within 25% of load, or not scored
     "heavy_share": 0.65,
     "prompt_len": [16, 64],
     "output_len": [16, 48],
@@ -106,16 +111,22 @@ def run(ctx: RunContext) -> None:
     )
     baseline = engine.config
     vocab_size = engine.model_cfg.vocab_size
+    meter = open_loop.ServiceMeter(
+        engine, params["saturation_requests"], config=baseline, via=params["via"]
+    )
     for trial in range(ctx.trials):
         seed = tr.trial_seed(ctx, trial)
-        saturation = tr.measure_saturation(
-            engine,
-            mix(params, seed),
-            params["saturation_requests"],
-            config=baseline,
-            via=params["via"],
-        )
+        saturation = meter.measure(mix(params, seed))
         requests = episode(params, saturation, seed, vocab_size)
+        open_loop.record_load(
+            ctx,
+            trial,
+            requests,
+            saturation.seconds_for(params["episode_requests"]),
+            saturation,
+            target=params["load"],
+            tolerance=params["load_tolerance"],
+        )
         # The episode, then its drain at full speed: twice its length, with a safety margin.
         timeout_s = tr.safety_timeout_s(2 * saturation.seconds_for(params["episode_requests"]))
         arms = {mode: tr.Arm(requests, {"scheduling_policy": mode}) for mode in MODES}

@@ -2,7 +2,9 @@
 
 Two tenants with opposite shapes share one engine: "prefill" sends long prompts and wants
 short answers, "decode" sends short prompts and wants long answers (``prefill_share`` of the
-requests are prefill's). Each trial measures the engine's saturation on the mix, then each
+requests are prefill's). Each trial measures the engine's saturation on the mix (open loop,
+steady state: harness/open_loop.py; the realised load is recorded, and a trial more than
+``load_tolerance`` off ``load`` is reported, not scored), then each
 tenant's isolated latency (``probe_requests`` of its requests served alone, one at a time:
 median TTFT and TPOT), then serves the same requests twice on the same engine, in an order
 that rotates from trial to trial:
@@ -43,6 +45,7 @@ import numpy as np
 import pandas as pd
 
 from claimbench.engine.sampler import SamplingParams
+from claimbench.harness import open_loop
 from claimbench.harness import tenant_runs as tr
 from claimbench.harness.time_slicing import serve_time_sliced
 from claimbench.site import tenant_charts
@@ -57,6 +60,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "engine": {},
     "compile_cache": True,
     "load": 0.8,
+    "load_tolerance": 0.25,  # realised load within 25% of load, or not scored
     "prefill_share": 0.5,
     "prefill_prompt_len": [256, 480],
     "prefill_output_len": [4, 12],
@@ -137,10 +141,11 @@ def run(ctx: RunContext) -> None:
     params = ctx.merged(DEFAULT_PARAMS)
     engine = ctx.engine(precompile=True, compile_cache=params["compile_cache"])
     vocab = engine.model_cfg.vocab_size
+    meter = open_loop.ServiceMeter(engine, params["saturation_requests"])
     for trial in range(ctx.trials):
         seed = tr.trial_seed(ctx, trial)
         spec = mix(params, seed)
-        saturation = tr.measure_saturation(engine, spec, params["saturation_requests"])
+        saturation = meter.measure(spec)
         isolated = {}
         for tenant in TENANTS:
             probe = mix(params, seed + 7919, tenants=(tenant,))
@@ -149,6 +154,15 @@ def run(ctx: RunContext) -> None:
         slo = slos(params, isolated)
         phase = tr.Phase(params["episode_requests"], params["load"])
         requests = tr.phased_requests(spec, saturation, [phase], vocab)
+        open_loop.record_load(
+            ctx,
+            trial,
+            requests,
+            saturation.seconds_for(params["episode_requests"]),
+            saturation,
+            target=params["load"],
+            tolerance=params["load_tolerance"],
+        )
         window_s = saturation.seconds_for(params["window_requests"])
         timeout_s = tr.safety_timeout_s(2 * saturation.seconds_for(params["episode_requests"]))
         order = tuple(tr.rotated(list(TENANTS), trial))  # who gets the first window

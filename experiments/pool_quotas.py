@@ -2,7 +2,9 @@
 
 A quiet tenant sends short requests, a noisy one long requests, into a KV pool that holds
 ``pool_requests`` of the noisy kind at once, so pages (not the sequence limit) bind. Each
-trial measures its own saturation on the noisy mix in that pool, then builds one timeline in
+trial measures its own saturation on the noisy mix in that pool (open loop, steady state:
+harness/open_loop.py; the episode's realised load is recorded, and a trial more than
+``load_tolerance`` off noisy_load + quiet_load is reported, not scored), then builds one timeline in
 its service units: the noisy tenant bursts at ``noisy_load`` x saturation for as long as the
 engine needs to serve ``episode_requests`` noisy requests at saturation and then stops; the
 quiet tenant offers ``quiet_load`` x saturation (in output tokens) through the episode and a
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from claimbench.engine.tenants import Tenant
+from claimbench.harness import open_loop
 from claimbench.harness import tenant_runs as tr
 from claimbench.site import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
@@ -46,6 +49,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "quiet_guarantee": 0.25,
     "noisy_load": 1.5,
     "quiet_load": 0.1,
+    "load_tolerance": 0.25,  # the episode's realised load within 25%, or not scored
     "quiet_prompt_len": [16, 32],
     "quiet_output_len": [8, 16],
     "noisy_prompt_len": [64, 128],
@@ -105,13 +109,22 @@ def run(ctx: RunContext) -> None:
     engine = ctx.engine(precompile=True, compile_cache=params["compile_cache"], kv_pool_bytes=pool)
     baseline = engine.config
     quotas = (Tenant(QUIET, guaranteed_pages=int(params["quiet_guarantee"] * pages)),)
+    meter = open_loop.ServiceMeter(engine, params["saturation_requests"], config=baseline)
     for trial in range(ctx.trials):
         seed = tr.trial_seed(ctx, trial)
-        saturation = tr.measure_saturation(
-            engine, noisy_mix(params, seed), params["saturation_requests"], config=baseline
-        )
+        saturation = meter.measure(noisy_mix(params, seed))
         both = tr.workload_requests(
             trial_mix(params, saturation, seed), engine.model_cfg.vocab_size
+        )
+        # The episode's realised load: both tenants, noisy_load + quiet_load nominal.
+        open_loop.record_load(
+            ctx,
+            trial,
+            both,
+            saturation.seconds_for(params["episode_requests"]),
+            saturation,
+            target=params["noisy_load"] + params["quiet_load"],
+            tolerance=params["load_tolerance"],
         )
         arms = {
             "alone": tr.Arm([r for r in both if r.tenant == QUIET], {"tenants": ()}),

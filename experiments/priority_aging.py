@@ -173,7 +173,7 @@ def run(ctx: RunContext) -> None:
             "aging_s": aging_s,
             "bound_s": metrics["bound_s"],
             "window_s": window_s,
-            "service_tok_s": saturation.output_tokens_per_s,
+            "saturation_tok_s": saturation.output_tokens_per_s,
             "timed_out": any(r.timed_out for r in served.values()),
         }
         ctx.record(
