@@ -98,7 +98,7 @@ def show_claim(
         agreement = (
             f"{group.num_agree} of {len(group.current_runs)} current agree with the scored one"
             if group.scored
-            else "none against today's prediction, so not scored"
+            else "none may be scored (see each run's reason)"
         )
         console.print(
             f"\n[bold]{group.evidence}[/] evidence{scope_note}: {len(group.runs)} run(s), "
@@ -107,7 +107,7 @@ def show_claim(
         )
         for run in group.runs:
             role = "scored" if run is group.scored else ("current" if run.current else "earlier")
-            note = "" if run.current else " (measured against an earlier prediction, not scored)"
+            note = "" if run.current else f" ({run.exclusion}, not scored)"
             console.print(
                 f"  {run.run_id} [{role}] {run.verdict}{note} · {score_json.run_label(run.info)}",
                 **plain,

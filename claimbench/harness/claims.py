@@ -117,7 +117,8 @@ class Claim(BaseModel):
         conditions (metric, op, value, basis), the confidence and the profile's params.
 
         Stored with every run; a run whose hash differs from today's claims.yaml was measured
-        against an earlier prediction (or design) and is shown, not scored.
+        against an earlier prediction and is shown, not scored (its design has a hash of its own:
+        harness/design.py).
         """
         payload = {
             "prediction": [c.model_dump(exclude={"model_class"}) for c in self.prediction],

@@ -23,8 +23,8 @@ COLUMNS = (
     "scored",  # this run is its group's scored run (the newest current one)
     "headline",  # this run gives the claim's verdict
     "run_verdict",  # the run's own verdict
-    "num_runs",  # runs in the group (replications), earlier predictions included
-    "num_current",  # of which against today's prediction
+    "num_runs",  # runs in the group (replications), runs not scored included
+    "num_current",  # of which may be scored (harness/run_checks.py)
     "num_agree",  # current runs agreeing with the scored run's verdict
     "profile",
     "run_end",
