@@ -7,13 +7,14 @@ profiles, buckets and jobs. The over-budget override of `claimbench run` is not 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from pydantic import Field
 
 from claimbench.engine.config import KV_DTYPES, WEIGHT_FORMATS
@@ -309,11 +310,20 @@ class Runbook:
 
     def server_health(self) -> outputs.Health:
         """The configured server's /health/ready: ready only if it generates its golden output."""
-        return remote.health(self._server_url())
+        return self._reach(remote.health)
 
     def server_metrics(self) -> outputs.Metrics:
         """The configured server's /metrics, summarized per tenant."""
-        return remote.metrics(self._server_url())
+        return self._reach(remote.metrics)
+
+    def _reach(self, read: Callable[[str], Any]) -> Any:
+        import httpx
+
+        url = self._server_url()
+        try:
+            return read(url)
+        except httpx.HTTPError as err:
+            raise MCPError(INTERNAL_ERROR, f"{url}: {type(err).__name__}: {err}") from None
 
     def _server_url(self) -> str:
         if self.config.server_url is None:
