@@ -31,6 +31,9 @@ def test_a_run_of_an_earlier_design_is_listed_not_scored(tmp_path):
     # Without today's designs (no experiments at hand) the check is not made.
     assert scoring.score_claim(c, [old]).verdict == "refuted"
     assert design_hash(root, c) == designs[c.id]
+    # An experiment that does not parse has no design today: nothing of it is scored, no crash.
+    write_experiment(root, c, "def run(ctx:\n")
+    assert run_checks.today_designs(root, [c]) == {}
 
 
 def test_a_run_from_a_dirty_tree_is_listed_not_scored(tmp_path):

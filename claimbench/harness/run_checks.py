@@ -33,12 +33,17 @@ EXCLUSIONS = (EARLIER_PREDICTION, EARLIER_DESIGN, DIRTY_TREE, MISSING_DRAFT_HASH
 
 def today_designs(root: Path, claims: list[Claim]) -> dict[str, str]:
     """claim id -> the design hash of its experiment as it stands under ``root``; a claim
-    without an experiment file has none (so no run of it is of today's design)."""
+    without an experiment file, or whose design does not parse, has none (so no run of it is
+    of today's design)."""
     designs = {}
     for claim in claims:
         path = experiment_path(root, claim)
-        if path.is_file():
+        if not path.is_file():
+            continue
+        try:
             designs[claim.id] = design_of(path).hash
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            continue  # an experiment that cannot be read cannot have produced today's runs
     return designs
 
 
