@@ -4,6 +4,7 @@ guard (tokens, scopes, bad calls, each logged), the budget gate and cancelling a
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,15 @@ def test_a_metered_run_needs_spend_and_an_over_budget_one_is_refused(ops: Ops, o
     assert ledger.read_ledger(results)["run_id"].tolist() == ["earlier"]
     scopes = [e["scope"] for e in log_entries(ops)]
     assert scopes == [["run", "spend"], ["run", "spend"]]
+
+
+def test_warm_cache_compiles_every_bucket_into_the_persistent_cache(ops: Ops) -> None:
+    sizes = {"max_num_seqs": 2, "max_num_batched_tokens": 16, "max_model_len": 64}
+    job = ops.call("runner", "warm_cache", sizes)
+    done = ops.wait_job("runner", job["job_id"], lambda s: s["state"] != "running", 600)
+    assert done["state"] == "done", done
+    result = done["result"]
+    assert result["num_buckets"] >= 1 and result["compile_s"] > 0
+    # The cache experiments read (the suite points it at its own directory: conftest).
+    assert result["cache_dir"] == os.environ["CLAIMBENCH_COMPILE_CACHE"]
+    assert result["cache_entries_after"] >= 1

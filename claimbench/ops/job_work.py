@@ -99,8 +99,8 @@ def tpu_check(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
 
 
 def warm_cache(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
-    """Compile every bucket of the served engine (the configured model and dtype, default
-    settings) into the persistent compilation cache experiments and `serve` share."""
+    """Compile every bucket of the served engine (the configured model and dtype, the sizes
+    ``spec["engine"]`` names) into the persistent compilation cache experiments share."""
     from claimbench.engine.build import build_engine
     from claimbench.engine.config import EngineConfig
     from claimbench.harness.context import COMPILE_CACHE_DIR
@@ -115,6 +115,7 @@ def warm_cache(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
             model_path=Path(spec["model"]) if spec["model"] else None,
             dtype=spec["dtype"],
             compilation_cache_dir=COMPILE_CACHE_DIR,
+            **spec["engine"],
         )
     )
     num_buckets, compile_s = engine.precompile()

@@ -399,12 +399,23 @@ class Runbook:
             summary=f"{len(claims)} claim pages from {len(runs)} run(s)",
         )
 
-    def warm_cache(self) -> outputs.JobOut:
-        """Start precompiling every bucket of the served engine into the persistent compilation
-        cache (a job: job_status reports buckets compiled and compile seconds)."""
+    def warm_cache(
+        self,
+        max_num_seqs: Annotated[int, Field(ge=1, le=1024)] = 32,
+        max_num_batched_tokens: Annotated[int, Field(ge=1, le=65536)] = 512,
+        max_model_len: Annotated[int, Field(ge=16, le=131072)] = 1024,
+    ) -> outputs.JobOut:
+        """Start precompiling every bucket of an engine of these sizes (`claimbench serve`'s
+        defaults) into the persistent compilation cache experiments load their steps from; a
+        job: job_status reports buckets compiled, compile seconds and cache entries."""
         spec = {
             "dtype": self.config.dtype,
             "model": str(self.config.model) if self.config.model else None,
+            "engine": {
+                "max_num_seqs": max_num_seqs,
+                "max_num_batched_tokens": max_num_batched_tokens,
+                "max_model_len": max_model_len,
+            },
         }
         return _job_out(self.jobs.start("warm_cache", spec, agent=_agent_name(), scope=RUN))
 
