@@ -3,8 +3,14 @@
 A measurement on the real engine, not an allocator computation: each trial serves one
 backlogged chat-like workload twice on the same engine (the same model, pool, pages and
 buckets), once with paged allocation (a request's pages grow with its computed tokens) and
-once with ``kv_allocation="reserve_max"`` (every page of max_model_len taken at admission, as
-a server that reserves each request's maximum length up front). After every engine step the
+once with ``kv_allocation="reserve_request"`` (every page of the request's own maximum
+length, its prompt + max_tokens, taken at admission, as a contiguous allocator that reserves
+each request's maximum length up front). Each request asks for ``max_tokens`` (a client's
+cap, clipped to the room max_model_len leaves after its prompt) and its answer ends at its
+drawn output length, before the cap (the experiment aborts it there, as a model ending its
+answer would; outputs are capped at max_tokens). So the reservation varies with each
+prompt, and the contiguous arm's concurrency is what the length mix makes it, not the pool
+over max_model_len. After every engine step the
 engine's stats give the running requests' held slots and the slots holding a computed token.
 Each serve runs ``num_steps`` steps (the same number in both allocations, so both pay alike)
 and measures the steps from ``warmup_steps`` on (past the first fill of an empty pool) while
@@ -19,9 +25,9 @@ page, with preemption (recompute) when the pool runs short, chunked prefill and 
 admission, so it can come out either way. The length mix is chat-like: lognormal prompt and
 output lengths whose means default to ShareGPT's as the vLLM paper reports them (161 prompt
 and 338 output tokens), sigma 1.0, the output capped to the room max_model_len leaves after
-the prompt (as a server caps max_tokens). Both wastes depend on lengths only through their
-ratio to the page size and to max_model_len, so a CPU-sized profile may scale lengths, page
-size and max_model_len down together. Prompts are random token ids and outputs run to their
+the prompt and to max_tokens. Both wastes depend on lengths only through their ratio to the
+page size, max_tokens and max_model_len, so a CPU-sized profile may scale them down
+together. Prompts are random token ids and outputs run to their
 drawn length (EOS ignored): the model's text does not matter, its lengths do. Each trial
 draws fresh lengths; which allocation runs first alternates by trial.
 """
@@ -34,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from claimbench.engine.kv_cache import kv_bytes_per_token, resolve_kv_dtype
+from claimbench.engine.outputs import TokenEvent
 from claimbench.engine.sampler import SamplingParams
 from claimbench.harness.precision import arm_order
 from claimbench.models.checkpoint import read_config
@@ -49,6 +56,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "output_mean": 338.0,
     "output_sigma": 1.0,
     "max_model_len": 2048,
+    "max_tokens": 1024,  # each request's cap: what the contiguous arm reserves beyond its prompt
     "page_size": 16,
     "pool_tokens": 32768,  # KV slots in the pool (the null page besides)
     "num_requests": 1000,  # all queued at the start: the backlog
@@ -57,13 +65,14 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "max_num_seqs": 256,  # high, so the pool and not the sequence limit binds
     "engine": {},
 }
-ALLOCATIONS = {"paged": "paged", "contiguous": "reserve_max"}
+ALLOCATIONS = {"paged": "paged", "contiguous": "reserve_request"}
 
 
 def draw_lengths(
     params: dict[str, Any], rng: np.random.Generator, n: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(prompt i64[n], output i64[n]) from the mix; prompt + output <= max_model_len."""
+    """(prompt i64[n], output i64[n]) from the mix; output <= max_tokens and prompt + output
+    <= max_model_len."""
     max_len = params["max_model_len"]
     prompt = LognormalLength(
         mean=params["prompt_mean"], sigma=params["prompt_sigma"], lo=1, hi=max_len - 1
@@ -71,7 +80,12 @@ def draw_lengths(
     output = LognormalLength(
         mean=params["output_mean"], sigma=params["output_sigma"], lo=1, hi=max_len - 1
     ).sample(rng, n)
-    return prompt, np.minimum(output, max_len - prompt)
+    return prompt, np.minimum(output, request_caps(params, prompt))
+
+
+def request_caps(params: dict[str, Any], prompt: np.ndarray) -> np.ndarray:
+    """i64[n]: each request's max_tokens, the client's cap clipped to its room."""
+    return np.minimum(params["max_tokens"], params["max_model_len"] - prompt)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,18 +111,30 @@ def serve_backlog(
     *,
     num_steps: int,
     warmup_steps: int,
+    caps: list[int] | None = None,
 ) -> Occupancy:
     """Queue every request at once under ``kv_allocation`` and run ``num_steps`` steps,
     sampling the engine's stats after each step from ``warmup_steps`` on while requests still
-    wait; then abort what is left."""
+    wait; then abort what is left. Request i asks for ``caps[i]`` tokens (default: its
+    output length) and its answer ends after ``outputs[i]``: it is aborted there."""
     engine.reset(dataclasses.replace(engine.config, kv_allocation=kv_allocation))
-    ids = [
-        engine.add_request(p, SamplingParams(max_tokens=int(n), ignore_eos=True))
-        for p, n in zip(prompts, outputs, strict=True)
-    ]
+    caps = outputs if caps is None else caps
+    ids, ends = (
+        [],
+        {},
+    )  # ends: request id -> the output length its answer ends at, if before its cap
+    for p, n, cap in zip(prompts, outputs, caps, strict=True):
+        if not 1 <= n <= cap:
+            raise ValueError(f"an output of {n} tokens must be in [1, max_tokens={cap}]")
+        request_id = engine.add_request(p, SamplingParams(max_tokens=int(cap), ignore_eos=True))
+        ids.append(request_id)
+        if n < cap:
+            ends[request_id] = int(n)
     held = filled = measured = running_sum = max_running = 0
     for step in range(num_steps):
-        engine.step()
+        for event in engine.step():
+            if isinstance(event, TokenEvent) and event.index + 1 == ends.get(event.request_id):
+                engine.abort(event.request_id, "answer-ended")
         stats = engine.stats()
         if stats.num_waiting == 0:
             break  # the backlog drained: the supply of work, no longer the pool, limits
@@ -148,7 +174,8 @@ def _engine(ctx: RunContext, params: dict[str, Any]) -> LLMEngine:
 
 
 def _check(params: dict[str, Any]) -> None:
-    keys = ("max_model_len", "page_size", "pool_tokens", "num_requests", "max_num_seqs")
+    keys = ("max_model_len", "max_tokens", "page_size", "pool_tokens", "num_requests")
+    keys = (*keys, "max_num_seqs")
     for key in (*keys, "num_steps"):
         if not isinstance(params[key], int) or params[key] < 1:
             raise ValueError(f"param {key} must be a positive integer, got {params[key]!r}")
@@ -177,6 +204,7 @@ def run(ctx: RunContext) -> None:
     for trial in range(ctx.trials):
         rng = np.random.default_rng([ctx.seed, trial])
         prompt_lens, outputs = draw_lengths(params, rng, params["num_requests"])
+        caps = request_caps(params, prompt_lens).tolist()
         prompts = [rng.integers(3, vocab, n).tolist() for n in prompt_lens]
         occupancy = {}
         for layout in arm_order(list(ALLOCATIONS), trial):
@@ -187,6 +215,7 @@ def run(ctx: RunContext) -> None:
                 ALLOCATIONS[layout],
                 num_steps=params["num_steps"],
                 warmup_steps=params["warmup_steps"],
+                caps=caps,
             )
             ctx.save_frames(steps=engine.steps_frame(), layout=layout, trial=trial)
         paged, contiguous = occupancy["paged"], occupancy["contiguous"]

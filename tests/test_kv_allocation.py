@@ -60,6 +60,25 @@ def test_reserve_max_takes_max_model_len_at_admission():
     assert engine.stats().num_used_pages == 0
 
 
+def test_reserve_request_takes_its_own_maximum_length_at_admission():
+    engine = _engine()
+    engine.reset(dataclasses.replace(engine.config, kv_allocation="reserve_request"))
+    stats = _first_step(engine)
+    # Prompts of 5, 12 and 20 tokens with max_tokens 3 reserve 8, 15 and 23 slots: 1 + 2 + 3
+    # pages, held whole from admission; paged would hold the same pages here only because
+    # every reservation ends in the page its prompt already reaches.
+    assert stats.num_running == 3
+    assert stats.num_used_pages == 6
+    long = SamplingParams(max_tokens=40, ignore_eos=True)
+    engine.add_request(PROMPTS[0], long)
+    engine.step()
+    # 5 + 40 = 45 slots: 6 pages at admission, though only its 5 prompt tokens are computed.
+    assert engine.stats().num_used_pages == 6 + 6
+    while engine.has_unfinished:
+        engine.step()
+    assert engine.stats().num_used_pages == 0
+
+
 def test_reserve_max_rejects_what_the_pool_cannot_reserve():
     engine = tiny_engine(prefix_caching="off", num_pages=10, kv_allocation="reserve_max")
     request_id = engine.add_request(PROMPTS[0], SAMPLING)

@@ -18,8 +18,10 @@ DTYPES = ("bfloat16", "float32", "float16")
 KV_DTYPES = ("auto", "bf16", "f32", "int8", "fp8")
 WEIGHT_FORMATS = ("bf16", "int8", "fp8")  # bf16 = unquantized, in the model dtype
 # paged: a request's pages grow with its computed tokens; reserve_max: it takes every page of
-# max_model_len at admission, as a server that reserves each request's maximum length does.
-KV_ALLOCATIONS = ("paged", "reserve_max")
+# max_model_len at admission, as a server that reserves the model's maximum length does;
+# reserve_request: every page of its own prompt + max_tokens, as a contiguous allocator that
+# reserves each request's maximum length up front.
+KV_ALLOCATIONS = ("paged", "reserve_max", "reserve_request")
 # none | draft (a small model proposes) | ngram (prompt lookup proposes); spec_decode.py.
 SPECULATIVE = ("none", "draft", "ngram")
 # Draft tokens per step at most: a verify chunk is 1 + k tokens and every one of its
@@ -107,7 +109,7 @@ class EngineConfig:
     seed: int = 0  # seeds requests that bring no seed of their own
     compilation_cache_dir: Path | None = None  # persistent JAX compilation cache
     prefix_caching: str = "per-tenant"  # off | per-tenant | shared | salted (prefix_cache.MODES)
-    kv_allocation: str = "paged"  # paged | reserve_max (KV_ALLOCATIONS)
+    kv_allocation: str = "paged"  # paged | reserve_max | reserve_request (KV_ALLOCATIONS)
     speculative: str = "none"  # none | draft | ngram (SPECULATIVE)
     num_spec_tokens: int = 4  # draft tokens proposed per sequence and step, 1..MAX_SPEC_TOKENS
     draft_model_path: Path | None = None  # speculative="draft"; None = shipped tiny draft

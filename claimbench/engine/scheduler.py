@@ -156,7 +156,7 @@ class Scheduler:
             # A cached prefix is taken by reference: only the tokens after it are computed.
             num_cached = self.block_manager.match_prefix(request)
             num_tokens = min(request.num_uncomputed_tokens - num_cached, budget)
-            num_reserved = self._admission_tokens(num_tokens, num_cached)
+            num_reserved = self._admission_tokens(request, num_tokens, num_cached)
             if not self._fits(request, num_reserved):
                 if self.quotas is None:
                     break
@@ -183,11 +183,14 @@ class Scheduler:
         num_tokens = min(1 + len(request.spec_token_ids), budget)
         return num_tokens if self._fits(request, num_tokens) else 1
 
-    def _admission_tokens(self, num_tokens: int, num_cached: int) -> int:
+    def _admission_tokens(self, request: Request, num_tokens: int, num_cached: int) -> int:
         """Tokens to allocate pages for when admitting: this step's, or under reserve_max
-        every slot up to max_model_len (counted, like allocate, from the cached prefix)."""
+        every slot up to max_model_len, under reserve_request every slot of the request's own
+        prompt + max_tokens (counted, like allocate, from the cached prefix)."""
         if self.cfg.kv_allocation == "reserve_max":
             return max(num_tokens, self.cfg.max_model_len - num_cached)
+        if self.cfg.kv_allocation == "reserve_request":
+            return max(num_tokens, request.max_total_tokens - num_cached)
         return num_tokens
 
     def _make_room(
