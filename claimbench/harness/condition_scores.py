@@ -17,6 +17,7 @@ import pandas as pd
 from claimbench.harness import evidence_rules, intervals
 from claimbench.harness.claims import Condition
 from claimbench.harness.evidence_rules import ANALYTIC
+from claimbench.harness.run_info import format_params
 
 # other-basis: the condition is not this evidence kind's to decide (a measured one in an
 # analytic run).
@@ -160,7 +161,7 @@ def _scope_note(condition: Condition, evidence: str, scope: str, num_params: int
     if condition.model_class and not evidence_rules.in_model_class(
         condition.model_class, num_params
     ):
-        size = f"a {num_params / 1e6:,.1f}M-parameter" if num_params else "an unknown-size"
+        size = f"a {format_params(num_params)}-parameter" if num_params else "an unknown-size"
         return f"measured on {size} model, not of the {condition.model_class} class it is about"
     return ""
 

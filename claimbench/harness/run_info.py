@@ -45,10 +45,14 @@ class RunInfo:
 
     @property
     def model_label(self) -> str:
-        """``claimbench-tiny @3f2a9c1d`` (or "unknown")."""
+        """``claimbench-tiny @3f2a9c1d (4.2M params)`` (or "unknown"): the size says which
+        model class its evidence speaks for (evidence_rules.MODEL_CLASSES)."""
         if self.model_name is None:
             return UNKNOWN
-        return f"{self.model_name} @{self.model_sha}" if self.model_sha else self.model_name
+        label = f"{self.model_name} @{self.model_sha}" if self.model_sha else self.model_name
+        return (
+            f"{label} ({format_params(self.model_params)} params)" if self.model_params else label
+        )
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any]) -> RunInfo:
@@ -71,6 +75,15 @@ class RunInfo:
             git_sha=str(git["sha"])[:10] if git.get("sha") else None,
             prediction_hash=str(meta["prediction_hash"]) if meta.get("prediction_hash") else None,
         )
+
+
+def format_params(count: int) -> str:
+    """``4.2M``, ``7.6B``: a parameter count for people."""
+    if count >= 10**9:
+        return f"{count / 1e9:.1f}B"
+    if count >= 10**6:
+        return f"{count / 1e6:.1f}M"
+    return f"{count:,}"
 
 
 def parse_time(iso: str | None) -> datetime | None:
