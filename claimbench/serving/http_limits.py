@@ -33,6 +33,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._header_bytes = 0
+        self._tail = b""  # the last bytes of the headers so far (a split blank line)
         self._in_headers = True  # a request's headers are awaited (none has begun yet)
         self._header_timer: asyncio.TimerHandle | None = None
         self._start_timer()
@@ -43,17 +44,22 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         if self._in_headers:
-            self._header_bytes += len(data)
             self._start_timer()
+            # Only the bytes up to the blank line ending the headers count (a chunk may
+            # carry body bytes after it); the blank line may straddle two chunks.
+            seen = self._tail + data
+            end = seen.find(b"\r\n\r\n")
+            self._header_bytes += len(data) if end < 0 else max(end + 4 - len(self._tail), 0)
+            self._tail = seen[-3:]
+            if self._header_bytes > self.max_header_bytes:
+                self._refuse(431, f"request headers over {self.max_header_bytes} bytes")
+                return
         super().data_received(data)
-        # Checked after parsing: a chunk may end the headers and carry body bytes too.
-        over = self._header_bytes > self.max_header_bytes
-        if over and self._in_headers and not self.transport.is_closing():
-            self._refuse(431, f"request headers over {self.max_header_bytes} bytes")
 
     def on_headers_complete(self) -> None:
         self._in_headers = False
         self._header_bytes = 0
+        self._tail = b""
         self._stop_timer()
         super().on_headers_complete()
 

@@ -72,8 +72,12 @@ class EngineSupervisor:
             await asyncio.sleep(self.backoff_s * 2**attempt)
             if state.draining:
                 return True  # shutting down anyway: nothing to serve
+            launching = asyncio.ensure_future(asyncio.to_thread(self._launch, self.options))
             try:
-                engine = await asyncio.to_thread(self._launch, self.options)
+                engine = await asyncio.shield(launching)
+            except asyncio.CancelledError:  # the server is stopping: end what still starts
+                launching.add_done_callback(_end_unused)
+                raise
             except EngineProcessError as e:
                 log.error("engine restart %d failed: %s", attempt + 1, e)
                 continue
@@ -94,6 +98,11 @@ class EngineSupervisor:
             log.warning("engine process restarted (pid %s)", engine.pid)
             return True
         return False
+
+
+def _end_unused(launching: asyncio.Future) -> None:
+    if not launching.cancelled() and launching.exception() is None:
+        launching.result().kill()
 
 
 def _launch(options: CoreOptions) -> ProcessEngine:
