@@ -232,3 +232,28 @@ def test_chat_template_that_fails_is_refused_before_the_engine_starts(checkpoint
     line = one_line_exit_2(cli(path, "serve", "--port", str(free_port())))
     assert "tokenizer_config.json's chat_template fails to render" in line
     assert "a system message is required" in line
+
+
+# What transformers' template environment has beyond plain Jinja: tojson unescaped (and
+# with indent), loop controls, strftime_now and the {% generation %} tag.
+ENVIRONMENT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{% if m.role == 'tool' %}{% break %}{% endif %}"
+    "{% generation %}{{ m | tojson }}{% endgeneration %}\n{% endfor %}"
+    "{{ {'é': '<b>&'} | tojson(indent=2) }}{{ strftime_now('%Y') | length }}"
+)
+
+
+def test_template_environment_is_transformers(checkpoint: Checkpoint, tmp_path: Path) -> None:
+    messages = [
+        {"role": "user", "content": "'<café>' & \"x\""},
+        {"role": "assistant", "content": "ok", "name": "bot"},
+        {"role": "tool", "content": "never rendered"},
+    ]
+    theirs = checkpoint.hf_tokenizer.apply_chat_template(
+        messages, chat_template=ENVIRONMENT_TEMPLATE, tokenize=False
+    )
+    path = copy_without_weights(checkpoint, tmp_path / "jinja")
+    (path / "chat_template.jinja").write_text(ENVIRONMENT_TEMPLATE)  # before tokenizer_config's
+    template = ChatTemplate.for_model(path)
+    assert template.origin == str(path / "chat_template.jinja")
+    assert template.render([ChatMessage(**m) for m in messages]) == theirs
