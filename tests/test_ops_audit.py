@@ -10,7 +10,15 @@ from pathlib import Path
 
 from test_cli_claims import invoke
 
-from claimbench.ops.audit import GENESIS, REDACTED, AuditLog, entry_sha, redact, verify
+from claimbench.ops.audit import (
+    GENESIS,
+    REDACTED,
+    AuditLog,
+    entry_sha,
+    head_path,
+    redact,
+    verify,
+)
 
 
 def write_log(path: Path, num: int) -> list[dict]:
@@ -81,6 +89,28 @@ def test_a_deleted_line_is_named(tmp_path: Path) -> None:
     path.write_text("\n".join(text) + "\n")
     verdict = verify(path)
     assert verdict.broken_line == 2 and "deleted" in verdict.reason
+
+
+def test_deleting_the_last_lines_is_named_from_the_head(tmp_path: Path) -> None:
+    path = tmp_path / "mcp.jsonl"
+    write_log(path, 4)
+    text = lines(path)
+    path.write_text("\n".join(text[:2]) + "\n")  # the chain that is left is intact
+    verdict = verify(path)
+    assert verdict.broken_line == 3 and "its head records 4" in verdict.reason
+    head_path(path).unlink()
+    assert "is missing" in verify(path).reason
+
+
+def test_a_head_behind_the_log_is_a_crash_window_not_tampering(tmp_path: Path) -> None:
+    path = tmp_path / "mcp.jsonl"
+    write_log(path, 2)
+    head = head_path(path).read_text()
+    AuditLog(path).append({"tool": "score"})
+    head_path(path).write_text(head)  # the append landed, its head update did not
+    assert verify(path).ok
+    AuditLog(path).append({"tool": "build_site"})  # the next append counts again
+    assert verify(path).ok and json.loads(head_path(path).read_text())["num_lines"] == 4
 
 
 def test_secret_named_arguments_are_redacted_at_any_depth() -> None:

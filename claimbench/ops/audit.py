@@ -2,9 +2,11 @@
 
 Each line carries ``sha``, the sha256 of its own canonical JSON (every field but ``sha``), and
 ``prev``, the previous line's ``sha`` (GENESIS on the first). Editing a line breaks its own
-hash; deleting or inserting one breaks the next line's ``prev``; `claimbench audit --verify`
-names the first line where either happens. Appends take an exclusive lock on the file, so
-several servers (stdio and HTTP) may share one log without forking the chain.
+hash; deleting or inserting one breaks the next line's ``prev``. A chain alone cannot tell that
+its last lines were cut off, so each append also records the line count and last hash in a
+head file beside the log (``mcp.jsonl.head``). `claimbench audit --verify` names the first line
+where any of these breaks. Appends take an exclusive lock on the log, so several servers (stdio
+and HTTP) may share one log without forking the chain.
 """
 
 from __future__ import annotations
@@ -85,10 +87,39 @@ class AuditLog:
             entry = {**record, "prev": GENESIS if last is None else _sha_of_line(last)}
             entry["sha"] = entry_sha(entry)
             line = json.dumps(entry, separators=(",", ":"), default=str) + "\n"
-            f.write(line.encode())
+            data = line.encode()
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
+            self._write_head(f.tell(), len(data), entry["sha"])
         return entry
+
+    def _write_head(self, size_bytes: int, line_bytes: int, sha: str) -> None:
+        """Record the chain's end (under the log's lock): replaced whole, never half written.
+        Counting lines from the size would read the whole log per call; the head is updated
+        from the previous head instead, or counted once when it is missing or stale."""
+        head = read_head(self.path)
+        if head is not None and head.get("size_bytes") == size_bytes - line_bytes:
+            num_lines = int(head["num_lines"]) + 1
+        else:
+            num_lines = len(read_lines(self.path))
+        path = head_path(self.path)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps({"num_lines": num_lines, "sha": sha, "size_bytes": size_bytes}))
+        os.replace(tmp, path)
+
+
+def head_path(log: Path) -> Path:
+    return log.with_name(log.name + ".head")
+
+
+def read_head(log: Path) -> dict[str, Any] | None:
+    """The head file's record, or None when it is missing or unreadable."""
+    try:
+        head = json.loads(head_path(log).read_text())
+    except (OSError, ValueError):
+        return None
+    return head if isinstance(head, dict) and isinstance(head.get("num_lines"), int) else None
 
 
 @dataclass(frozen=True)
@@ -130,4 +161,23 @@ def verify(path: Path) -> Verdict:
                 f"does not follow {where}: a line before it was deleted, inserted or edited",
             )
         prev = entry["sha"]
-    return Verdict(len(lines))
+    return _check_head(path, lines)
+
+
+def _check_head(path: Path, lines: list[bytes]) -> Verdict:
+    """The intact chain against the head: as long as it records, ending at its hash. A head
+    behind the log by some lines is a crash between an append and its head update."""
+    num = len(lines)
+    head = read_head(path)
+    if head is None:
+        if not lines:
+            return Verdict(0)
+        return Verdict(num, num, f"{head_path(path).name} is missing: the end cannot be checked")
+    recorded = head["num_lines"]
+    if recorded > num:
+        return Verdict(
+            num, num + 1, f"deleted: the log ends at line {num}, its head records {recorded}"
+        )
+    if recorded and json.loads(lines[recorded - 1]).get("sha") != head.get("sha"):
+        return Verdict(num, recorded, "does not end the chain its head records (rewritten)")
+    return Verdict(num)
