@@ -78,6 +78,7 @@ def own_server(tmp_path):
         port=free_port(),
         log_level="warning",
         shutdown_timeout_s=5,
+        max_engine_restarts=0,  # the test sees the dead engine (restarts: hardening_restart)
     )
     running = start_server(options, {})
     yield running
