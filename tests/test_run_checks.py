@@ -82,3 +82,26 @@ def test_a_speculative_run_without_its_draft_hash_is_not_scored(tmp_path):
     )
     # No speculative engine: nothing to hash.
     assert not run_checks.lacks_draft_hash({"engine_configs": [{"speculative": "none"}]})
+
+
+def test_every_scorer_checks_the_design(tmp_path):
+    """The CLI, the site and the MCP runbook score with today's designs: a run of an earlier
+    design is not scored by any of them."""
+    from claimbench.ops.jobs import JobManager
+    from claimbench.ops.runbook import OpsConfig, Runbook
+
+    c = claim(id="fake-pass")
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "claims.yaml").write_text(
+        "- id: fake-pass\n  part: 1\n  title: t\n  statement: s\n  confidence: 0.8\n"
+        "  scope: any\n  prediction:\n    - {metric: gain, op: '>=', value: 1.5}\n"
+        "  refuted_if: r\n"
+    )
+    write_experiment(root, c, "def run(ctx):\n    pass\n")
+    store_run(root / "results", c, GOOD, root=root)
+    runbook = Runbook(OpsConfig(root, None, "float32", None), JobManager())
+    assert runbook.get_scores().totals["confirmed"] == 1
+    write_experiment(root, c, "def run(ctx):\n    return None\n")  # the design moved on
+    assert runbook.get_scores().totals["not-run"] == 1
+    assert runbook.show_claim("fake-pass").status == "not run"

@@ -24,6 +24,7 @@ from claimbench.harness import (
     ledger,
     registry,
     results,
+    run_checks,
     score_file,
     scoring,
     spend_gate,
@@ -159,7 +160,8 @@ class Runbook:
     def list_claims(self) -> outputs.ClaimList:
         """Every claim: id, part, title, confidence, scope and status (verdict once run)."""
         root = self.config.root
-        scores = scoring.score_claims(self._claims(), self._runs())
+        claims = self._claims()
+        scores = scoring.score_claims(claims, self._runs(), run_checks.today_designs(root, claims))
         return outputs.ClaimList(
             claims=[
                 outputs.ClaimRow(
@@ -177,7 +179,8 @@ class Runbook:
     def show_claim(self, claim_id: ClaimId) -> outputs.ClaimDetail:
         """One claim: statement, prediction, what refutes it, its score and its runs."""
         claim = self._claim(claim_id)
-        score = scoring.score_claim(claim, self._runs())
+        designs = run_checks.today_designs(self.config.root, [claim])
+        score = scoring.score_claim(claim, self._runs(), designs)
         return outputs.ClaimDetail(
             id=claim.id,
             part=claim.part,
@@ -196,8 +199,9 @@ class Runbook:
     def get_scores(self) -> outputs.Scores:
         """Every claim's verdict and conditions, and calibration, from the stored runs
         (computed, not written: `score` writes scores.parquet)."""
-        runs = self._runs()
-        scores = scoring.score_claims(self._claims(), runs)
+        runs, claims = self._runs(), self._claims()
+        designs = run_checks.today_designs(self.config.root, claims)
+        scores = scoring.score_claims(claims, runs, designs)
         return outputs.Scores(
             claims=[outputs.ScoreOut.of(s) for s in scores],
             calibration=calibration.calibration(scores),
@@ -363,8 +367,9 @@ class Runbook:
 
     def score(self) -> outputs.Written:
         """Score every claim from the stored runs and write results/scores.parquet."""
-        runs = self._runs()
-        scores = scoring.score_claims(self._claims(), runs)
+        runs, claims = self._runs(), self._claims()
+        designs = run_checks.today_designs(self.config.root, claims)
+        scores = scoring.score_claims(claims, runs, designs)
         path = score_file.write_scores(self.config.store, scores)
         counts = scoring.verdict_counts(scores)
         summary = " · ".join(f"{n} {verdict}" for verdict, n in counts.items())
