@@ -151,23 +151,24 @@ class Probe:
         )
 
     async def metrics_stop(self) -> str:
+        greedy = {
+            "model": MODEL,
+            "prompt": "def f():",
+            "max_tokens": 12,
+            "temperature": 0,
+            "ignore_eos": True,
+        }
         async with self.client() as client:
-            before = _count(await client.get("/metrics", headers=self.headers("alice")), "stop")
+            headers = self.headers("alice")
+            before = _count(await client.get("/metrics", headers=headers), "stop")
+            text = (await client.post("/v1/completions", headers=headers, json=greedy)).json()
+            stop = text["choices"][0]["text"][2:4]  # it occurs: the stop string ends it
             r = await client.post(
-                "/v1/completions",
-                headers=self.headers("alice"),
-                json={
-                    "model": MODEL,
-                    "prompt": "def f():",
-                    "max_tokens": 16,
-                    "temperature": 0,
-                    "ignore_eos": True,
-                    "stop": ["\n"],
-                },
+                "/v1/completions", headers=headers, json={**greedy, "stop": [stop]}
             )
             reason = r.json()["choices"][0]["finish_reason"]
             await asyncio.sleep(0.5)
-            after = _count(await client.get("/metrics", headers=self.headers("alice")), "stop")
+            after = _count(await client.get("/metrics", headers=headers), "stop")
         return f"stop-string finish ({reason}): /metrics stop count {before} -> {after}"
 
     async def headers_probe(self) -> str:
