@@ -192,6 +192,8 @@ def _record_trial(
         **serving,
         **runner,
         prefix_hit_tokens=reports["precompile"]["prefix_hit_tokens"],
+        # Which programs, when any: the function each compile event named.
+        built=[name for arm in serving for name in reports[arm]["programs_built_while_serving"]],
     )
     cold = reports["cold"]
     ctx.record(
