@@ -37,7 +37,12 @@ from typer.testing import CliRunner
 
 from claimbench.cli.main import app
 from claimbench.engine.config import EngineConfig
-from claimbench.models.checkpoint import read_config
+from claimbench.models.checkpoint import (
+    default_draft_path,
+    default_model_path,
+    default_moe_path,
+    read_config,
+)
 from claimbench.models.tokenizer import Tokenizer
 from claimbench.serving.chat import ChatTemplate
 from claimbench.serving.protocol import ChatMessage
@@ -257,3 +262,14 @@ def test_template_environment_is_transformers(checkpoint: Checkpoint, tmp_path: 
     template = ChatTemplate.for_model(path)
     assert template.origin == str(path / "chat_template.jinja")
     assert template.render([ChatMessage(**m) for m in messages]) == theirs
+
+
+@pytest.mark.parametrize("path", [default_model_path(), default_draft_path(), default_moe_path()])
+def test_shipped_prompt_ids_are_transformers(path: Path) -> None:
+    # The shipped tokenizer.json prepends <|bos|> itself, as the models were trained: text
+    # gives transformers (and vLLM) the ids it gives us, BOS included.
+    theirs = transformers.AutoTokenizer.from_pretrained(path)
+    ours = Tokenizer.from_dir(path)
+    for text in TEXTS:
+        assert ours.encode(text) == theirs(text).input_ids, text
+        assert ours.encode(text)[:1] == [ours.bos_id] == [0]

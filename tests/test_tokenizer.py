@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tokenizers import processors
 
 from claimbench.models.tokenizer import StreamDecoder, Tokenizer
 from claimbench.models.train import save_tokenizer, train_tokenizer
@@ -63,12 +64,16 @@ def test_stream_decoder_flushes_truncated_character(tokenizer: Tokenizer) -> Non
 
 
 def test_from_dir_bos_from_the_tokenizer_eos_from_config(tmp_path: Path, tokenizer: Tokenizer):
-    save_tokenizer(tokenizer, tmp_path)  # tokenizer_config.json: add_bos_token, <|bos|>
+    save_tokenizer(tokenizer, tmp_path)  # tokenizer.json's post-processor prepends <|bos|>
     # config.json's bos_token_id names the model's BOS, not whether a prompt gets one.
     (tmp_path / "config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": [1, 0]}))
     loaded = Tokenizer.from_dir(tmp_path)
     assert (loaded.bos_id, loaded.eos_id) == (0, 1)
     assert loaded.encode("a") == tokenizer.encode("a") == [0, *tokenizer.encode("a", add_bos=False)]
+    # Without a post-processor, tokenizer_config.json's add_bos_token decides.
+    saved = json.loads((tmp_path / "tokenizer.json").read_text())
+    (tmp_path / "tokenizer.json").write_text(json.dumps({**saved, "post_processor": None}))
+    assert Tokenizer.from_dir(tmp_path).encode("a") == tokenizer.encode("a")
     config = json.loads((tmp_path / "tokenizer_config.json").read_text())
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({**config, "add_bos_token": False}))
     assert Tokenizer.from_dir(tmp_path).encode("a") == tokenizer.encode("a", add_bos=False)
@@ -76,6 +81,17 @@ def test_from_dir_bos_from_the_tokenizer_eos_from_config(tmp_path: Path, tokeniz
         json.dumps({**config, "bos_token": "<|missing|>"})
     )
     with pytest.raises(ValueError, match=r"add_bos_token with bos_token='<\|missing\|>'"):
+        Tokenizer.from_dir(tmp_path)
+
+
+def test_a_post_processor_adding_more_than_a_bos_is_refused(tmp_path: Path, tokenizer: Tokenizer):
+    save_tokenizer(tokenizer, tmp_path)
+    appends = Tokenizer.from_dir(tmp_path).tokenizer
+    appends.post_processor = processors.TemplateProcessing(
+        single="$A <|eos|>", pair="$A $B", special_tokens=[("<|eos|>", 1)]
+    )
+    appends.save(str(tmp_path / "tokenizer.json"))
+    with pytest.raises(ValueError, match=r"tokenizer.json: post_processor adds \[1\]"):
         Tokenizer.from_dir(tmp_path)
 
 
@@ -119,3 +135,9 @@ def test_stream_decoder_decodes_once_per_token_over_a_bounded_window(
     # plus the ids of a character still held back (a few bytes' worth).
     assert max(counting.lengths) <= 2 * window
     assert len(ids) > 10 * window
+
+
+def test_unreadable_tokenizer_json_is_a_value_error(tmp_path: Path) -> None:
+    (tmp_path / "tokenizer.json").write_text('{"model": 1}')
+    with pytest.raises(ValueError, match="tokenizer.json is not a tokenizer"):
+        Tokenizer.from_dir(tmp_path)

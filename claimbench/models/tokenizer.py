@@ -47,7 +47,10 @@ class Tokenizer:
         file = path / TOKENIZER_FILE
         if not file.is_file():
             raise FileNotFoundError(f"{file} is missing")
-        tokenizer = HFTokenizer.from_file(str(file))
+        try:
+            tokenizer = HFTokenizer.from_file(str(file))
+        except Exception as e:  # the Rust library raises a bare Exception on bad JSON
+            raise ValueError(f"{file} is not a tokenizer the tokenizers library reads: {e}") from e
         if tokenizer.post_processor is not None:
             bos_id = _leading_special_id(tokenizer, file)
         else:

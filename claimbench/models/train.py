@@ -30,7 +30,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import decoders, models, pre_tokenizers, trainers
+from tokenizers import decoders, models, pre_tokenizers, processors, trainers
 
 from claimbench.models.checkpoint import ASSETS_DIR, save_model
 from claimbench.models.config import ModelConfig
@@ -119,7 +119,15 @@ def train_tokenizer(texts: list[str], vocab_size: int = VOCAB_SIZE) -> Tokenizer
         show_progress=False,
     )
     tokenizer.train_from_iterator(texts, trainer=trainer)
-    return Tokenizer(tokenizer, tokenizer.token_to_id(BOS_TOKEN), tokenizer.token_to_id(EOS_TOKEN))
+    bos_id = tokenizer.token_to_id(BOS_TOKEN)
+    # The BOS the model trains with, written into tokenizer.json as Llama 3 writes its own:
+    # transformers and vLLM add it from text as we do (neither reads add_bos_token there).
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{BOS_TOKEN} $A",
+        pair=f"{BOS_TOKEN} $A {BOS_TOKEN} $B:1",
+        special_tokens=[(BOS_TOKEN, bos_id)],
+    )
+    return Tokenizer(tokenizer, bos_id, tokenizer.token_to_id(EOS_TOKEN))
 
 
 def _optimizer(tc: TrainConfig) -> optax.GradientTransformation:
