@@ -4,12 +4,19 @@ the step's int32 array and ended the engine for every tenant."""
 
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
+
 import pytest
 from engine_helpers import tiny_engine
 
 from claimbench.engine.batch import StepInputError, build_step
 from claimbench.engine.outputs import FinishEvent, TokenEvent
 from claimbench.engine.sampler import INT32_MAX, SamplingParams
+from claimbench.models.checkpoint import default_model_path
+from claimbench.models.tokenizer import Tokenizer
+from claimbench.serving.async_engine import RequestFailed, RequestStream
+from claimbench.serving.generation import OutputAssembler, pieces
 from claimbench.serving.protocol import ChatCompletionRequest, CompletionRequest
 
 BASE = '{"model": "m", "prompt": "x"'
@@ -106,3 +113,16 @@ def test_build_step_names_the_request_that_overflows():
     with pytest.raises(StepInputError) as info:
         build_step(engine.config, scheduled)
     assert info.value.request_ids == [scheduled[0][0].request_id]
+
+
+def test_an_error_finish_reaches_the_client_as_an_error_not_a_finish():
+    tokenizer = Tokenizer.from_dir(default_model_path())
+    stream = RequestStream("req-1")
+    stream.push([TokenEvent("req-1", 300, 0, 0.0, None), FinishEvent("req-1", "error", 0.1)])
+    engine = SimpleNamespace(abort=lambda *args: None)
+
+    async def drain() -> list:
+        return [p async for p in pieces(engine, stream, OutputAssembler(tokenizer, []))]
+
+    with pytest.raises(RequestFailed, match="could not run this request's values"):
+        asyncio.run(drain())
