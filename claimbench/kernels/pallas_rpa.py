@@ -95,6 +95,12 @@ def ragged_paged_attention(
     belong to no sequence are zero; their K/V are not written (``md.slot_mapping`` is
     only checked for shape: positions come from kv_lens and cu_q_lens).
 
+    The pages are pinned to HBM for the call (XLA would otherwise stage a layer's cache
+    small enough for VMEM there whole, in and out, every step); the cache needs no
+    placement of its own. Donated by a caller's jit (``donate_argnums``) it is updated in
+    place at every page dtype, whatever else the caller returns; not donated, XLA writes
+    the result into a new cache, a copy of every page.
+
     Knobs (keyword-only): ``num_kv_pages_per_block`` pages per KV block,
     ``num_queries_per_block`` query tokens per block in the prefill/mixed path (both
     default per TPU generation, see ``rpa_blocks``), ``vmem_limit_bytes`` (None: the
@@ -255,6 +261,13 @@ def _call_kernel(
     out_shapes = [
         jax.ShapeDtypeStruct(q.shape, q.dtype),
         pltpu.HBM(pages.shape, pages.dtype),
+        # Never written, never returned: it keeps the call from being a caller's whole
+        # result. XLA:TPU puts the pinned pages in memory space S(9); were the call the
+        # program's root (a caller's jit returning just (out, cache), nothing sliced, cast
+        # or passed through beside them: bf16 pages at Llama-3-8B's layer shape), XLA pins
+        # the donated parameter too, copies it back to its declared layout, and the alias
+        # of that copy to the pinned output fails verification (libtpu 0.0.42).
+        jax.ShapeDtypeStruct((1,), jnp.int32),
     ]
     # Tokens that belong to no sequence are never visited: their rows stay zero.
     aliases[len(scalars) + len(inputs)] = 0

@@ -87,7 +87,7 @@ def rpa_kernel(*refs, cfg: KernelConfig):
     scales of every KV block of every sequence f32[N, num_blocks, 2H, bkv] (already
     holding the new tokens', see ``block_row_scales``), for fp8 tensor_scales f32[2]
     (SMEM); the aliased pages and the aliased zero output.
-    Outputs (HBM): out [T, Hq, D], pages.
+    Outputs (HBM): out [T, Hq, D], pages, a guard i32[1] that is never written.
     Scratch: q/out buffers [2, bq, Hq, D], KV buffers [2, bkv, 2H, D], (int8 scale
     buffers f32[2, 2H, bkv]), m/l f32[H, bq * G, 128], acc f32[H, bq * G, D],
     DMA semaphores [5, 2], SMEM state i32[8].
@@ -101,6 +101,7 @@ def rpa_kernel(*refs, cfg: KernelConfig):
     refs.pop(0)  # the input side of the aliased pages: read and written through the output
     refs.pop(0)  # the zero output buffer, aliased to out_hbm
     out_hbm, pages_hbm = refs.pop(0), refs.pop(0)
+    refs.pop(0)  # the guard output, never written (pallas_rpa._call_kernel says why)
     q_bufs, o_bufs, kv_bufs = refs.pop(0), refs.pop(0), refs.pop(0)
     scale_bufs = refs.pop(0) if cfg.quant == "int8" else None
     m_ref, l_ref, acc_ref, sems, state = refs
