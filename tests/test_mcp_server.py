@@ -181,3 +181,14 @@ def test_warm_cache_compiles_every_bucket_into_the_persistent_cache(ops: Ops) ->
     # The cache experiments read (the suite points it at its own directory: conftest).
     assert result["cache_dir"] == os.environ["CLAIMBENCH_COMPILE_CACHE"]
     assert result["cache_entries_after"] >= 1
+
+
+def test_a_second_metered_run_waits_for_the_first(ops: Ops, on_v6e) -> None:
+    add_slow_claim(ops.project)
+    claims = ops.project / "claims.yaml"
+    settings = "budget:\n  usd: 100\n  estimate_device_s: {quick: {default: 60}}\nclaims:\n"
+    claims.write_text(settings + claims.read_text())
+    first = ops.call("payer", "run_claims", {"claims": ["fake-slow"]})
+    second = ops.refused("payer", "run_claims", {"claims": ["fake-pass"]})
+    assert f"run job {first['job_id']} is still spending" in second.message
+    assert ops.call("payer", "job_cancel", {"job_id": first["job_id"]})["state"] == "cancelled"

@@ -90,6 +90,11 @@ class JobManager:
         with self._lock:
             return self._jobs.get(job_id)
 
+    def running(self, kind: str) -> list[Job]:
+        """The jobs of ``kind`` still running, oldest first."""
+        with self._lock:
+            return [j for j in self._jobs.values() if j.kind == kind and j.state == RUNNING]
+
     def _follow(self, job: Job) -> None:
         """Apply the worker's events until it exits, then settle the job's state."""
         assert job.process.stdout is not None

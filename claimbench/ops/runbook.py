@@ -353,6 +353,15 @@ class Runbook:
         plan = self.spend_plan(claims, profile, trials)
         if plan.blocked is not None:
             raise MCPError(INVALID_PARAMS, f"refused: {plan.blocked}")
+        # A running job's spend reaches the ledger only when its runs finish: two metered jobs
+        # that each fit the remaining budget could overspend it together.
+        busy = self.jobs.running("run_claims")
+        if plan.metered and busy:
+            raise MCPError(
+                INVALID_PARAMS,
+                f"refused: run job {busy[0].job_id} is still spending on this metered machine; "
+                "wait for it or cancel it",
+            )
         spec = {
             "root": str(self.config.root),
             "results_dir": str(self.config.store),
