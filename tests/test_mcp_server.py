@@ -138,7 +138,7 @@ def test_a_cancelled_job_leaves_no_run_directory(ops: Ops) -> None:
     add_slow_claim(ops.project)
     job = ops.call("runner", "run_claims", {"claims": ["fake-slow"]})
     midway = ops.wait_job(
-        "runner", job["job_id"], lambda s: s["progress"].get("trial", 0) >= 2, 120
+        "runner", job["job_id"], lambda s: s["progress"].get("trial", 0) >= 2, 300
     )
     assert midway["state"] == "running" and midway["progress"]["num_trials"] == 60
     cancelled = ops.call("runner", "job_cancel", {"job_id": job["job_id"]})
