@@ -6,7 +6,7 @@ layer shapes of the shipped model, Llama-3-8B and Qwen2.5-7B.
 Each caller returns just (out, cache), the shape of result that made XLA:TPU reject bf16
 pages of a 128-wide head_dim ("Different aliasing shapes ... S(9)": pallas_rpa's guard
 output). Skipped where libtpu is not installed; under CI, which installs the tpu extra, a
-missing libtpu fails instead.
+missing libtpu fails instead. A cache in host memory is refused before anything compiles.
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ from claimbench.harness import tpu_check
 from claimbench.harness.hlo_copies import count_full_copies, hlo_shape
 from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV, int8_scales_shape
 from claimbench.kernels.metadata import AttentionMetadata
-from claimbench.kernels.pallas_rpa import page_head_dim, ragged_paged_attention
-
-pytestmark = pytest.mark.slow
+from claimbench.kernels.pallas_rpa import (
+    check_device_memory,
+    page_head_dim,
+    ragged_paged_attention,
+)
 
 # One step of the full profile's largest bucket: 256 tokens over 32 sequences, a pool of
 # 2,048 pages of 16 tokens, block tables of 64 pages (1,024 tokens) per sequence.
@@ -92,6 +94,7 @@ def _cache_facts(compiled, cache: LayerKV) -> tuple[int, int, int]:
     return copies, aliased, cache.pages.size * cache.pages.dtype.itemsize
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("page_dtype", PAGE_DTYPES)
 @pytest.mark.parametrize("chip", tpu_check.TPU_CHIPS)
@@ -106,6 +109,7 @@ def test_donated_cache_compiles_and_is_updated_in_place(
     assert aliased >= pages_bytes
 
 
+@pytest.mark.slow
 def test_an_undonated_cache_is_copied_which_the_checks_see() -> None:
     # The control: without donation the result is a new pool, written by a copy of the
     # pages, so the two checks above can fail.
@@ -114,3 +118,26 @@ def test_an_undonated_cache_is_copied_which_the_checks_see() -> None:
     copies, aliased, pages_bytes = _cache_facts(compiled, cache)
     assert copies >= 1
     assert aliased < pages_bytes
+
+
+def test_a_cache_in_host_memory_is_refused_outside_jit() -> None:
+    # Compiled for TPU, a donated host-memory cache aborts libtpu; outside jit its memory
+    # kind is known, so the wrapper names it before anything compiles.
+    device = jax.devices("cpu")[0]
+    num_tokens, num_seqs, head_dim = 8, 2, 64
+    pages = jnp.zeros((4, 16, 4, page_head_dim(head_dim)), jnp.bfloat16)
+    host = SingleDeviceSharding(device, memory_kind="pinned_host")
+    q = jnp.zeros((num_tokens, 4, head_dim), jnp.bfloat16)
+    kv = jnp.zeros((num_tokens, 2, head_dim), jnp.bfloat16)
+    md = AttentionMetadata(
+        slot_mapping=jnp.zeros((num_tokens,), jnp.int32),
+        cu_q_lens=jnp.zeros((num_seqs + 1,), jnp.int32),
+        kv_lens=jnp.zeros((num_seqs,), jnp.int32),
+        page_indices=jnp.zeros((num_seqs, 2), jnp.int32),
+        num_seqs=jnp.zeros((1,), jnp.int32),
+        distribution=jnp.zeros((3,), jnp.int32),
+    )
+    in_host = LayerKV(jax.device_put(pages, host), None)
+    with pytest.raises(ValueError, match="cache.pages is in 'pinned_host' memory"):
+        ragged_paged_attention(q, kv, kv, in_host, md, sm_scale=0.125)
+    check_device_memory(LayerKV(jax.device_put(pages, device), None))  # device memory: fine

@@ -95,11 +95,14 @@ def ragged_paged_attention(
     belong to no sequence are zero; their K/V are not written (``md.slot_mapping`` is
     only checked for shape: positions come from kv_lens and cu_q_lens).
 
-    The pages are pinned to HBM for the call (XLA would otherwise stage a layer's cache
-    small enough for VMEM there whole, in and out, every step); the cache needs no
-    placement of its own. Donated by a caller's jit (``donate_argnums``) it is updated in
-    place at every page dtype, whatever else the caller returns; not donated, XLA writes
-    the result into a new cache, a copy of every page.
+    The cache must be in device memory (JAX's default memory kind, HBM on TPU): a cache in
+    host memory is refused outside jit (ValueError); inside a caller's jit it cannot be
+    seen, and libtpu fails to compile it (donated: libtpu 0.0.42 aborts). The pages are
+    pinned to HBM for the call (XLA would otherwise stage a layer's cache small enough for
+    VMEM there whole, in and out, every step). Donated by a caller's jit
+    (``donate_argnums``) the cache is updated in place at every page dtype, whatever else
+    the caller returns; not donated, XLA writes the result into a new cache, a copy of
+    every page.
 
     Knobs (keyword-only): ``num_kv_pages_per_block`` pages per KV block,
     ``num_queries_per_block`` query tokens per block in the prefill/mixed path (both
@@ -139,6 +142,7 @@ def ragged_paged_attention(
     if num_queries_per_block is None:
         num_queries_per_block = max(1, min(defaults.q_tokens, num_tokens))
     check_knobs(num_kv_pages_per_block, num_queries_per_block, vmem_limit_bytes, pages_per_seq)
+    check_device_memory(cache)
     if is_concrete(md):
         check_metadata_values(
             md, num_tokens=num_tokens, num_pages=cache.pages.shape[0], page_size=page_size
@@ -327,6 +331,20 @@ def block_row_scales(rows: jax.Array, page_size: int, num_rows: int, bkv_pages: 
     tokens = page_row_scales(rows, page_size, num_rows)  # [N, pages, page_size, 2H]
     blocks = tokens.reshape(num_seqs, -1, bkv_pages * page_size, num_rows)
     return blocks.transpose(0, 1, 3, 2)
+
+
+def check_device_memory(cache: LayerKV) -> None:
+    """Raise ValueError if a concrete cache array lives outside device memory (a traced one
+    carries no memory kind to check)."""
+    for name, x in (("pages", cache.pages), ("scales", cache.scales)):
+        if x is None or isinstance(x, jax.core.Tracer):
+            continue
+        kind = getattr(getattr(x, "sharding", None), "memory_kind", None)
+        if kind not in (None, "device"):
+            raise ValueError(
+                f"cache.{name} is in {kind!r} memory: the kernel reads and writes the cache "
+                "in device memory (jax.device_put it there first)"
+            )
 
 
 def check_knobs(
