@@ -26,8 +26,9 @@ from claimbench.harness.model_provenance import ModelDirError, check_model_dir, 
 
 FETCH_FILE = "fetch.json"
 PARTIAL_SUFFIX = ".partial"
-# What the engine's loader reads (config, weights, tokenizer) and the licence that comes with it.
-ALLOW_PATTERNS = ("*.json", "*.safetensors", "*.txt", "LICENSE*", "*.md")
+# What the engine's loader reads (config, generation config, weights, tokenizer, a chat template
+# in chat_template.jinja) and the licence that comes with it.
+ALLOW_PATTERNS = ("*.json", "*.jinja", "*.safetensors", "*.txt", "LICENSE*", "*.md")
 DEFAULT_CACHE = Path.home() / ".cache" / "claimbench" / "models"
 _REVISION = re.compile(r"^[0-9a-f]{40}$")
 _REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
