@@ -29,6 +29,7 @@ PROBES = (
     "oversize",
     "stops",
     "ready",
+    "health_loops",
     "bucket",
     "metrics_stop",
     "headers",
@@ -121,7 +122,7 @@ class Probe:
             f"gap {stream['max_gap_s']:.3f} s"
         )
 
-    async def ready(self) -> str:
+    async def ready(self, path: str = "/health/ready") -> str:
         alone = await self.stream_gaps("alice", 128, asyncio.Event())
         stop = asyncio.Event()
         counts = {"checks": 0}
@@ -129,18 +130,30 @@ class Probe:
         async def loop() -> None:
             async with self.client() as client:
                 while not stop.is_set():
-                    await client.get("/health/ready")
+                    await client.get(path)
                     counts["checks"] += 1
 
+        async with self.client() as client:
+            before = _golden_runs(await client.get("/metrics", headers=self.headers("alice")))
         loops = [asyncio.create_task(loop()) for _ in range(32)]
         await asyncio.sleep(0.5)
         loaded = await self.stream_gaps("alice", 128, asyncio.Event())
         stop.set()
         await asyncio.gather(*loops)
+        await asyncio.sleep(0.5)
+        async with self.client() as client:
+            after = _golden_runs(await client.get("/metrics", headers=self.headers("alice")))
         return (
-            f"/health/ready x32 loops: alice's 128-token stream {alone['total_s']:.2f} s alone, "
-            f"{loaded['total_s']:.2f} s beside them ({counts['checks']} checks answered)"
+            f"{path} x32 loops: alice's 128-token stream {alone['total_s']:.2f} s alone, "
+            f"{loaded['total_s']:.2f} s beside them ({counts['checks']} checks answered, "
+            f"{after - before:.0f} golden generations run)"
         )
+
+    async def health_loops(self) -> str:
+        """The control for ``ready``: as many loops on /health (no engine work at all), so
+        what remains is the cost of answering HTTP (and of the loops themselves, when they
+        run on the server's host)."""
+        return await self.ready("/health")
 
     async def bucket(self) -> str:
         body = {"model": MODEL, "prompt": "def f():", "max_tokens": 100}
@@ -219,6 +232,14 @@ class Probe:
             f"top_k=2147483648: {bad['status']}; another tenant's request then "
             f"{after['status']}; /health {health}"
         )
+
+
+def _golden_runs(response: httpx.Response) -> float:
+    """Golden completions the server has run (its health tenant's finished requests)."""
+    found = re.findall(
+        r'vllm:request_success_total{[^}]*tenant="_health"[^}]*} (\S+)', response.text
+    )
+    return sum(float(v) for v in found)
 
 
 def _count(response: httpx.Response, reason: str) -> float:
