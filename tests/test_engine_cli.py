@@ -70,9 +70,9 @@ def test_generate_streams_only_the_text_to_stdout(checkpoint):
     [
         (["--temperature", "-1"], "--temperature must be >= 0, got -1"),
         (["--max-tokens", "1000"], "--max-tokens 1000 exceeds 256"),
-        (["--max-tokens", "0"], "--max-tokens must be >= 1, got 0"),
+        (["--max-tokens", "0"], "--max-tokens must be in [1, 2147483647], got 0"),
         (["--top-p", "0"], "--top-p must be in (0, 1], got 0"),
-        (["--top-k", "-2"], "--top-k must be >= 0"),
+        (["--top-k", "-2"], "--top-k must be in [0, 2147483647] (0 = off), got -2"),
         (["--seed", "-1"], "--seed must be in [0, 2**32)"),
     ],
 )
