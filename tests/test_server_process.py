@@ -112,6 +112,8 @@ def test_a_dead_engine_process_fails_health_and_requests_without_hanging(own_ser
         assert "engine" in late.json()["error"]["message"]
         assert http.get("/metrics").status_code == 503
         assert http.get("/health/ready").status_code == 503
+    # A crash, so `serve` will exit non-zero (the pipe may close before the exit code is in).
+    assert "exit code -9" in str(engine.error)
     own_server.stop()
     # Reaped: neither the engine process nor a zombie of it is left.
     assert wait_for(lambda: engine_pid not in child_states(os.getpid()), timeout_s=10)
@@ -125,5 +127,6 @@ def test_stopping_the_server_ends_the_engine_process(own_server):
         assert http.post("/v1/completions", json=body).status_code == 200
     own_server.stop()
     assert not own_server.state.engine.is_alive
+    assert own_server.state.engine.error is None  # ended by the server: no crash to report
     assert engine_pid not in child_states(os.getpid())
     assert "Z" not in child_states(os.getpid()).values()

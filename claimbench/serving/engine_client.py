@@ -182,6 +182,7 @@ class ProcessEngine:
         if self._process is None:
             return
         deadline = time.monotonic() + timeout_s
+        self._ending = True  # its end from here on is this side's doing, not a crash
         if not self._closed:
             self._send_quietly((STOP,))
         # The reader delivers the last events meanwhile; the pipe ends as the process does.
@@ -326,8 +327,11 @@ class ProcessEngine:
         self._closed = True
         if self._loop is not None and not self._loop.is_closed():
             self._loop.remove_reader(self._inbox.fileno())
-        code = self._process.exitcode if self._process is not None else None
-        if code not in (None, 0) and not self._ending:
+        if not self._ending and self._process is not None:
+            # Not ended by this side: a crash, whatever its code. The pipe can close a moment
+            # before the process is reaped, so wait for its exit code briefly.
+            self._process.join(1.0)
+            code = self._process.exitcode
             self.error = EngineProcessError(f"the engine process ended with exit code {code}")
             log.error("%s", self.error)
         stopped = EngineStopped("the engine process ended before the request finished")
