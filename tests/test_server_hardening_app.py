@@ -15,6 +15,7 @@ from hardening_helpers import in_process_server
 
 from claimbench.serving.app import STALL_S, create_app
 from claimbench.serving.health import HEALTH_PRIORITY, HEALTH_TENANT, Readiness
+from claimbench.serving.limits import BODY_TIMEOUT_S
 from claimbench.serving.tenants import hash_key
 
 
@@ -107,17 +108,9 @@ def test_metrics_behind_a_key_and_counting_restarts(server):
     assert server.run(get({})).status_code == 200  # open without a key (the default)
 
 
-def test_a_client_gone_mid_upload_is_no_server_error(server, caplog):
+def upload(server, receive) -> list[dict]:
+    """POST /v1/completions straight into the app with ``receive``; what it sent."""
     sent = []
-    messages = iter(
-        [
-            {"type": "http.request", "body": b'{"model": "claim', "more_body": True},
-            {"type": "http.disconnect"},
-        ]
-    )
-
-    async def receive():
-        return next(messages)
 
     async def send(message):
         sent.append(message)
@@ -140,7 +133,40 @@ def test_a_client_gone_mid_upload_is_no_server_error(server, caplog):
         "client": ("127.0.0.1", 1),
         "server": ("127.0.0.1", 80),
     }
+    server.run(server.app(scope, receive, send))
+    return sent
+
+
+def test_a_client_gone_mid_upload_is_no_server_error(server, caplog):
+    messages = iter(
+        [
+            {"type": "http.request", "body": b'{"model": "claim', "more_body": True},
+            {"type": "http.disconnect"},
+        ]
+    )
+
+    async def receive():
+        return next(messages)
+
     with caplog.at_level(logging.ERROR, logger="claimbench.serving"):
-        server.run(server.app(scope, receive, send))
+        sent = upload(server, receive)
     assert sent[0]["status"] == 499  # it once logged a 500 and two tracebacks
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_body_trickled_in_gets_408_within_the_body_timeout(server):
+    first = [{"type": "http.request", "body": b'{"model": "claim', "more_body": True}]
+
+    async def receive():
+        if first:
+            return first.pop()
+        await asyncio.sleep(3600)  # the rest never comes
+
+    server.state.body_timeout_s = 0.2
+    try:
+        t0 = time.perf_counter()
+        sent = upload(server, receive)
+        took_s = time.perf_counter() - t0
+    finally:
+        server.state.body_timeout_s = BODY_TIMEOUT_S
+    assert sent[0]["status"] == 408 and took_s < 2.0

@@ -9,6 +9,7 @@ server has a metrics key. A body over ``max_request_bytes`` gets 413 before it i
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import time
@@ -148,7 +149,14 @@ async def parse(state: ServerState, request: Request, schema: type[Body]) -> Bod
     if state.draining:
         raise ApiError(503, "the server is shutting down")
     try:
-        body = schema.model_validate_json(await request.body())
+        # A body trickled in byte by byte must not hold a connection and a handler forever.
+        async with asyncio.timeout(state.body_timeout_s):
+            raw = await request.body()
+        body = schema.model_validate_json(raw)
+    except TimeoutError as e:
+        raise ApiError(
+            408, f"the request body did not arrive within {state.body_timeout_s:g} s"
+        ) from e
     except BodyTooLarge as e:  # no Content-Length said so: counted as it came
         raise ApiError(413, str(e)) from e
     except ClientDisconnect as e:  # gone mid-upload: nobody to answer, nothing to log

@@ -6,7 +6,9 @@ Now a body past ``max_request_bytes`` is refused with 413 as soon as its Content
 its bytes so far) say so; text that cannot fit ``max_model_len`` is refused before it is
 tokenized (no token is longer than the vocabulary's longest, so the byte count bounds the
 token count from below); and long text is tokenized on a worker thread
-(``encode_batch`` releases Python's lock while it runs), so the loop keeps streaming.
+(``encode_batch`` releases Python's lock while it runs), so the loop keeps streaming. A body
+that has not all come within BODY_TIMEOUT_S gets 408 (app.parse), so one trickled in never
+holds a handler forever.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from claimbench.serving.protocol import error_body
 
 DEFAULT_MAX_REQUEST_BYTES = 4 * 2**20  # a 128k-token prompt as JSON fits; 10 MB does not
 OFFLOAD_CHARS = 8192  # text longer than this is tokenized off the event loop
+BODY_TIMEOUT_S = 60.0  # a body not all in by then gets 408 (4 MiB at 0.5 Mbit/s fits)
 
 
 class BodyTooLarge(Exception):

@@ -29,7 +29,7 @@ from claimbench.serving.async_engine import (
 )
 from claimbench.serving.chat import ChatTemplate
 from claimbench.serving.health import GOLDEN_PROMPT, Readiness, record_golden
-from claimbench.serving.limits import DEFAULT_MAX_REQUEST_BYTES, max_token_bytes
+from claimbench.serving.limits import BODY_TIMEOUT_S, DEFAULT_MAX_REQUEST_BYTES, max_token_bytes
 from claimbench.serving.metrics import ServerMetrics
 from claimbench.serving.tenants import TenantKeys
 
@@ -96,6 +96,7 @@ class ServerState:
     created: int = field(default_factory=lambda: int(time.time()))
     draining: bool = False  # set on SIGTERM: admit nothing new
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # a longer body gets 413 unread
+    body_timeout_s: float = BODY_TIMEOUT_S  # a body not all in by then gets 408
     metrics_key_sha256: str | None = None  # set: /metrics needs this key (as a Bearer token)
     readiness: Readiness = field(default_factory=Readiness)
     num_engine_restarts: int = 0  # engine processes started after the first one died
