@@ -9,10 +9,11 @@ later cut.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from claimbench.engine.outputs import FinishEvent, RejectEvent, TokenEvent
+from claimbench.engine.outputs import Event, FinishEvent, RejectEvent, TokenEvent
 from claimbench.models.tokenizer import Tokenizer
 from claimbench.serving.async_engine import AsyncEngine, RequestFailed, RequestStream
 
@@ -72,11 +73,16 @@ class OutputAssembler:
         return out
 
 
+OFFLOAD_EVENTS = 256  # a batch of more events is detokenized on a worker thread
+
+
 async def pieces(
     engine: AsyncEngine, stream: RequestStream, assembler: OutputAssembler
 ) -> AsyncIterator[Piece]:
     """The request's output piece by piece, ending with one that has a finish_reason. A
     piece covers every event queued when it is made (one token while the consumer keeps up).
+    A long batch (a whole response read at its end) is detokenized on a worker thread, so
+    one long output does not hold every other stream for its length.
 
     A stop string aborts the request in the engine (its pages are freed at once). If the
     consumer goes away first (a client disconnect cancels it), the request is aborted.
@@ -84,27 +90,38 @@ async def pieces(
     finished = False
     try:
         while True:
-            text, token_ids, logprobs = "", [], []
-            for event in await stream.next_batch():
-                if isinstance(event, TokenEvent):
-                    text += assembler.push(event.token_id, event.logprob)
-                    token_ids.append(event.token_id)
-                    if event.logprob is not None:
-                        logprobs.append(event.logprob)
-                    if assembler.stopped:
-                        engine.abort(stream.request_id, "stop")  # /metrics counts a stop
-                        finished = True
-                        yield Piece(text + assembler.finish(), token_ids, logprobs, "stop")
-                        return
-                elif isinstance(event, FinishEvent) and event.reason == "error":
-                    finished = True
-                    raise RequestFailed("the engine could not run this request's values")
-                elif isinstance(event, FinishEvent | RejectEvent):
-                    finished = True
-                    reason = "abort" if isinstance(event, RejectEvent) else event.reason
-                    yield Piece(text + assembler.finish(), token_ids, logprobs, reason)
-                    return
-            yield Piece(text, token_ids, logprobs, None)
+            events = await stream.next_batch()
+            if len(events) > OFFLOAD_EVENTS:
+                piece, cut = await asyncio.to_thread(_assemble, assembler, events)
+            else:
+                piece, cut = _assemble(assembler, events)
+            if piece.finish_reason is not None:
+                finished = True
+                if cut:
+                    engine.abort(stream.request_id, "stop")  # /metrics counts a stop
+            yield piece
+            if finished:
+                return
     finally:
         if not finished:
             engine.abort(stream.request_id)
+
+
+def _assemble(assembler: OutputAssembler, events: list[Event]) -> tuple[Piece, bool]:
+    """The piece ``events`` make, and whether a stop string cut the output (the request is
+    then still running in the engine). RequestFailed for an engine's error finish."""
+    text, token_ids, logprobs = "", [], []
+    for event in events:
+        if isinstance(event, TokenEvent):
+            text += assembler.push(event.token_id, event.logprob)
+            token_ids.append(event.token_id)
+            if event.logprob is not None:
+                logprobs.append(event.logprob)
+            if assembler.stopped:
+                return Piece(text + assembler.finish(), token_ids, logprobs, "stop"), True
+        elif isinstance(event, FinishEvent) and event.reason == "error":
+            raise RequestFailed("the engine could not run this request's values")
+        elif isinstance(event, FinishEvent | RejectEvent):
+            reason = "abort" if isinstance(event, RejectEvent) else event.reason
+            return Piece(text + assembler.finish(), token_ids, logprobs, reason), False
+    return Piece(text, token_ids, logprobs, None), False
