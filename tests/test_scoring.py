@@ -280,6 +280,8 @@ def test_a_never_condition_is_an_observation_checked_by_its_control(tmp_path):
     assert status("one", one).status == "fails"
     short = rows("preemptions", [0, 0], unit="preemptions") + rows("preemptions_control", [1, 1])
     assert status("short", short).status == "too-few-trials"
+    # An event is conclusive however few trials saw it.
+    assert status("one-of-two", rows("preemptions", [0, 2], unit="preemptions")).status == "fails"
 
 
 # --- realised load, profiles, classes that disagree, model class, shares ---------------------

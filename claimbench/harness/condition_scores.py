@@ -192,20 +192,25 @@ def score_condition(
     if is_never_condition(condition):
         control = trial_series(rows, evidence_rules.control_metric(condition.metric))
         controls = tuple(float(control[t]) if t in control.index else None for t in series.index)
-    if values.size < need:
-        status = "too-few-trials"
-    elif is_never_condition(condition):
+    never = is_never_condition(condition)
+    if never:
         # "metric <= 0": the prediction is that an event never happens (a top-tier preemption,
         # a greedy mismatch, a compile while serving). That is an observation, not a mean to
-        # estimate: one trial with an event refutes it. None in every trial holds only where the
-        # same measurement saw the event under a setting where it can happen (the positive
-        # control) in at least the trial minimum of those trials: a measurement that cannot see
-        # the event proves nothing by seeing none. The interval stays the data's range.
-        fired = sum(1 for v in controls if v is not None and v > 0)
-        status = "fails" if bool((values > 0).any()) else ("holds" if fired >= need else "unclear")
+        # estimate: one trial with an event refutes it, however few trials there are. None in
+        # every trial holds only where the same measurement saw the event under a setting where
+        # it can happen (the positive control) in at least the trial minimum of those trials: a
+        # measurement that cannot see the event proves nothing by seeing none. The interval
+        # stays the data's range.
         interval = intervals.Interval(
             float(values.mean()), float(values.min()), float(values.max()), "never"
         )
+    fired = sum(1 for v in controls if v is not None and v > 0)
+    if never and bool((values > 0).any()):
+        status = "fails"
+    elif values.size < need:
+        status = "too-few-trials"
+    elif never:
+        status = "holds" if fired >= need else "unclear"
     elif interval.lo is None or interval.hi is None:
         status = "unclear"  # constant: identical trials give no interval to decide with
     else:
