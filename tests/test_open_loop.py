@@ -5,6 +5,7 @@ import pytest
 
 from claimbench.harness import open_loop
 from claimbench.harness import tenant_runs as tr
+from claimbench.harness.context import RunContext
 from claimbench.workload.build import WorkloadRequest
 
 
@@ -52,3 +53,27 @@ def test_realised_load_is_what_the_arrivals_asked_for_over_the_service():
     assert open_loop.realised_load(requests, 2.0, 15.0) == pytest.approx(2.0)
     with pytest.raises(ValueError, match="window_s must be > 0"):
         open_loop.offered_tok_s(requests, 0.0)
+
+
+def test_a_trial_off_its_load_is_marked_and_one_on_it_is_not():
+    ctx = RunContext(
+        claim_id="degradation-ladder",
+        profile="quick",
+        params={},
+        trials=2,
+        seed=0,
+        hardware={"platform": "cpu"},
+        dtype="float32",
+    )
+    service = tr.Saturation(output_tokens_per_s=10.0, requests_per_s=1.0, num_requests=8)
+    # 60 tokens in 2 s over 10 tok/s: 3x, against a 2x target within 25%: off target.
+    heavy = [request(0.0, 30), request(1.0, 30)]
+    assert not open_loop.record_load(ctx, 0, heavy, 2.0, service, target=2.0, tolerance=0.25)
+    # 40 tokens in 2 s: 2x, on target.
+    assert open_loop.record_load(
+        ctx, 1, [request(0.5, 40)], 2.0, service, target=2.0, tolerance=0.25
+    )
+    frame = ctx.measurements_frame("run")
+    realised = frame[frame["metric"] == "realised_load"].sort_values("trial")
+    assert list(realised["value"]) == pytest.approx([3.0, 2.0])
+    assert list(frame.loc[frame["metric"] == "trial_off_target", "trial"]) == [0]
