@@ -21,6 +21,7 @@ from claimbench.cli.main import app as cli
 from claimbench.models.checkpoint import default_model_path
 from claimbench.serving import server as server_module
 from claimbench.serving import supervisor as supervisor_module
+from claimbench.serving.batch_policy import is_batch, set_batch_policy
 from claimbench.serving.engine_client import EngineProcessError
 from claimbench.serving.health import Readiness
 from claimbench.serving.server import GracefulServer, ServeOptions
@@ -159,10 +160,12 @@ def test_a_killed_engine_process_is_restarted_and_serves_again():
         log_level="warning",
         shutdown_timeout_s=5,
         precompile=False,
+        api_batch_policy=True,  # as `serve` runs: the new engine must not inherit it
     )
     running = start_server(options, {})
     try:
         first = running.state.engine
+        assert not is_batch(first.pid)
         first.kill()
         with httpx.Client(base_url=running.url, timeout=30) as http:
             assert wait_for(lambda: http.get("/health").status_code == 503, timeout_s=10)
@@ -172,5 +175,7 @@ def test_a_killed_engine_process_is_restarted_and_serves_again():
             body = {"model": MODEL, "prompt": "x = ", "max_tokens": 3}
             assert http.post("/v1/completions", json=body).status_code == 200
             assert "claimbench:engine_restarts_total 1" in http.get("/metrics").text
+        assert not is_batch(running.state.engine.pid)  # the engine keeps the normal policy
     finally:
         running.stop()
+        set_batch_policy(False)  # this test process's threads, as they were

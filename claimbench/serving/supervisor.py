@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable
 
+from claimbench.serving.batch_policy import is_batch, set_batch_policy
 from claimbench.serving.engine_client import EngineProcessError, ProcessEngine
 from claimbench.serving.engine_core import CoreOptions
 from claimbench.serving.state import ServerState
@@ -106,6 +108,17 @@ def _end_unused(launching: asyncio.Future) -> None:
 
 
 def _launch(options: CoreOptions) -> ProcessEngine:
-    engine = ProcessEngine(options)
-    engine.launch()
+    """A started engine process, spawned under the normal scheduling policy: a child
+    inherits its spawning thread's, and this thread's is the API process's SCHED_BATCH
+    when `serve` set it (the first engine was spawned before the switch)."""
+    tid = threading.get_native_id()
+    batch = is_batch(tid)
+    if batch:
+        set_batch_policy(False, [tid])
+    try:
+        engine = ProcessEngine(options)
+        engine.launch()
+    finally:
+        if batch:
+            set_batch_policy(True, [tid])
     return engine
