@@ -1,5 +1,6 @@
-"""A long batch of output (a whole response read at its end) is detokenized on a worker
-thread, to the same text as inline, so one long output does not hold every other stream."""
+"""Long text is tokenized, and a long batch of output (a whole response read at its end)
+detokenized, on a worker thread, to the same ids and text as inline: one long request does
+not hold every other stream."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import pytest
 from claimbench.engine.outputs import FinishEvent, TokenEvent
 from claimbench.models.checkpoint import default_model_path
 from claimbench.models.tokenizer import Tokenizer
-from claimbench.serving import generation
+from claimbench.serving import generation, limits
 from claimbench.serving.async_engine import RequestStream
 from claimbench.serving.generation import OFFLOAD_EVENTS, OutputAssembler, pieces
+from claimbench.serving.limits import OFFLOAD_CHARS
 
 
 @pytest.mark.parametrize("num_tokens", [OFFLOAD_EVENTS // 2, OFFLOAD_EVENTS * 2])
@@ -40,3 +42,20 @@ def test_long_batches_are_detokenized_off_the_loop_to_the_same_text(monkeypatch,
     (piece,) = asyncio.run(drain())
     assert piece.text == tokenizer.decode(ids) and piece.finish_reason == "length"
     assert offloaded == ([len(ids) + 1] if len(ids) > OFFLOAD_EVENTS else [])
+
+
+@pytest.mark.parametrize("add_bos", [True, False])
+def test_long_text_is_tokenized_off_the_loop_to_the_same_ids(monkeypatch, add_bos):
+    tokenizer = Tokenizer.from_dir(default_model_path())
+    text = "for i in range(10):\n    total += i * i\n" * (OFFLOAD_CHARS // 20)
+    assert len(text) > OFFLOAD_CHARS
+    offloaded = []
+    to_thread = asyncio.to_thread
+
+    async def recording_to_thread(fn, *args):
+        offloaded.append(fn)
+        return await to_thread(fn, *args)
+
+    monkeypatch.setattr(limits.asyncio, "to_thread", recording_to_thread)
+    ids = asyncio.run(limits.encode(tokenizer, text, add_bos))
+    assert ids == tokenizer.encode(text, add_bos=add_bos) and len(offloaded) == 1
