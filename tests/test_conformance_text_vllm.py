@@ -92,5 +92,16 @@ def test_vllm_offline_gives_our_prompt_ids_and_greedy_text(arch, family, tmp_pat
     for prompt, mine, vllm in zip(PROMPTS, ours, theirs, strict=True):
         assert mine.prompt_token_ids == vllm["prompt_token_ids"], prompt
         assert mine.token_ids == vllm["token_ids"], prompt
-        assert (mine.text, mine.finish_reason) == (vllm["text"], vllm["finish_reason"]), prompt
+        assert mine.finish_reason == vllm["finish_reason"], prompt
+        assert same_text(mine.text, vllm["text"], mine.finish_reason), prompt
+
+
+def same_text(ours: str, theirs: str, finish_reason: str) -> bool:
+    """Equal text, but for one known difference: an answer cut at max_tokens inside a
+    multi-byte character ends, in ours as in transformers' decode, with U+FFFD for the bytes
+    that came; vLLM's incremental detokenizer holds those bytes back and never emits them."""
+    if ours == theirs:
+        return True
+    tail = ours[len(theirs) :]
+    return finish_reason == "length" and ours.startswith(theirs) and set(tail) == {"\ufffd"}
     assert theirs[0]["finish_reason"] == "stop"  # TEXT's reply ends on a stop id (checkpoints)

@@ -267,10 +267,11 @@ def _hf_model(
     eos = _ids(tokenizer, family.config_eos)
     common = dict(
         vocab_size=-(-tokenizer.get_vocab_size() // 64) * 64,  # padded, as real vocabularies
+        # head_dim 32: the smallest vLLM's CPU attention takes (the vLLM comparison runs these).
         hidden_size=64,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
         max_position_embeddings=512,
         rms_norm_eps=1e-6,
         initializer_range=0.1,  # peakier random logits: greedy argmax far from ties
