@@ -62,3 +62,25 @@ def test_every_shipped_experiment_has_a_design():
     for exp in sorted((REPO / "experiments").glob("*.py")):
         design = design_of(exp)
         assert len(design.hash) == 16 and f"experiments.{exp.stem}" in design.modules
+
+
+def test_design_hash_ignores_where_code_lives_and_how_it_is_described(tmp_path):
+    def experiment(package: str, doc: str, flag: str = "") -> str:
+        return (
+            f'"""{doc}"""\nfrom experiments.{package} import helper as h  # {doc}\n'
+            f"def run(ctx):\n    cmd = ['-m', 'experiments.{package}.helper'{flag}]\n"
+            "    return h.K, cmd\n"
+        )
+
+    write_experiment(tmp_path, "old/helper", '"""A helper."""\nK = 1\n')
+    write_experiment(tmp_path, "new/helper", '"""The helper, moved."""\n\nK = 1  # same\n')
+    exp = write_experiment(tmp_path, "probe", experiment("old", "Probe."))
+    before = design_of(exp)
+    assert "experiments.old.helper" in before.modules
+    # The same code moved to another package, re-documented and re-commented: the same design.
+    write_experiment(tmp_path, "probe", experiment("new", "Probe, reworded."))
+    after = design_of(exp)
+    assert "experiments.new.helper" in after.modules and after.hash == before.hash
+    # A changed statement is a changed design.
+    write_experiment(tmp_path, "probe", experiment("new", "Probe.", ", '-v'"))
+    assert design_of(exp).hash != before.hash

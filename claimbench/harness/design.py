@@ -14,7 +14,11 @@ as strings (a probe launched with ``python -m``). It leaves out:
 - the harness modules that store, describe and score runs (SCORING_CORE): how a run is read
   does not change what it measured.
 
-The hash is sha256 over each module's dotted name and the sha256 of its bytes, in name order.
+The hash is of the code, not of where it lives or how it is described: each module's syntax
+tree with its import statements and docstrings removed and module names written as strings cut
+to their last part (comments never reach the tree), hashed, and the sorted module hashes hashed
+again, names left out. Moving a helper to another package, renaming an import or rewording a
+comment leaves a design's hash alone; changing what any statement does moves it.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ SCORING_CORE = frozenset(
         "selection",
     )
 )
-_MODULE_STRING = re.compile(r"^(?:claimbench\.(?:harness|workload)|experiments)(?:\.\w+)+$")
+_MODULE_STRING = re.compile(r"^(?:claimbench|experiments)(?:\.\w+)+$")
 
 
 @dataclass(frozen=True)
@@ -128,12 +132,50 @@ def design_modules(experiment_file: Path) -> dict[str, Path]:
     return found
 
 
+class _CodeOnly(ast.NodeTransformer):
+    """Removes from a module's tree what does not change what it does: imports, docstrings, and
+    the package part of module names written as strings."""
+
+    def visit_Import(self, node: ast.Import) -> None:
+        return None
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        return None
+
+    def visit_Constant(self, node: ast.Constant) -> ast.Constant:
+        if isinstance(node.value, str) and _MODULE_STRING.fullmatch(node.value):
+            return ast.Constant(f"module:{node.value.rsplit('.', 1)[-1]}")
+        return node
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        body = getattr(node, "body", None)
+        if isinstance(node, _DOCUMENTED) and body and _is_docstring(body[0]):
+            node.body = body[1:]  # type: ignore[attr-defined]
+        return super().generic_visit(node)
+
+
+_DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _is_docstring(node: ast.stmt) -> bool:
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    )
+
+
+def code_hash(file: Path) -> str:
+    """sha256 hex of what the module in ``file`` does (see the module docstring)."""
+    tree = _CodeOnly().visit(ast.parse(file.read_text(encoding="utf-8"), filename=str(file)))
+    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
+
+
 def design_of(experiment_file: Path) -> Design:
     """The design hash of the experiment in ``experiment_file``; OSError or SyntaxError when a
     module of the design cannot be read."""
     modules = design_modules(experiment_file)
     digest = hashlib.sha256()
-    for name in sorted(modules):
-        file_digest = hashlib.sha256(modules[name].read_bytes()).hexdigest()
-        digest.update(f"{name}:{file_digest}\n".encode())
+    for module_digest in sorted(code_hash(file) for file in modules.values()):
+        digest.update(f"{module_digest}\n".encode())
     return Design(digest.hexdigest()[:16], tuple(sorted(modules)))
