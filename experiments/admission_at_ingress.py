@@ -117,14 +117,8 @@ def run(ctx: RunContext) -> None:
             for mode, timeline in timelines.items()
         }
         # The overload episode's realised load (the bounded and unbounded arms share it).
-        open_loop.record_load(
-            ctx,
-            trial,
-            arms["bounded"].requests,
-            saturation.seconds_for(params["episode_requests"]),
-            saturation,
-            target=params["overload"],
-            tolerance=params["load_tolerance"],
+        open_loop.record_episode_load(
+            ctx, trial, arms["bounded"].requests, saturation, params, target=params["overload"]
         )
         longest = max(
             sum(saturation.seconds_for(p.service_requests) for p in timeline)

@@ -205,15 +205,7 @@ def run(ctx: RunContext) -> None:
         saturation = meter.measure(spec)
         phase = tr.Phase(params["episode_requests"], params["load"])
         requests = tr.phased_requests(spec, saturation, [phase], vocab)
-        open_loop.record_load(
-            ctx,
-            trial,
-            requests,
-            saturation.seconds_for(params["episode_requests"]),
-            saturation,
-            target=params["load"],
-            tolerance=params["load_tolerance"],
-        )
+        open_loop.record_episode_load(ctx, trial, requests, saturation, params)
         engine.reset()
         timeout_s = tr.safety_timeout_s(saturation.seconds_for(params["episode_requests"]))
         own = serve_with(engine, requests, timeout_s)

@@ -131,15 +131,7 @@ def run(ctx: RunContext) -> None:
         saturation = meter.measure(mix(params, seed))
         phase = tr.Phase(params["episode_requests"], params["load"])
         requests = tr.phased_requests(mix(params, seed), saturation, [phase], vocab_size)
-        open_loop.record_load(
-            ctx,
-            trial,
-            requests,
-            saturation.seconds_for(params["episode_requests"]),
-            saturation,
-            target=params["load"],
-            tolerance=params["load_tolerance"],
-        )
+        open_loop.record_episode_load(ctx, trial, requests, saturation, params)
         arms = {mode: tr.Arm(requests, {"victim_policy": mode}) for mode in (BASELINE, FAIR)}
         # The episode and its backlog to completion, with a safety margin.
         timeout_s = tr.safety_timeout_s(2 * saturation.seconds_for(params["episode_requests"]))

@@ -118,15 +118,7 @@ def run(ctx: RunContext) -> None:
         seed = tr.trial_seed(ctx, trial)
         saturation = meter.measure(mix(params, seed))
         requests = episode(params, saturation, seed, vocab_size)
-        open_loop.record_load(
-            ctx,
-            trial,
-            requests,
-            saturation.seconds_for(params["episode_requests"]),
-            saturation,
-            target=params["load"],
-            tolerance=params["load_tolerance"],
-        )
+        open_loop.record_episode_load(ctx, trial, requests, saturation, params)
         # The episode, then its drain at full speed: twice its length, with a safety margin.
         timeout_s = tr.safety_timeout_s(2 * saturation.seconds_for(params["episode_requests"]))
         arms = {mode: tr.Arm(requests, {"scheduling_policy": mode}) for mode in MODES}

@@ -154,15 +154,7 @@ def run(ctx: RunContext) -> None:
         slo = slos(params, isolated)
         phase = tr.Phase(params["episode_requests"], params["load"])
         requests = tr.phased_requests(spec, saturation, [phase], vocab)
-        open_loop.record_load(
-            ctx,
-            trial,
-            requests,
-            saturation.seconds_for(params["episode_requests"]),
-            saturation,
-            target=params["load"],
-            tolerance=params["load_tolerance"],
-        )
+        open_loop.record_episode_load(ctx, trial, requests, saturation, params)
         window_s = saturation.seconds_for(params["window_requests"])
         timeout_s = tr.safety_timeout_s(2 * saturation.seconds_for(params["episode_requests"]))
         order = tuple(tr.rotated(list(TENANTS), trial))  # who gets the first window

@@ -117,14 +117,8 @@ def run(ctx: RunContext) -> None:
             trial_mix(params, saturation, seed), engine.model_cfg.vocab_size
         )
         # The episode's realised load: both tenants, noisy_load + quiet_load nominal.
-        open_loop.record_load(
-            ctx,
-            trial,
-            both,
-            saturation.seconds_for(params["episode_requests"]),
-            saturation,
-            target=params["noisy_load"] + params["quiet_load"],
-            tolerance=params["load_tolerance"],
+        open_loop.record_episode_load(
+            ctx, trial, both, saturation, params, target=params["noisy_load"] + params["quiet_load"]
         )
         arms = {
             "alone": tr.Arm([r for r in both if r.tenant == QUIET], {"tenants": ()}),

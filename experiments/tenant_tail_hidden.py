@@ -120,15 +120,7 @@ def run(ctx: RunContext) -> None:
         saturation = meter.measure(mix(params, seed))
         phase = tr.Phase(params["episode_requests"], params["load"])
         requests = tr.phased_requests(mix(params, seed), saturation, [phase], vocab_size)
-        open_loop.record_load(
-            ctx,
-            trial,
-            requests,
-            saturation.seconds_for(params["episode_requests"]),
-            saturation,
-            target=params["load"],
-            tolerance=params["load_tolerance"],
-        )
+        open_loop.record_episode_load(ctx, trial, requests, saturation, params)
         # Below saturation the episode drains as it arrives; the margin is for safety only.
         timeout_s = tr.safety_timeout_s(saturation.seconds_for(params["episode_requests"]))
         served = tr.serve_arms(

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -148,3 +148,26 @@ def record_load(
     measured ``service``) and whether it is within ``tolerance`` of ``target``."""
     realised = realised_load(requests, window_s, service.output_tokens_per_s)
     return ctx.record_realised_load(trial, realised, target=target, tolerance=tolerance)
+
+
+def record_episode_load(
+    ctx: RunContext,
+    trial: int,
+    requests: Sequence[WorkloadRequest],
+    service: tr.Saturation,
+    params: dict[str, Any],
+    *,
+    target: float | None = None,
+) -> bool:
+    """``record_load`` over an episode of ``params["episode_requests"]`` requests at the
+    service rate, against ``target`` (default ``params["load"]``) within
+    ``params["load_tolerance"]``."""
+    return record_load(
+        ctx,
+        trial,
+        requests,
+        service.seconds_for(params["episode_requests"]),
+        service,
+        target=params["load"] if target is None else target,
+        tolerance=params["load_tolerance"],
+    )
