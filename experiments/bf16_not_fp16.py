@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from claimbench.engine.sampler import SamplingParams
+from claimbench.harness.engine_settings import EngineSettings
 from claimbench.harness.f32_reference import reference_pass
 from claimbench.harness.interleaved_arms import interleaved_trials
 from claimbench.harness.precision import (
@@ -46,6 +47,7 @@ from claimbench.harness.quality import PromptPass, prompt_pass, top1_agreement_p
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
     from claimbench.harness.context import RunContext
+    from claimbench.models.config import ModelConfig
 
 DEFAULT_PARAMS: dict[str, Any] = QUALITY_DEFAULTS | {
     "decode_batch": 8,
@@ -68,6 +70,23 @@ def decode_tokens_per_s(engine: LLMEngine, prompts: np.ndarray, num_tokens: int)
     return float(decode["num_decode_tokens"].sum()) / seconds
 
 
+def engines(params: dict[str, Any], model: ModelConfig | None, dtype: str) -> EngineSettings:
+    """A bf16 and an fp16 engine (KV in the model dtype), one at a time; the float32 side is
+    a layer-by-layer reference (harness/f32_reference.py), not an engine."""
+    max_len = max(params["window_len"], params["decode_prompt_len"] + params["decode_tokens"]) + 1
+    options = {
+        setting: quality_options(
+            params,
+            dtype=DTYPES[setting],
+            kv_dtype="auto",
+            max_model_len=max_len,
+            max_num_seqs=params["decode_batch"],
+        )
+        for setting in DTYPES
+    }
+    return EngineSettings(options, one_at_a_time=True)
+
+
 def run(ctx: RunContext) -> None:
     """Record fp16_speedup and fp16_minus_bf16_top1_pts (and supporting numbers) per trial."""
     params = ctx.merged(DEFAULT_PARAMS)
@@ -85,17 +104,7 @@ def run(ctx: RunContext) -> None:
     reference = [reference_pass(ctx.model_path, w) for w in windows]
     for trial, ref in enumerate(reference):
         ctx.record("perplexity", ref.perplexity, trial=trial, setting="f32")
-    max_len = max(params["window_len"], params["decode_prompt_len"] + params["decode_tokens"]) + 1
-    options = {
-        setting: quality_options(
-            params,
-            dtype=DTYPES[setting],
-            kv_dtype="auto",
-            max_model_len=max_len,
-            max_num_seqs=params["decode_batch"],
-        )
-        for setting in DTYPES
-    }
+    options = engines(params, None, ctx.dtype).settings
     batch, prompt_len = params["decode_batch"], params["decode_prompt_len"]
 
     def warm(setting: str, engine: LLMEngine) -> None:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from claimbench.engine.sampler import SamplingParams
+from claimbench.harness.engine_settings import EngineSettings
 from claimbench.workload.build import WorkloadRequest, build_requests
 from claimbench.workload.lengths import length_dist_from_dict
 from claimbench.workload.spec import WorkloadSpec
@@ -39,6 +40,7 @@ from claimbench.workload.tokens import random_token_source
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
     from claimbench.harness.context import RunContext
+    from claimbench.models.config import ModelConfig
 
 DEFAULT_PARAMS: dict[str, Any] = {
     "num_requests": 384,
@@ -119,12 +121,18 @@ def _check(params: dict[str, Any]) -> None:
         )
 
 
+def engines(params: dict[str, Any], model: ModelConfig | None, dtype: str) -> EngineSettings:
+    """One engine that runs ``max_num_seqs`` sequences at once, prefix caching off (both
+    modes serve on it)."""
+    return EngineSettings({"": {"max_num_seqs": params["max_num_seqs"], "prefix_caching": "off"}})
+
+
 def run(ctx: RunContext) -> None:
     """Record throughput_ratio (continuous / static output tokens per second) per trial,
     with each mode's throughput and the continuous run's drain share beside it."""
     params = ctx.merged(DEFAULT_PARAMS)
     _check(params)
-    engine = ctx.engine(precompile=True, max_num_seqs=params["max_num_seqs"], prefix_caching="off")
+    engine = ctx.engine(precompile=True, **engines(params, None, ctx.dtype).settings[""])
     for trial in range(ctx.trials):
         requests = draw_requests(
             params, ctx.seed + trial, engine.model_cfg.vocab_size, engine.config.max_model_len

@@ -25,17 +25,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from claimbench.engine.kv_cache import resolve_kv_dtype
+from claimbench.engine.config import DEFAULT_PAGE_SIZE
+from claimbench.engine.kv_cache import pool_bytes_for, resolve_kv_dtype
 from claimbench.engine.sampler import SamplingParams
 from claimbench.harness.decode_roofline import decode_bytes, weight_storage_bytes
+from claimbench.harness.engine_settings import EngineSettings
 from claimbench.harness.hardware import get_chip
 from claimbench.harness.memory_probe import matmul_flops_per_s, stream_bytes_per_s
 from claimbench.harness.model_presets import shape_from_config
-from claimbench.harness.tenant_runs import kv_pool_bytes, reset_with
+from claimbench.harness.tenant_runs import reset_with
+from claimbench.models.checkpoint import read_config
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
     from claimbench.harness.context import RunContext
+    from claimbench.models.config import ModelConfig
 
 DEFAULT_PARAMS: dict[str, Any] = {
     "batches": [1, 2, 4, 8, 16, 32],
@@ -59,6 +63,22 @@ def _check(params: dict[str, Any]) -> None:
             raise ValueError(f"param {key} must be a positive integer, got {value!r}")
     if params["output_len"] < 3:
         raise ValueError(f"param output_len must be >= 3, got {params['output_len']}")
+
+
+def engines(params: dict[str, Any], model: ModelConfig | None, dtype: str) -> EngineSettings:
+    """One engine for the largest batch, async scheduling off (each step's own device time);
+    unless the engine params give a pool, one that holds the largest batch's sequences of the
+    served ``model`` exactly (none without a model)."""
+    engine_params = params["engine"]
+    max_batch = max(params["batches"])
+    options: dict[str, Any] = dict(
+        max_num_seqs=max_batch, prefix_caching="off", async_scheduling=False
+    )
+    if "kv_pool_bytes" not in engine_params and model is not None:
+        page_size = engine_params.get("page_size", DEFAULT_PAGE_SIZE)
+        pages = max_batch * -(-(params["prompt_len"] + params["output_len"]) // page_size)
+        options["kv_pool_bytes"] = pool_bytes_for(model, {"dtype": dtype} | engine_params, pages)
+    return EngineSettings({"": options})
 
 
 def decode_steps_s(engine: LLMEngine, prompts: list[list[int]], output_len: int) -> np.ndarray:
@@ -104,18 +124,9 @@ def run(ctx: RunContext) -> None:
     params = ctx.merged(DEFAULT_PARAMS)
     _check(params)
     batches, prompt_len, output_len = params["batches"], params["prompt_len"], params["output_len"]
-    engine_params = params["engine"]
     max_batch = max(batches)
-    overrides: dict[str, Any] = {
-        "max_num_seqs": max_batch,
-        "prefix_caching": "off",
-        "async_scheduling": False,
-    }
-    if "kv_pool_bytes" not in engine_params:
-        page_size = engine_params.get("page_size", 16)
-        pages = max_batch * -(-(prompt_len + output_len) // page_size)
-        overrides["kv_pool_bytes"] = kv_pool_bytes(ctx, engine_params, pages)
-    engine = ctx.engine(precompile=True, **overrides)
+    settings = engines(params, read_config(ctx.model_path), ctx.dtype).settings
+    engine = ctx.engine(precompile=True, **settings[""])
     config = engine.config
     if prompt_len + output_len > config.max_model_len:
         raise ValueError(

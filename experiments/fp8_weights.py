@@ -23,6 +23,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from claimbench.harness.capacity import weight_layout_bytes
+from claimbench.harness.engine_settings import EngineSettings
 from claimbench.harness.model_presets import get_preset
 from claimbench.harness.precision import (
     QUALITY_DEFAULTS,
@@ -36,6 +37,7 @@ from claimbench.harness.quality import ppl_delta_pct, top1_agreement_pct
 
 if TYPE_CHECKING:
     from claimbench.harness.context import RunContext
+    from claimbench.models.config import ModelConfig
 
 DEFAULT_PARAMS: dict[str, Any] = QUALITY_DEFAULTS | {"weights": "fp8", "model": "llama-3.1-8b"}
 
@@ -48,6 +50,16 @@ def record_bytes_ratio(ctx: RunContext, model: str, weights: str) -> None:
     ctx.record_analytic("weight_bytes_ratio", quant / base, unit="x", inputs=inputs, model=model)
 
 
+def engines(params: dict[str, Any], model: ModelConfig | None, dtype: str) -> EngineSettings:
+    """A bf16-weight and a quantized-weight engine in bf16, both held at once."""
+    return EngineSettings(
+        {
+            setting: quality_options(params, dtype="bfloat16", weights=setting)
+            for setting in ("bf16", params["weights"])
+        }
+    )
+
+
 def run(ctx: RunContext) -> None:
     """Record weight_bytes_ratio once (analytic); ppl_delta_pct, top1_agreement_pct per trial."""
     params = ctx.merged(DEFAULT_PARAMS)
@@ -55,11 +67,9 @@ def run(ctx: RunContext) -> None:
     if quantized not in ("int8", "fp8"):
         raise ValueError(f"param weights must be int8 or fp8, got {quantized!r}")
     record_bytes_ratio(ctx, params["model"], quantized)
-    engines = {
-        setting: ctx.engine(**quality_options(params, dtype="bfloat16", weights=setting))
-        for setting in ("bf16", quantized)
-    }
-    for setting, engine in engines.items():
+    settings = engines(params, None, ctx.dtype).settings
+    built = {setting: ctx.engine(**options) for setting, options in settings.items()}
+    for setting, engine in built.items():
         held = engine.stats().weight_bytes
         ctx.record(
             "served_weight_bytes",
@@ -69,10 +79,10 @@ def run(ctx: RunContext) -> None:
             setting=setting,
             model=ctx.model_path.name,
         )
-    warm_up(engines, trial_windows(ctx, params, 0))
+    warm_up(built, trial_windows(ctx, params, 0))
     for trial in range(ctx.trials):
-        passes = run_passes(ctx, engines, trial_windows(ctx, params, trial), trial=trial)
+        passes = run_passes(ctx, built, trial_windows(ctx, params, trial), trial=trial)
         ref, cand = passes["bf16"], passes[quantized]
         ctx.record("ppl_delta_pct", ppl_delta_pct(cand, ref), trial=trial, unit="%")
         ctx.record("top1_agreement_pct", top1_agreement_pct(cand, ref), trial=trial, unit="%")
-    save_engine_frames(ctx, engines)
+    save_engine_frames(ctx, built)

@@ -23,11 +23,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from claimbench.harness.engine_settings import EngineSettings
 from claimbench.harness.model_presets import ModelShape, get_preset
 from claimbench.harness.roofline import kv_bytes_per_token, weight_bytes
 
 if TYPE_CHECKING:
     from claimbench.harness.context import RunContext
+    from claimbench.models.config import ModelConfig
 
 DEFAULT_PARAMS: dict[str, Any] = {
     "model": "llama-3.1-8b",
@@ -84,29 +86,36 @@ def record_analytic_sizes(ctx: RunContext, params: dict[str, Any]) -> None:
         ctx.record_analytic(metric, value, unit="bytes", inputs=inputs, model=model)
 
 
-def measured_sizes(ctx: RunContext, *, batch: int, context: int) -> KVWeightSizes:
-    """What the engine allocates for the run's model in bf16 with a pool sized for ``batch``
-    sequences of ``context`` tokens, counted on its stats."""
+def engines(params: dict[str, Any], model: ModelConfig | None, dtype: str) -> EngineSettings:
+    """With ``measure``, one bf16 engine whose pool holds exactly ``batch`` sequences of
+    ``context`` tokens of the served ``model`` (its pool and length need the model); without,
+    none (the condition is analytic)."""
+    if not params["measure"]:
+        return EngineSettings({})
     # Imported here: the analytic part needs neither JAX nor the engine.
-    import jax.numpy as jnp
+    from claimbench.engine.config import DEFAULT_PAGE_SIZE
+    from claimbench.engine.kv_cache import pool_bytes_for
 
-    from claimbench.engine.kv_cache import kv_bytes_per_token as engine_kv_bytes_per_token
+    page_size = int(params["engine"].get("page_size", DEFAULT_PAGE_SIZE))
+    options: dict[str, Any] = dict(
+        dtype="bfloat16", kv_dtype="bf16", weights="bf16", prefix_caching="off", page_size=page_size
+    )
+    if model is not None:
+        pages = params["batch"] * -(-params["context"] // page_size)  # every sequence's
+        options["kv_pool_bytes"] = pool_bytes_for(model, options, pages)
+        options["max_model_len"] = min(params["context"], model.max_position_embeddings)
+    return EngineSettings({"": options})
+
+
+def measured_sizes(ctx: RunContext, params: dict[str, Any]) -> KVWeightSizes:
+    """What the engine allocates for the run's model in bf16 with a pool sized for ``batch``
+    sequences of ``context`` tokens (``engines``), counted on its stats."""
     from claimbench.engine.kv_cache import max_concurrent_sequences
     from claimbench.models.checkpoint import read_config
 
-    cfg = read_config(ctx.model_path)
-    page_size = int(ctx.params.get("engine", {}).get("page_size", 16))
-    per_token = engine_kv_bytes_per_token(cfg, jnp.bfloat16)
-    num_pages = 1 + batch * -(-context // page_size)  # the null page, then every sequence's
-    engine = ctx.engine(
-        dtype="bfloat16",
-        kv_dtype="bf16",
-        weights="bf16",
-        prefix_caching="off",
-        page_size=page_size,
-        kv_pool_bytes=num_pages * page_size * per_token,
-        max_model_len=min(context, cfg.max_position_embeddings),
-    )
+    settings = engines(params, read_config(ctx.model_path), ctx.dtype).settings[""]
+    engine = ctx.engine(**settings)
+    batch, context, page_size = params["batch"], params["context"], settings["page_size"]
     stats = engine.stats()
     held = max_concurrent_sequences(stats.num_usable_pages, page_size, context)
     if held != batch:
@@ -127,7 +136,7 @@ def run(ctx: RunContext) -> None:
     record_analytic_sizes(ctx, params)
     if not params["measure"]:
         return
-    sizes = measured_sizes(ctx, batch=params["batch"], context=params["context"])
+    sizes = measured_sizes(ctx, params)
     served = ctx.model_path.name
     ctx.record("served_kv_over_weights", sizes.kv_over_weights, trial=0, model=served)
     for metric in ("kv_bytes", "weight_bytes"):

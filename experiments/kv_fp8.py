@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from claimbench.harness.engine_settings import EngineSettings
 from claimbench.harness.precision import (
     CAPACITY_DEFAULTS,
     QUALITY_DEFAULTS,
@@ -39,6 +40,7 @@ from claimbench.harness.quality import ppl_delta_pct, top1_agreement_pct
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
     from claimbench.harness.context import RunContext
+    from claimbench.models.config import ModelConfig
 
 DEFAULT_PARAMS: dict[str, Any] = (
     QUALITY_DEFAULTS | CAPACITY_DEFAULTS | {"kv_scale": "calibrate", "compare_unit_scale": True}
@@ -57,13 +59,18 @@ def kv_settings(params: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return settings
 
 
+def engines(params: dict[str, Any], model: ModelConfig | None, dtype: str) -> EngineSettings:
+    """One engine per KV setting (``kv_settings``) serving whole windows, one at a time."""
+    options = {name: quality_options(params, **kv) for name, kv in kv_settings(params).items()}
+    return EngineSettings(options, one_at_a_time=True)
+
+
 def run(ctx: RunContext) -> None:
     """Record capacity_ratio once (analytic) and ppl_delta_pct per trial."""
     params = ctx.merged(DEFAULT_PARAMS)
     record_capacity_ratio(ctx, params, "fp8")
     windows = [trial_windows(ctx, params, trial) for trial in range(ctx.trials)]
-    settings = kv_settings(params)
-    options = {name: quality_options(params, **kv) for name, kv in settings.items()}
+    options = engines(params, None, ctx.dtype).settings
 
     def record_scales(setting: str, engine: LLMEngine) -> None:
         if setting == "fp8":

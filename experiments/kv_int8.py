@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from claimbench.harness.engine_settings import EngineSettings
 from claimbench.harness.precision import (
     CAPACITY_DEFAULTS,
     QUALITY_DEFAULTS,
@@ -37,8 +38,15 @@ from claimbench.harness.quality import ppl_delta_pct, top1_agreement_pct
 
 if TYPE_CHECKING:
     from claimbench.harness.context import RunContext
+    from claimbench.models.config import ModelConfig
 
 DEFAULT_PARAMS: dict[str, Any] = QUALITY_DEFAULTS | CAPACITY_DEFAULTS
+
+
+def engines(params: dict[str, Any], model: ModelConfig | None, dtype: str) -> EngineSettings:
+    """A bf16-KV and an int8-KV engine serving whole windows, one at a time."""
+    options = {kv: quality_options(params, kv_dtype=kv) for kv in ("bf16", "int8")}
+    return EngineSettings(options, one_at_a_time=True)
 
 
 def run(ctx: RunContext) -> None:
@@ -46,7 +54,7 @@ def run(ctx: RunContext) -> None:
     params = ctx.merged(DEFAULT_PARAMS)
     record_capacity_ratio(ctx, params, "int8")
     windows = [trial_windows(ctx, params, trial) for trial in range(ctx.trials)]
-    options = {kv: quality_options(params, kv_dtype=kv) for kv in ("bf16", "int8")}
+    options = engines(params, None, ctx.dtype).settings
     passes = passes_per_engine(ctx, options, windows)
     for trial in range(ctx.trials):
         bf16, int8 = passes["bf16"][trial], passes["int8"][trial]

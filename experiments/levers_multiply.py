@@ -35,7 +35,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.harness.capacity import pool_capacity, weight_layout_bytes
+from claimbench.harness.engine_settings import EngineSettings
 from claimbench.harness.model_presets import get_preset, model_config
 from claimbench.harness.precision import (
     QUALITY_DEFAULTS,
@@ -47,13 +49,14 @@ from claimbench.harness.quality import ppl_delta_pct
 
 if TYPE_CHECKING:
     from claimbench.harness.context import RunContext
+    from claimbench.models.config import ModelConfig
 
 DEFAULT_PARAMS: dict[str, Any] = QUALITY_DEFAULTS | {
     "weights": "fp8",
     "kv_dtype": "int8",
     "model": "llama-3.1-8b",
     "weight_share": 0.5,
-    "page_size": 16,
+    "page_size": DEFAULT_PAGE_SIZE,
     "seq_len": 1024,
 }
 LEVERS = ("weights", "kv", "both")
@@ -95,6 +98,15 @@ def capacity_gains(params: dict[str, Any]) -> tuple[dict[str, float], dict[str, 
     return gains, inputs
 
 
+def engines(params: dict[str, Any], model: ModelConfig | None, dtype: str) -> EngineSettings:
+    """One bf16 engine per setting's formats serving whole windows, one at a time."""
+    options = {
+        setting: quality_options(params, dtype="bfloat16", **formats)
+        for setting, formats in setting_formats(params).items()
+    }
+    return EngineSettings(options, one_at_a_time=True)
+
+
 def run(ctx: RunContext) -> None:
     """Record multiply_ratio once (analytic) and ppl_additivity_gap_pct per trial."""
     params = ctx.merged(DEFAULT_PARAMS)
@@ -108,10 +120,7 @@ def run(ctx: RunContext) -> None:
             "capacity_gain", gains[lever], unit="x", inputs=inputs, model=model, setting=lever
         )
     windows = [trial_windows(ctx, params, trial) for trial in range(ctx.trials)]
-    options = {
-        setting: quality_options(params, dtype="bfloat16", **formats)
-        for setting, formats in setting_formats(params).items()
-    }
+    options = engines(params, None, ctx.dtype).settings
     passes = passes_per_engine(ctx, options, windows)
     for trial in range(ctx.trials):
         base = passes["base"][trial]

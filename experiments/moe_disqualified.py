@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from claimbench.harness.engine_settings import EngineSettings
 from claimbench.harness.hardware import get_chip
 from claimbench.harness.model_presets import ModelShape, get_preset
 from claimbench.harness.roofline import expert_fraction_touched, weight_bytes
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 
     from claimbench.engine.engine import LLMEngine
     from claimbench.harness.context import RunContext
+    from claimbench.models.config import ModelConfig
 
 DEFAULT_PARAMS: dict[str, Any] = {
     "model": "llama-3.1-8b",
@@ -132,20 +134,31 @@ def touched_pct_per_step(steps: pd.DataFrame, batch: int, num_experts: int) -> n
     )
 
 
+def engines(params: dict[str, Any], model: ModelConfig | None, dtype: str) -> EngineSettings:
+    """One engine over the experiment's own MoE (``moe_model``, else the shipped
+    claimbench-tiny-moe) that admits ``batch`` prompts together."""
+    return EngineSettings(
+        {
+            "": dict(
+                # All prompts are admitted together; once the last prefill is done, every step
+                # decodes ``batch`` sequences, as a server at steady state with ``batch`` in
+                # flight.
+                max_num_seqs=params["batch"],
+                max_model_len=params["prompt_len"][1] + params["output_len"],
+                prefix_caching="off",
+            )
+        },
+        own_model=params["moe_model"] or "claimbench-tiny-moe",
+    )
+
+
 def moe_engine(ctx: RunContext, params: dict[str, Any], path: Path) -> LLMEngine:
     """An engine over the MoE at ``path`` that admits ``batch`` prompts together."""
     from claimbench.models.checkpoint import read_config
 
     if not read_config(path).is_moe:
         raise ValueError(f"param moe_model {path} is not a mixture of experts")
-    return ctx.engine(
-        model_path=path,
-        # All prompts are admitted together; once the last prefill is done, every step decodes
-        # ``batch`` sequences, as a server at steady state with ``batch`` in flight.
-        max_num_seqs=params["batch"],
-        max_model_len=params["prompt_len"][1] + params["output_len"],
-        prefix_caching="off",
-    )
+    return ctx.engine(model_path=path, **engines(params, None, ctx.dtype).settings[""])
 
 
 def measure_trial(

@@ -39,9 +39,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from claimbench.engine.kv_cache import kv_bytes_per_token, resolve_kv_dtype
+from claimbench.engine.config import DEFAULT_PAGE_SIZE
+from claimbench.engine.kv_cache import pool_bytes_for
 from claimbench.engine.outputs import TokenEvent
 from claimbench.engine.sampler import SamplingParams
+from claimbench.harness.engine_settings import EngineSettings
 from claimbench.harness.precision import arm_order
 from claimbench.models.checkpoint import read_config
 from claimbench.workload.lengths import LognormalLength
@@ -49,6 +51,7 @@ from claimbench.workload.lengths import LognormalLength
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
     from claimbench.harness.context import RunContext
+    from claimbench.models.config import ModelConfig
 
 DEFAULT_PARAMS: dict[str, Any] = {
     "prompt_mean": 161.0,
@@ -57,7 +60,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "output_sigma": 1.0,
     "max_model_len": 2048,
     "max_tokens": 1024,  # each request's cap: what the contiguous arm reserves beyond its prompt
-    "page_size": 16,
+    "page_size": DEFAULT_PAGE_SIZE,
     "pool_tokens": 32768,  # KV slots in the pool (the null page besides)
     "num_requests": 1000,  # all queued at the start: the backlog
     "num_steps": 600,  # engine steps per serve
@@ -156,21 +159,26 @@ def serve_backlog(
     return Occupancy(measured, held, filled, running_sum / measured, max_running)
 
 
-def _engine(ctx: RunContext, params: dict[str, Any]) -> LLMEngine:
-    """One engine whose pool holds ``pool_tokens`` slots (plus the null page) of the run's model."""
-    cfg = read_config(ctx.model_path)
-    kv_dtype = params["engine"].get("kv_dtype", "auto")
-    per_token = kv_bytes_per_token(cfg, resolve_kv_dtype(kv_dtype, ctx.dtype))
-    page_size = params["page_size"]
-    num_pages = params["pool_tokens"] // page_size + 1
-    return ctx.engine(
-        compile_cache=True,
+def engines(params: dict[str, Any], model: ModelConfig | None, dtype: str) -> EngineSettings:
+    """One engine (both allocations serve on it) whose pool holds ``pool_tokens`` slots plus
+    the null page of the served ``model`` in its KV format (no pool without a model)."""
+    options: dict[str, Any] = dict(
         prefix_caching="off",
-        page_size=page_size,
+        page_size=params["page_size"],
         max_model_len=params["max_model_len"],
         max_num_seqs=params["max_num_seqs"],
-        kv_pool_bytes=num_pages * page_size * per_token,
     )
+    if model is not None:
+        pages = params["pool_tokens"] // params["page_size"]
+        engine = {"dtype": dtype} | params["engine"] | options
+        options["kv_pool_bytes"] = pool_bytes_for(model, engine, pages)
+    return EngineSettings({"": options})
+
+
+def _engine(ctx: RunContext, params: dict[str, Any]) -> LLMEngine:
+    """The one engine of ``engines`` over the run's model."""
+    settings = engines(params, read_config(ctx.model_path), ctx.dtype).settings
+    return ctx.engine(compile_cache=True, **settings[""])
 
 
 def _check(params: dict[str, Any]) -> None:

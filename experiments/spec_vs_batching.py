@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from claimbench.harness.spec_trials import check_params, run_trials
+from claimbench.harness.engine_settings import EngineSettings
+from claimbench.harness.spec_trials import arm_settings, check_params, run_trials
 
 if TYPE_CHECKING:
     from claimbench.harness.context import RunContext
+    from claimbench.models.config import ModelConfig
 
 DEFAULT_PARAMS: dict[str, Any] = {
     "batch": 32,
@@ -28,9 +30,14 @@ DEFAULT_PARAMS: dict[str, Any] = {
 }
 
 
+def engines(params: dict[str, Any], model: ModelConfig | None, dtype: str) -> EngineSettings:
+    """A plain and a speculative engine, one at a time (spec_trials.arm_settings)."""
+    return arm_settings(params)
+
+
 def run(ctx: RunContext) -> None:
     """Record speedup_at_b32 per trial, with the greedy mismatch count, each arm's
     throughput and the acceptance metrics beside it."""
     params = ctx.merged(DEFAULT_PARAMS)
     check_params(params)
-    run_trials(ctx, params, "speedup_at_b32")
+    run_trials(ctx, params, engines(params, None, ctx.dtype).settings, "speedup_at_b32")

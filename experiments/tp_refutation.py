@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from claimbench.engine.sampler import SamplingParams
+from claimbench.harness.engine_settings import EngineSettings
 from claimbench.harness.hardware import get_chip
 from claimbench.harness.model_presets import get_preset
 from claimbench.harness.roofline import ServingSetup, decode_step
@@ -42,6 +43,7 @@ from claimbench.harness.roofline import ServingSetup, decode_step
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
     from claimbench.harness.context import RunContext
+    from claimbench.models.config import ModelConfig
 
 DEFAULT_PARAMS: dict[str, Any] = {
     "tps": [1, 2, 4],
@@ -104,6 +106,12 @@ def decode_tpot_s(engine: LLMEngine, prompts: list[list[int]], output_len: int) 
     return float(np.median(engine.requests_frame()["tpot_s"]))
 
 
+def engines(params: dict[str, Any], model: ModelConfig | None, dtype: str) -> EngineSettings:
+    """One engine per tensor-parallel degree in ``tps`` (each once, smallest first), all held
+    at once."""
+    return EngineSettings({f"tp={tp}": {"tp": tp} for tp in sorted(set(params["tps"]))})
+
+
 def run(ctx: RunContext) -> None:
     """Both ratios per trial (measured), per-tp TPOT and throughput beside; the roofline's
     ratios once per chip (analytic)."""
@@ -115,13 +123,14 @@ def run(ctx: RunContext) -> None:
         raise ValueError(f"param output_len must be >= 2 (TPOT), got {params['output_len']}")
     record_roofline(ctx, params)
     batch, top = params["batch"], tps[-1]
-    engines = {tp: ctx.engine(tp=tp, precompile=True) for tp in tps}
+    settings = engines(params, None, ctx.dtype).settings.values()
+    built = {options["tp"]: ctx.engine(precompile=True, **options) for options in settings}
     rng = np.random.default_rng(ctx.seed)
-    vocab = engines[1].model_cfg.vocab_size
+    vocab = built[1].model_cfg.vocab_size
     for trial in range(ctx.trials):
         prompts = rng.integers(2, vocab, (batch, params["prompt_len"])).tolist()
         tpot = {}
-        for tp, engine in engines.items():
+        for tp, engine in built.items():
             tpot[tp] = decode_tpot_s(engine, prompts, params["output_len"])
             ctx.save_frames(engine.requests_frame(), engine.steps_frame(), tp=tp, trial=trial)
         for tp, seconds in tpot.items():

@@ -97,7 +97,7 @@ def test_the_shipped_model_drafts_with_the_shipped_draft_whatever_the_pin(
 ) -> None:
     """A pinned draft belongs to the model it shares a tokenizer with: a run serving the
     shipped model (a lent device with no checkpoints) keeps the shipped draft, not an error."""
-    from claimbench.harness.spec_trials import engine_options
+    from claimbench.harness.spec_trials import arm_settings, engine_options
 
     monkeypatch.setattr(fetch, "DEFAULT_CACHE", tmp_path / "models")  # nothing fetched
     params = {
@@ -108,7 +108,8 @@ def test_the_shipped_model_drafts_with_the_shipped_draft_whatever_the_pin(
         "proposer": "draft",
         "draft_model": {"repo": REPO, "revision": REV, "preset": "qwen2.5-0.5b-instruct"},
     }
-    shipped = engine_options(params, serves_shipped_model=True)["speculative"]
+    arms = arm_settings(params).settings
+    shipped = engine_options(params, arms, serves_shipped_model=True)["speculative"]
     assert shipped["speculative"] == "draft" and "draft_model_path" not in shipped
     with pytest.raises(ValueError, match="model fetch"):
-        engine_options(params, serves_shipped_model=False)
+        engine_options(params, arms, serves_shipped_model=False)

@@ -27,6 +27,9 @@ SPECULATIVE = ("none", "draft", "ngram")
 # Draft tokens per step at most: a verify chunk is 1 + k tokens and every one of its
 # positions is projected to the vocabulary, so k is kept well under the token budget.
 MAX_SPEC_TOKENS = 16
+# Tokens per KV page unless a config names its own: the one default every pool size and
+# experiment reads (harness and experiments import it rather than retype it).
+DEFAULT_PAGE_SIZE = 16
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,7 @@ class EngineConfig:
     kv_scale: str | float = 1.0  # fp8 KV tensor scale: a number, or "calibrate" (held-out)
     weights: str = "bf16"  # weight-only quantization: bf16 (none) | int8 | fp8, per channel
     kv_pool_bytes: int = 256 * 2**20  # KV budget: pages + scales, null page included
-    page_size: int = 16  # tokens per KV page
+    page_size: int = DEFAULT_PAGE_SIZE  # tokens per KV page
     max_num_seqs: int = 32  # sequences in flight (running) at once
     max_num_batched_tokens: int = 512  # token budget of one step
     max_model_len: int = 1024  # prompt + output tokens of one request

@@ -10,9 +10,12 @@ axis: ``page_layout`` gives it per attention backend.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 import jax.numpy as jnp
 
+from claimbench.engine.config import EngineConfig
 from claimbench.kernels.kv_quant import (
     FP8_DTYPE,
     LayerKV,
@@ -79,6 +82,21 @@ def pool_bytes(cfg: ModelConfig, storage_dtype: jnp.dtype, page_size: int, num_p
     """Exact bytes of a pool of num_pages pages (what ``allocate_kv_cache`` allocates)."""
     page_bytes = kv_bytes_per_page(cfg, storage_dtype, page_size)
     return num_pages * page_bytes + kv_fixed_bytes(cfg, storage_dtype)
+
+
+def pool_bytes_for(cfg: ModelConfig, options: Mapping[str, Any], num_usable_pages: int) -> int:
+    """kv_pool_bytes that holds exactly ``num_usable_pages`` pages of ``cfg`` plus the null
+    page, in the KV storage and page size ``options`` (EngineConfig keyword arguments) name:
+    their dtype, kv_dtype and page_size, EngineConfig's defaults where absent. The one pool
+    sizing the experiments, their helpers and tpu-check share, so a pool an experiment builds
+    and the one tpu-check compiles for it are the same bytes in every KV format."""
+    if num_usable_pages < 1:
+        raise ValueError(f"num_usable_pages must be >= 1, got {num_usable_pages}")
+    storage = resolve_kv_dtype(
+        options.get("kv_dtype", EngineConfig.kv_dtype), options.get("dtype", EngineConfig.dtype)
+    )
+    page_size = int(options.get("page_size", EngineConfig.page_size))
+    return pool_bytes(cfg, storage, page_size, num_usable_pages + 1)
 
 
 def max_concurrent_sequences(num_usable_pages: int, page_size: int, seq_len: int) -> int:

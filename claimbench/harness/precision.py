@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.harness.capacity import PoolCapacity, layout_inputs, pool_capacity
 from claimbench.harness.model_presets import get_preset, model_config
 from claimbench.harness.quality import PromptPass, heldout_windows, prompt_pass
@@ -35,7 +36,7 @@ QUALITY_DEFAULTS: dict[str, Any] = {
 CAPACITY_DEFAULTS: dict[str, Any] = {
     "model": "llama-3.1-8b",  # the model the claim names (harness/model_presets.py)
     "pool_bytes": 16 * 2**30,  # that model's KV pool
-    "page_size": 16,  # tokens per page
+    "page_size": DEFAULT_PAGE_SIZE,  # tokens per page
     "seq_len": 1024,  # tokens per sequence
 }
 

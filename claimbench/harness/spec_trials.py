@@ -27,6 +27,7 @@ import numpy as np
 
 from claimbench.engine.sampler import SamplingParams
 from claimbench.harness.draft_models import DRAFT_PARAM, draft_path, pinned_draft
+from claimbench.harness.engine_settings import EngineSettings
 from claimbench.harness.interleaved_arms import interleaved_trials
 from claimbench.harness.serving_summary import spec_decode_summary
 from claimbench.workload.corpus import heldout_prompts
@@ -47,29 +48,41 @@ def check_params(params: dict[str, Any]) -> None:
     pinned_draft(params[DRAFT_PARAM])
 
 
-def engine_options(
-    params: dict[str, Any], serves_shipped_model: bool = False
-) -> dict[str, dict[str, Any]]:
-    """Each arm's ctx.engine options, compiled ahead: room for every sequence's verify chunk
-    in one step, prefix caching off (neither arm reuses the other's prompts); the
-    speculative arm's draft where the params pin one (harness/draft_models.py). A pinned
-    draft drafts for the model it shares a tokenizer with (the full profile's); a run that
-    serves the shipped model (no --model: a lent device without the checkpoints) drafts with
-    the shipped draft, and its provenance lists that draft among the models it used."""
+def arm_settings(params: dict[str, Any]) -> EngineSettings:
+    """The plain and the speculative arm's engines, one at a time: room for every sequence's
+    verify chunk in one step, prefix caching off (neither arm reuses the other's prompts).
+    The speculative arm's draft model is its params' (``engine_options``; tpu-check reads the
+    same ``draft_model`` param)."""
     batch, k = params["batch"], params["num_spec_tokens"]
     shared = dict(
-        precompile=True,
         max_num_seqs=batch,
         max_num_batched_tokens=max(64, batch * (1 + k)),
         max_model_len=params["input_len"] + params["output_len"],
         prefix_caching="off",
         num_spec_tokens=k,
     )
-    speculative = shared | {"speculative": params["proposer"]}
+    arms = {
+        "plain": shared | {"speculative": "none"},
+        "speculative": shared | {"speculative": params["proposer"]},
+    }
+    return EngineSettings(arms, one_at_a_time=True)
+
+
+def engine_options(
+    params: dict[str, Any],
+    settings: dict[str, dict[str, Any]],
+    serves_shipped_model: bool = False,
+) -> dict[str, dict[str, Any]]:
+    """Each arm's ctx.engine options: its ``settings`` (``arm_settings``) compiled ahead, and
+    the speculative arm's draft where the params pin one (harness/draft_models.py). A pinned
+    draft drafts for the model it shares a tokenizer with (the full profile's); a run that
+    serves the shipped model (no --model: a lent device without the checkpoints) drafts with
+    the shipped draft, and its provenance lists that draft among the models it used."""
+    options = {arm: {"precompile": True} | overrides for arm, overrides in settings.items()}
     pinned = params["proposer"] == "draft" and not serves_shipped_model
     if pinned and (path := draft_path(params[DRAFT_PARAM])) is not None:
-        speculative["draft_model_path"] = path
-    return {"plain": shared | {"speculative": "none"}, "speculative": speculative}
+        options["speculative"]["draft_model_path"] = path
+    return options
 
 
 def draw_prompts(engine: LLMEngine, params: dict[str, Any], seed: int) -> list[list[int]]:
@@ -112,10 +125,16 @@ def control_options(options: dict[str, dict[str, Any]]) -> dict[str, Any] | None
 
 
 def run_trials(
-    ctx: RunContext, params: dict[str, Any], speedup_metric: str, *, control: bool = False
+    ctx: RunContext,
+    params: dict[str, Any],
+    settings: dict[str, dict[str, Any]],
+    speedup_metric: str,
+    *,
+    control: bool = False,
 ) -> None:
-    """Every trial of the comparison, the arms interleaved; the speedup is recorded as
-    ``speedup_metric``, and with ``control`` greedy_mismatch_control beside the mismatch."""
+    """Every trial of the comparison, the arms (``settings``: ``arm_settings``) interleaved;
+    the speedup is recorded as ``speedup_metric``, and with ``control``
+    greedy_mismatch_control beside the mismatch."""
     output_len = params["output_len"]
     batches: list[list[list[int]]] = []  # per trial, drawn once: both arms serve the same
 
@@ -135,7 +154,7 @@ def run_trials(
             record_acceptance(ctx, spec_decode_summary(steps), trial, params)
         return tokens, rate
 
-    options = engine_options(params, serves_shipped_model=ctx.model_option is None)
+    options = engine_options(params, settings, serves_shipped_model=ctx.model_option is None)
     arms = interleaved_trials(ctx, options, measure, on_build=warm)
     plain_tokens = []
     for trial in range(ctx.trials):

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from claimbench.engine.fairness import BACKLOG_PREFIX, OUTPUT_PREFIX
-from claimbench.engine.kv_cache import pool_bytes, resolve_kv_dtype
+from claimbench.engine.kv_cache import pool_bytes_for
 from claimbench.engine.sampler import SamplingParams
 from claimbench.models.checkpoint import read_config
 from claimbench.serving.replay import replay
@@ -80,11 +80,8 @@ class ServedRun:
 def kv_pool_bytes(ctx: RunContext, engine_params: dict[str, Any], num_usable_pages: int) -> int:
     """kv_pool_bytes that holds exactly ``num_usable_pages`` pages (plus the null page) of
     the run's model under the engine params' dtype, kv_dtype and page_size."""
-    model_cfg = read_config(ctx.model_path)
-    storage = resolve_kv_dtype(
-        engine_params.get("kv_dtype", "auto"), engine_params.get("dtype", ctx.dtype)
-    )
-    return pool_bytes(model_cfg, storage, engine_params.get("page_size", 16), num_usable_pages + 1)
+    options = {"dtype": ctx.dtype} | engine_params
+    return pool_bytes_for(read_config(ctx.model_path), options, num_usable_pages)
 
 
 def reset_with(engine: LLMEngine, **changes: Any) -> LLMEngine:
