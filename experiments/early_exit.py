@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.engine.sampler import SamplingParams
 from claimbench.harness.exit_quality import greedy_agreement, teacher_forced
 from claimbench.harness.tenant_runs import kv_pool_bytes, rotated
@@ -134,7 +135,7 @@ def run(ctx: RunContext) -> None:
     engine_params = params["engine"]
     overrides: dict[str, Any] = {"max_num_seqs": large, "prefix_caching": "off"}
     if "kv_pool_bytes" not in engine_params:
-        page_size = engine_params.get("page_size", 16)
+        page_size = engine_params.get("page_size", DEFAULT_PAGE_SIZE)
         pages = large * -(-(prompt_len + output_len) // page_size)
         overrides["kv_pool_bytes"] = kv_pool_bytes(ctx, engine_params, pages)
     engines = {"off": ctx.engine(precompile=True, **overrides)}

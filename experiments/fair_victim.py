@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.engine.fairness import INPUT_PREFIX
 from claimbench.harness import open_loop
 from claimbench.harness import tenant_runs as tr
@@ -84,7 +85,7 @@ def mix(params: dict[str, Any], seed: int) -> WorkloadSpec:
 def pool_pages(params: dict[str, Any]) -> int:
     """Usable pages: kv_fraction of a full batch of the longest requests."""
     engine = params["engine"]
-    page_size = engine.get("page_size", 16)
+    page_size = engine.get("page_size", DEFAULT_PAGE_SIZE)
     longest = params["prompt_len"][1] + params["output_len"][1]
     full_batch = engine.get("max_num_seqs", 32) * -(-longest // page_size)
     pages = int(params["kv_fraction"] * full_batch)

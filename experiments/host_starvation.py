@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.engine.outputs import TokenEvent
 from claimbench.engine.sampler import SamplingParams
 from claimbench.harness.tenant_runs import kv_pool_bytes, reset_with, rotated
@@ -124,7 +125,7 @@ def run(ctx: RunContext) -> None:
         "prefix_caching": "off",  # the arms serve the same prompts: no reuse between them
     }
     if "kv_pool_bytes" not in engine_params:
-        page_size = engine_params.get("page_size", 16)
+        page_size = engine_params.get("page_size", DEFAULT_PAGE_SIZE)
         pages = batch * -(-(prompt_len + output_len) // page_size)
         overrides["kv_pool_bytes"] = kv_pool_bytes(ctx, engine_params, pages)
     engine = ctx.engine(precompile=True, **overrides)

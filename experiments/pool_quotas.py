@@ -32,6 +32,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.engine.tenants import Tenant
 from claimbench.harness import open_loop
 from claimbench.harness import tenant_runs as tr
@@ -92,7 +93,7 @@ def trial_mix(params: dict[str, Any], saturation: tr.Saturation, seed: int) -> W
 
 
 def pool_pages(params: dict[str, Any]) -> int:
-    page_size = params["engine"].get("page_size", 16)
+    page_size = params["engine"].get("page_size", DEFAULT_PAGE_SIZE)
     longest = params["noisy_prompt_len"][1] + params["noisy_output_len"][1]
     return params["pool_requests"] * -(-longest // page_size)
 
