@@ -1,9 +1,11 @@
-"""Engine configuration: one frozen dataclass, validated on construction."""
+"""Engine configuration: EngineConfig, six small frozen configs validated on construction,
+built and read with flat option names."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -89,20 +91,58 @@ MIN_SEQ_BUCKET = 8  # smallest padded sequence-slot count
 
 
 @dataclass(frozen=True)
-class EngineConfig:
-    """Everything that shapes the engine; variants via ``dataclasses.replace``."""
+class ModelOptions:
+    """What is served and how it computes."""
 
     model_path: Path | None = None  # local HF model directory; None = shipped claimbench-tiny
     dtype: str = "bfloat16"  # model compute dtype: bfloat16 | float32 | float16
+    weights: str = "bf16"  # weight-only quantization: bf16 (none) | int8 | fp8, per channel
+    attention_backend: str = "auto"  # auto | xla | cpu | pallas (kernels/backend.py)
+    # Early exit (models/early_exit.py): a decode token leaves at the first exit head whose
+    # confidence reaches this; None = off. Needs exit heads beside the model (train-exits).
+    early_exit_threshold: float | None = None
+
+    def __post_init__(self) -> None:
+        _one_of("dtype", self.dtype, DTYPES)
+        _one_of("weights", self.weights, WEIGHT_FORMATS)
+        _one_of("attention_backend", self.attention_backend, BACKENDS)
+        threshold = self.early_exit_threshold
+        if threshold is not None:
+            if isinstance(threshold, bool) or not isinstance(threshold, int | float):
+                raise ValueError(
+                    f"early_exit_threshold must be a number or None, got {threshold!r}"
+                )
+            if not threshold >= 0:
+                raise ValueError(f"early_exit_threshold must be >= 0, got {threshold}")
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """The KV pool: its storage, size, pages, and how requests take them."""
+
     kv_dtype: str = "auto"  # auto (= dtype) | bf16 | f32 | int8 | fp8
     kv_scale: str | float = 1.0  # fp8 KV tensor scale: a number, or "calibrate" (held-out)
-    weights: str = "bf16"  # weight-only quantization: bf16 (none) | int8 | fp8, per channel
     kv_pool_bytes: int = 256 * 2**20  # KV budget: pages + scales, null page included
     page_size: int = DEFAULT_PAGE_SIZE  # tokens per KV page
+    prefix_caching: str = "per-tenant"  # off | per-tenant | shared | salted (prefix_cache.MODES)
+    kv_allocation: str = "paged"  # paged | reserve_max | reserve_request (KV_ALLOCATIONS)
+
+    def __post_init__(self) -> None:
+        _one_of("kv_dtype", self.kv_dtype, KV_DTYPES)
+        if self.kv_scale != "calibrate" and not 0 < _as_float(self.kv_scale) < float("inf"):
+            raise ValueError(f"kv_scale {self.kv_scale!r} is neither 'calibrate' nor a number > 0")
+        _one_of("prefix_caching", self.prefix_caching, PREFIX_MODES)
+        _one_of("kv_allocation", self.kv_allocation, KV_ALLOCATIONS)
+        _positive(self, "kv_pool_bytes", "page_size")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """What runs each step: budgets, orderings, victims, tenants, the ladder."""
+
     max_num_seqs: int = 32  # sequences in flight (running) at once
     max_num_batched_tokens: int = 512  # token budget of one step
     max_model_len: int = 1024  # prompt + output tokens of one request
-    attention_backend: str = "auto"  # auto | xla | cpu | pallas (kernels/backend.py)
     scheduling_policy: str = "fcfs"  # waiting-queue order, see policies.ORDERINGS
     victim_policy: str = "newest"  # preemption victim, see policies.VICTIMS
     priority_aging_s: float = DEFAULT_AGING_S  # priority-aging: this long a wait = one tier
@@ -110,73 +150,23 @@ class EngineConfig:
     vtc_output_weight: float = DEFAULT_OUTPUT_WEIGHT  # vtc, wvtc: service per output token
     tenants: tuple[Tenant, ...] = ()  # configured tenants; others get Tenant defaults
     seed: int = 0  # seeds requests that bring no seed of their own
-    compilation_cache_dir: Path | None = None  # persistent JAX compilation cache
-    prefix_caching: str = "per-tenant"  # off | per-tenant | shared | salted (prefix_cache.MODES)
-    kv_allocation: str = "paged"  # paged | reserve_max | reserve_request (KV_ALLOCATIONS)
-    speculative: str = "none"  # none | draft | ngram (SPECULATIVE)
-    num_spec_tokens: int = 4  # draft tokens proposed per sequence and step, 1..MAX_SPEC_TOKENS
-    draft_model_path: Path | None = None  # speculative="draft"; None = shipped tiny draft
-    ladder: tuple[Rung, ...] = ()  # degradation ladder, climbed under load (engine/ladder.py)
-    tp: int = 1  # tensor-parallel devices: weights and the KV pool split over them (sharding.py)
-    # Overlap the host's work for step N+1 with the device's step N (async_step.py); None =
-    # the platform's measured default (ASYNC_SCHEDULING_DEFAULT: off on every platform so far).
+    ladder: tuple[Rung, ...] = ()  # degradation ladder, climbed under load (sched/ladder.py)
+    # Overlap the host's work for step N+1 with the device's step N (worker/async_step.py);
+    # None = the platform's measured default (ASYNC_SCHEDULING_DEFAULT: off everywhere so far).
     async_scheduling: bool | None = None
-    # Early exit (models/early_exit.py): a decode token leaves at the first exit head whose
-    # confidence reaches this; None = off. Needs exit heads beside the model (train-exits).
-    early_exit_threshold: float | None = None
-    # The token counts a step is padded to and compiled for, ascending, the last one
-    # max_num_batched_tokens; () = powers of two from MIN_TOKEN_BUCKET (buckets.py).
-    token_buckets: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype {self.dtype!r} is not one of {DTYPES}")
-        if self.kv_dtype not in KV_DTYPES:
-            raise ValueError(f"kv_dtype {self.kv_dtype!r} is not one of {KV_DTYPES}")
-        if self.weights not in WEIGHT_FORMATS:
-            raise ValueError(f"weights {self.weights!r} is not one of {WEIGHT_FORMATS}")
-        if self.kv_scale != "calibrate" and not 0 < _as_float(self.kv_scale) < float("inf"):
-            raise ValueError(f"kv_scale {self.kv_scale!r} is neither 'calibrate' nor a number > 0")
-        if self.attention_backend not in BACKENDS:
-            raise ValueError(
-                f"attention_backend {self.attention_backend!r} is not one of {BACKENDS}"
-            )
-        if self.scheduling_policy not in ORDERINGS:
-            raise ValueError(
-                f"scheduling_policy {self.scheduling_policy!r} is not one of {tuple(ORDERINGS)}"
-            )
-        if self.prefix_caching not in PREFIX_MODES:
-            raise ValueError(f"prefix_caching {self.prefix_caching!r} is not one of {PREFIX_MODES}")
-        if self.kv_allocation not in KV_ALLOCATIONS:
-            raise ValueError(f"kv_allocation {self.kv_allocation!r} is not one of {KV_ALLOCATIONS}")
-        if self.speculative not in SPECULATIVE:
-            raise ValueError(f"speculative {self.speculative!r} is not one of {SPECULATIVE}")
-        if not 1 <= self.num_spec_tokens <= MAX_SPEC_TOKENS:
-            raise ValueError(
-                f"num_spec_tokens must be in [1, {MAX_SPEC_TOKENS}], got {self.num_spec_tokens}"
-            )
+        _one_of("scheduling_policy", self.scheduling_policy, tuple(ORDERINGS))
+        _one_of("victim_policy", self.victim_policy, tuple(VICTIMS))
         if self.async_scheduling is not None and not isinstance(self.async_scheduling, bool):
             raise ValueError(
                 f"async_scheduling must be true, false or None (the platform's default), "
                 f"got {self.async_scheduling!r}"
             )
-        if self.early_exit_threshold is not None:
-            self._check_early_exit()
-        if self.victim_policy not in VICTIMS:
-            raise ValueError(f"victim_policy {self.victim_policy!r} is not one of {tuple(VICTIMS)}")
         object.__setattr__(self, "tenants", tuple(self.tenants))
         self.policy_params()  # validates the tenants and the policies' knobs
         object.__setattr__(self, "ladder", as_ladder(self.ladder))
-        for name in (
-            "kv_pool_bytes",
-            "page_size",
-            "max_num_seqs",
-            "max_num_batched_tokens",
-            "max_model_len",
-            "tp",
-        ):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        _positive(self, "max_num_seqs", "max_num_batched_tokens", "max_model_len")
         if self.max_num_batched_tokens < self.max_num_seqs:
             # Every running sequence needs at least one token of the budget per step.
             raise ValueError(
@@ -184,37 +174,6 @@ class EngineConfig:
                 f"max_num_seqs={self.max_num_seqs}"
             )
         check_ladder(self.ladder, self.max_num_batched_tokens)
-        self._check_token_buckets()
-
-    def _check_token_buckets(self) -> None:
-        buckets = self.token_buckets
-        if isinstance(buckets, str | bytes) or not hasattr(buckets, "__iter__"):
-            raise ValueError(f"token_buckets must be a list of token counts, got {buckets!r}")
-        buckets = tuple(buckets)
-        object.__setattr__(self, "token_buckets", buckets)
-        if not buckets:
-            return
-        if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets):
-            raise ValueError(f"token_buckets must be integers >= 1, got {list(buckets)}")
-        if list(buckets) != sorted(set(buckets)) or buckets[-1] != self.max_num_batched_tokens:
-            raise ValueError(
-                f"token_buckets must ascend to max_num_batched_tokens="
-                f"{self.max_num_batched_tokens}, got {list(buckets)}"
-            )
-
-    def _check_early_exit(self) -> None:
-        threshold = self.early_exit_threshold
-        if isinstance(threshold, bool) or not isinstance(threshold, int | float):
-            raise ValueError(f"early_exit_threshold must be a number or None, got {threshold!r}")
-        if not threshold >= 0:
-            raise ValueError(f"early_exit_threshold must be >= 0, got {threshold}")
-        # The exit heads ride in the unsharded step and the verify step samples many
-        # positions per sequence: neither is wired for early exit.
-        if self.tp != 1 or self.speculative != "none":
-            raise ValueError(
-                f"early_exit_threshold needs tp=1 and speculative='none', "
-                f"got tp={self.tp}, speculative={self.speculative!r}"
-            )
 
     def policy_params(self) -> PolicyParams:
         """What the orderings and victim policies read from this config."""
@@ -224,6 +183,138 @@ class EngineConfig:
             output_weight=self.vtc_output_weight,
             tenants=TenantTable(self.tenants),
         )
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """How many devices the model and the KV pool are split over."""
+
+    tp: int = 1  # tensor-parallel devices: weights and the KV pool split over them (sharding.py)
+
+    def __post_init__(self) -> None:
+        _positive(self, "tp")
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """Speculative decoding: who proposes, and how many tokens a step verifies."""
+
+    speculative: str = "none"  # none | draft | ngram (SPECULATIVE)
+    num_spec_tokens: int = 4  # draft tokens proposed per sequence and step, 1..MAX_SPEC_TOKENS
+    draft_model_path: Path | None = None  # speculative="draft"; None = shipped tiny draft
+
+    def __post_init__(self) -> None:
+        _one_of("speculative", self.speculative, SPECULATIVE)
+        if not 1 <= self.num_spec_tokens <= MAX_SPEC_TOKENS:
+            raise ValueError(
+                f"num_spec_tokens must be in [1, {MAX_SPEC_TOKENS}], got {self.num_spec_tokens}"
+            )
+
+
+@dataclass(frozen=True)
+class CompileConfig:
+    """The compiled steps: the token counts they are padded to, and where they are cached."""
+
+    compilation_cache_dir: Path | None = None  # persistent JAX compilation cache
+    # The token counts a step is padded to and compiled for, ascending, the last one
+    # max_num_batched_tokens; () = powers of two from MIN_TOKEN_BUCKET (worker/buckets.py).
+    token_buckets: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        buckets = self.token_buckets
+        if isinstance(buckets, str | bytes) or not hasattr(buckets, "__iter__"):
+            raise ValueError(f"token_buckets must be a list of token counts, got {buckets!r}")
+        buckets = tuple(buckets)
+        object.__setattr__(self, "token_buckets", buckets)
+        if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets):
+            raise ValueError(f"token_buckets must be integers >= 1, got {list(buckets)}")
+
+
+# Each section of EngineConfig and its config class, in the order a flat config lists them.
+SECTIONS: dict[str, type] = {
+    "model": ModelOptions,
+    "cache": CacheConfig,
+    "scheduler": SchedulerConfig,
+    "parallel": ParallelConfig,
+    "spec": SpecConfig,
+    "compilation": CompileConfig,
+}
+# Flat option name (what claims.yaml, the CLI and EngineConfig(**options) use) -> its section.
+SECTION_OF: dict[str, str] = {
+    f.name: section for section, cls in SECTIONS.items() for f in fields(cls)
+}
+
+
+@dataclass(frozen=True, init=False)
+class EngineConfig:
+    """Everything that shapes the engine, as six small frozen configs (vLLM's VllmConfig
+    pattern): ``model``, ``cache``, ``scheduler``, ``parallel``, ``spec`` and ``compilation``.
+
+    Built and read with the flat option names claims.yaml and the CLI use:
+    ``EngineConfig(page_size=32, max_num_seqs=8)`` puts each option in its section,
+    ``config.page_size`` reads ``config.cache.page_size``, and ``dataclasses.replace(config,
+    page_size=64)`` and ``config.flat()`` work on flat names. Sections may be passed whole;
+    flat options given beside them win. An unknown option is a TypeError, a bad value a
+    ValueError (one line each)."""
+
+    model: ModelOptions
+    cache: CacheConfig
+    scheduler: SchedulerConfig
+    parallel: ParallelConfig
+    spec: SpecConfig
+    compilation: CompileConfig
+
+    def __init__(self, **options: Any) -> None:
+        sections = {name: options.pop(name, None) for name in SECTIONS}
+        unknown = sorted(set(options) - set(SECTION_OF))
+        if unknown:
+            raise TypeError(f"EngineConfig got unexpected option(s) {unknown}")
+        for name, cls in SECTIONS.items():
+            given = sections[name]
+            if given is not None and not isinstance(given, cls):
+                raise TypeError(f"EngineConfig {name} must be a {cls.__name__}, got {given!r}")
+            mine = {k: v for k, v in options.items() if SECTION_OF[k] == name}
+            if given is None:
+                value = cls(**mine)
+            else:
+                value = dataclasses.replace(given, **mine) if mine else given
+            object.__setattr__(self, name, value)
+        self._check_across_sections()
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names that are not attributes: the flat options.
+        section = SECTION_OF.get(name)
+        if section is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(object.__getattribute__(self, section), name)
+
+    def _check_across_sections(self) -> None:
+        buckets = self.token_buckets
+        if buckets and buckets[-1] != self.max_num_batched_tokens:
+            raise ValueError(
+                f"token_buckets must ascend to max_num_batched_tokens="
+                f"{self.max_num_batched_tokens}, got {list(buckets)}"
+            )
+        if buckets and list(buckets) != sorted(set(buckets)):
+            raise ValueError(
+                f"token_buckets must ascend to max_num_batched_tokens="
+                f"{self.max_num_batched_tokens}, got {list(buckets)}"
+            )
+        # The exit heads ride in the unsharded step and the verify step samples many
+        # positions per sequence: neither is wired for early exit.
+        if self.early_exit_threshold is not None and (self.tp != 1 or self.speculative != "none"):
+            raise ValueError(
+                f"early_exit_threshold needs tp=1 and speculative='none', "
+                f"got tp={self.tp}, speculative={self.speculative!r}"
+            )
+
+    def flat(self) -> dict[str, Any]:
+        """Every option by its flat name, in KNOBS order."""
+        return {name: getattr(self, name) for name in KNOBS}
+
+    def policy_params(self) -> PolicyParams:
+        """What the orderings and victim policies read from this config."""
+        return self.scheduler.policy_params()
 
     @property
     def spec_tokens(self) -> int:
@@ -243,6 +334,17 @@ class EngineConfig:
         return -(-self.max_model_len // self.page_size)
 
 
+def _one_of(name: str, value: Any, allowed: tuple[Any, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} {value!r} is not one of {allowed}")
+
+
+def _positive(config: Any, *names: str) -> None:
+    for name in names:
+        if getattr(config, name) <= 0:
+            raise ValueError(f"{name} must be > 0, got {getattr(config, name)}")
+
+
 def _as_float(value: str | float) -> float:
     try:
         return float(value)
@@ -251,19 +353,16 @@ def _as_float(value: str | float) -> float:
 
 
 def knob_rows() -> list[dict[str, Any]]:
-    """EngineConfig's options in field order, as JSON-ready rows: name, default, ``changes``
+    """EngineConfig's options in KNOBS order, as JSON-ready rows: name, default, ``changes``
     ("runtime": LLMEngine.reset switches it; "new engine": it shapes compiled steps, weights
     or the pool) and description (what `claimbench engine knobs` prints)."""
-    rows = []
-    for field in fields(EngineConfig):
-        knob = KNOBS.get(field.name, Knob(False, "(not described)"))
-        default = None if field.default is MISSING else field.default
-        rows.append(
-            {
-                "name": field.name,
-                "default": json.loads(json.dumps(default, default=str)),
-                "changes": "runtime" if knob.runtime else "new engine",
-                "description": knob.description,
-            }
-        )
-    return rows
+    defaults = EngineConfig().flat()
+    return [
+        {
+            "name": name,
+            "default": json.loads(json.dumps(defaults[name], default=str)),
+            "changes": "runtime" if knob.runtime else "new engine",
+            "description": knob.description,
+        }
+        for name, knob in KNOBS.items()
+    ]

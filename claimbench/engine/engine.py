@@ -105,10 +105,11 @@ class LLMEngine:
         The new block manager and scheduler are built before anything is swapped, so a config
         they reject (guaranteed pages above the pool, say) leaves the engine as it was."""
         config = config or self.config
+        now = self.config.flat()
         changed = [
-            f.name
-            for f in dataclasses.fields(config)
-            if getattr(config, f.name) != getattr(self.config, f.name) and f.name not in HOST_FIELDS
+            name
+            for name, value in config.flat().items()
+            if value != now[name] and name not in HOST_FIELDS
         ]
         if changed:
             raise ValueError(f"reset may change only {HOST_FIELDS}, not {changed}")

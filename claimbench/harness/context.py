@@ -236,7 +236,7 @@ class RunContext:
                 raise ValueError(fit.describe())
             config = dataclasses.replace(config, kv_pool_bytes=fit.pool_bytes)
         engine = build_engine(config)
-        resolved = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+        resolved = config.flat()
         resolved["attention_backend_resolved"] = resolve_backend_name(config.attention_backend)
         if fit is not None:
             resolved["kv_pool_fit"] = dataclasses.asdict(fit)
