@@ -9,7 +9,7 @@ from typing import Any
 import jax.numpy as jnp
 import pytest
 
-from claimbench.engine.config import DEFAULT_PAGE_SIZE, EngineConfig
+from claimbench.engine.config import DEFAULT_PAGE_SIZE, ModelOptions
 from claimbench.engine.kv_cache import num_pages_for_pool, pool_bytes, resolve_kv_dtype
 from claimbench.harness import tpu_check
 from claimbench.harness.claim_engines import claim_engines, claim_params
@@ -49,7 +49,7 @@ def test_each_claims_engines_are_its_experiments_own() -> None:
             params = claim_params(ROOT, claim, profile)
             base = params["engine"]
             for model in (None, qwen):
-                own = engines(params, model, base.get("dtype", EngineConfig.dtype))
+                own = engines(params, model, base.get("dtype", ModelOptions.dtype))
                 checked = claim_engines(ROOT, claim, profile, model)
                 assert [e.setting for e in checked] == list(own.settings), claim.id
                 assert [e.options for e in checked] == [base | o for o in own.settings.values()]
@@ -72,7 +72,7 @@ class BuildOnlyContext:
         self.claim_id = claim.id
         self.params = params
         self.model_path = default_model_path()
-        self.dtype = EngineConfig.dtype
+        self.dtype = ModelOptions.dtype
         self.built: dict[str, Any] = {}
 
     def merged(self, defaults: dict[str, Any]) -> dict[str, Any]:
@@ -109,7 +109,7 @@ def test_paged_waste_pool_is_the_one_tpu_check_compiles_in_every_kv_format(kv_dt
     # fp8's per-layer scales are paid on top (a pool of pages * page bytes held fewer).
     params = find_claim(load_claims(ROOT), "paged-waste").profile_params("quick")
     cfg = read_config(default_model_path())
-    storage = resolve_kv_dtype(kv_dtype, EngineConfig.dtype)
+    storage = resolve_kv_dtype(kv_dtype, ModelOptions.dtype)
     pages = num_pages_for_pool(cfg, storage, params["page_size"], built["kv_pool_bytes"])
     assert pages == params["pool_tokens"] // params["page_size"] + 1
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from claimbench.engine.config import EngineConfig
+from claimbench.engine.config import CacheConfig, ModelOptions
 from claimbench.kernels.kv_quant import (
     FP8_DTYPE,
     LayerKV,
@@ -93,9 +93,9 @@ def pool_bytes_for(cfg: ModelConfig, options: Mapping[str, Any], num_usable_page
     if num_usable_pages < 1:
         raise ValueError(f"num_usable_pages must be >= 1, got {num_usable_pages}")
     storage = resolve_kv_dtype(
-        options.get("kv_dtype", EngineConfig.kv_dtype), options.get("dtype", EngineConfig.dtype)
+        options.get("kv_dtype", CacheConfig.kv_dtype), options.get("dtype", ModelOptions.dtype)
     )
-    page_size = int(options.get("page_size", EngineConfig.page_size))
+    page_size = int(options.get("page_size", CacheConfig.page_size))
     return pool_bytes(cfg, storage, page_size, num_usable_pages + 1)
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from claimbench.engine.config import EngineConfig
+from claimbench.engine.config import ModelOptions
 from claimbench.harness.claims import Claim
 from claimbench.harness.context import merge_params
 from claimbench.harness.draft_models import DRAFT_PARAM, draft_model_name
@@ -73,7 +73,7 @@ def experiment_engines(
     engines: EnginesFunction | None = getattr(module, ENGINES_FUNCTION, None)
     if engines is None:
         return EngineSettings()
-    dtype = (params.get("engine") or {}).get("dtype", EngineConfig.dtype)
+    dtype = (params.get("engine") or {}).get("dtype", ModelOptions.dtype)
     return engines(params, model_cfg, dtype)
 
 
