@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.engine.kv_cache import allocate_kv_cache, page_layout, resolve_kv_dtype
 from claimbench.kernels.backend import AttentionBackend, get_backend, resolve_backend_name
 from claimbench.kernels.kv_quant import LayerKV
@@ -34,7 +35,7 @@ from claimbench.models.exit_heads import ExitHeads
 from claimbench.models.llama import LlamaForCausalLM, Rope, rope_table
 
 NEVER_EXIT = 2.0  # a threshold no max softmax probability reaches
-PAGE_SIZE = 16
+PAGE_SIZE = DEFAULT_PAGE_SIZE  # its paged cache's pages, as the engine lays them out
 
 
 @dataclass(frozen=True)
