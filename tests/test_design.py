@@ -69,6 +69,7 @@ def test_design_hash_ignores_where_code_lives_and_how_it_is_described(tmp_path):
         return (
             f'"""{doc}"""\nfrom experiments.{package} import helper as h  # {doc}\n'
             f"def run(ctx):\n    cmd = ['-m', 'experiments.{package}.helper'{flag}]\n"
+            f"    usage = 'python -m experiments.{package}.helper ARGS'\n"
             "    return h.K, cmd\n"
         )
 

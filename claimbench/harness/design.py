@@ -15,7 +15,7 @@ as strings (a probe launched with ``python -m``). It leaves out:
   does not change what it measured.
 
 The hash is of the code, not of where it lives or how it is described: each module's syntax
-tree with its import statements and docstrings removed and module names written as strings cut
+tree with its import statements and docstrings removed and module names written in strings cut
 to their last part (comments never reach the tree), hashed, and the sorted module hashes hashed
 again, names left out. Moving a helper to another package, renaming an import or rewording a
 comment leaves a design's hash alone; changing what any statement does moves it.
@@ -61,6 +61,12 @@ SCORING_CORE = frozenset(
     )
 )
 _MODULE_STRING = re.compile(r"^(?:claimbench|experiments)(?:\.\w+)+$")
+# A module name anywhere in a string (a usage line, a ``-m`` argument): cut to its last part.
+_MODULE_NAME = re.compile(r"\b(?:claimbench|experiments)(?:\.\w+)+")
+
+
+def _last_part(match: re.Match[str]) -> str:
+    return f"module:{match.group(0).rsplit('.', 1)[-1]}"
 
 
 @dataclass(frozen=True)
@@ -143,8 +149,8 @@ class _CodeOnly(ast.NodeTransformer):
         return None
 
     def visit_Constant(self, node: ast.Constant) -> ast.Constant:
-        if isinstance(node.value, str) and _MODULE_STRING.fullmatch(node.value):
-            return ast.Constant(f"module:{node.value.rsplit('.', 1)[-1]}")
+        if isinstance(node.value, str):
+            return ast.Constant(_MODULE_NAME.sub(_last_part, node.value))
         return node
 
     def generic_visit(self, node: ast.AST) -> ast.AST:
