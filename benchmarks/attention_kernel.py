@@ -8,7 +8,7 @@ chunk) and prefill-heavy (--prefill-seqs chunks of --chunk-len tokens, plus a fe
 decodes). For each implementation: the median wall time over --iters calls (compilation
 and warm-up excluded) and the achieved HBM bandwidth, i.e. the bytes the step must move at
 least (every KV row read once, q and out once, the new KV rows written once) over that
-time, as a percentage of the chip's spec bandwidth (claimbench.harness.hardware).
+time, as a percentage of the chip's spec bandwidth (claimbench.hardware.chips).
 
 JAX's shipped kernel (jax.experimental.pallas.ops.tpu.ragged_paged_attention) attends
 only: it does not write the new KV, takes the same interleaved page layout, and has no
@@ -32,7 +32,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from claimbench.cli.jax_platforms import set_default_jax_platforms
 from claimbench.kernels import native_attention, xla_rpa
 from claimbench.kernels.kv_quant import (
     FP8_DTYPE,
@@ -43,6 +42,7 @@ from claimbench.kernels.kv_quant import (
 )
 from claimbench.kernels.metadata import AttentionMetadata
 from claimbench.kernels.pallas_rpa import ragged_paged_attention
+from claimbench.platform.jax_platforms import set_default_jax_platforms
 
 KV_DTYPES = {"bf16": jnp.bfloat16, "f32": jnp.float32, "int8": jnp.int8, "fp8": FP8_DTYPE}
 
@@ -157,7 +157,7 @@ def implementations(args, on_tpu: bool):
 def spec_bandwidth() -> tuple[str | None, float | None]:
     """(chip name, HBM bytes/s) from the hardware spec table, (None, None) if unknown."""
     try:
-        from claimbench.harness.hardware import chip_for_device, get_chip
+        from claimbench.hardware.chips import chip_for_device, get_chip
     except ImportError:
         return None, None
     device = jax.devices()[0]

@@ -89,7 +89,7 @@ def time_matmuls(shapes, rows: int, repeats: int, iters: int) -> dict:
 def engine_rounds(rounds: int, workload: list[str]) -> dict:
     import engine_vs_vllm as ev
 
-    from claimbench.engine.sampler import SamplingParams
+    from claimbench.engine.worker.sampler import SamplingParams
     from claimbench.models.packed import DENSE_ENV
 
     # vLLM does not run here: its interpreter is named only to satisfy the shared parser.
@@ -132,7 +132,7 @@ def engine_rounds(rounds: int, workload: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from claimbench.cli.jax_platforms import set_default_jax_platforms
+    from claimbench.platform.jax_platforms import set_default_jax_platforms
 
     set_default_jax_platforms()  # before JAX starts a backend: no TPU runtime off a TPU host
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

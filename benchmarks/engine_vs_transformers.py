@@ -38,18 +38,18 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from claimbench.cli.jax_platforms import set_default_jax_platforms
 from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.engine import LLMEngine
-from claimbench.engine.kv_cache import kv_bytes_per_token, resolve_kv_dtype
-from claimbench.engine.sampler import SamplingParams
+from claimbench.engine.kv.kv_cache import kv_bytes_per_token, resolve_kv_dtype
+from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.kernels.backend import resolve_backend_name
 from claimbench.kernels.kv_quant import LayerKV, interleave_kv, split_kv
 from claimbench.kernels.metadata import AttentionMetadata
 from claimbench.kernels.reference import MASK_VALUE
 from claimbench.models.checkpoint import default_model_path, load_model
 from claimbench.models.tokenizer import Tokenizer
+from claimbench.platform.jax_platforms import set_default_jax_platforms
 from claimbench.workload.corpus import heldout_prompts
 
 

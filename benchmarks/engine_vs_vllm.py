@@ -27,7 +27,7 @@ On a TPU VM (vllm-tpu, i.e. vLLM on tpu-inference, in its own environment: scrip
 --tpu) one process at a time can hold the chips, so the sides cannot take turns: --sequential
 (the default where TPU device nodes are present) runs vLLM's warm-up and all its rounds, lets
 its process exit, then ours. --store RESULTS_DIR keeps the result with its provenance as
-RESULTS_DIR/peers/<time>-vllm.json (claimbench.harness.peers; the scoreboard's headline row),
+RESULTS_DIR/peers/<time>-vllm.json (claimbench.lab.peers; the scoreboard's headline row),
 and a failed comparison as a "not measured" record with the reason; --not-measured REASON
 stores only such a record (the nightly, when vLLM could not be installed).
 """
@@ -103,7 +103,7 @@ def percentiles_ms(values: list[float] | None) -> dict[str, float] | None:
 def settle(pid: int, descendants: bool = True) -> float:
     """Wait until the process (with its descendants) uses under SETTLE_SHARE of a core over
     SETTLE_WINDOW_S (at most SETTLE_MAX_S): seconds waited. Without /proc it returns at once."""
-    from claimbench.harness.processes import process_tree, tree_cpu_seconds
+    from claimbench.lab.processes import process_tree, tree_cpu_seconds
 
     start = time.perf_counter()
     if not Path(f"/proc/{pid}/stat").exists():
@@ -213,7 +213,7 @@ class VllmWorker:
 def build_ours(args, job: Job):
     from claimbench.engine.build import build_engine
     from claimbench.engine.config import EngineConfig
-    from claimbench.engine.kv_cache import kv_bytes_per_token, resolve_kv_dtype
+    from claimbench.engine.kv.kv_cache import kv_bytes_per_token, resolve_kv_dtype
     from claimbench.models.checkpoint import load_model
     from claimbench.models.tokenizer import Tokenizer
 
@@ -241,7 +241,7 @@ def build_ours(args, job: Job):
 
 def ours_round(engine, job: Job, steps: list | None = None) -> dict:
     """One timed round through our engine; ``steps`` (a list) receives its step records."""
-    from claimbench.engine.sampler import SamplingParams
+    from claimbench.engine.worker.sampler import SamplingParams
 
     params = SamplingParams(max_tokens=job.output_len, ignore_eos=True)
     start = time.perf_counter()
@@ -406,7 +406,7 @@ def sequential(args) -> bool:
     """Whether the sides run one after the other: asked, or TPU device nodes are present."""
     if args.sequential != "auto":
         return args.sequential == "on"
-    from claimbench.cli.jax_platforms import tpu_attached
+    from claimbench.platform.jax_platforms import tpu_attached
 
     return tpu_attached()
 
@@ -485,16 +485,16 @@ def compare(args) -> dict:
 
 def store(results_dir: Path, result: dict | None, reason: str | None) -> Path:
     """Keep a measured result (or, with ``reason``, a not-measured record) under peers/."""
-    from claimbench.harness import peers
-    from claimbench.harness.provenance import git_state
+    from claimbench.lab import peers
+    from claimbench.ledger.provenance import git_state
 
     if result is None:
         # No JAX here: a night whose vLLM did not install must not start the chips for this.
-        from claimbench.cli.jax_platforms import tpu_attached
+        from claimbench.platform.jax_platforms import tpu_attached
 
         hardware = {"platform": "tpu" if tpu_attached() else "cpu"}
     else:
-        from claimbench.harness.provenance import detect_hardware
+        from claimbench.ledger.provenance import detect_hardware
 
         hardware = detect_hardware()
     status = peers.MEASURED if result is not None else peers.NOT_MEASURED
@@ -519,7 +519,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.not_measured is not None:
         store(args.store, None, args.not_measured)
         return
-    from claimbench.cli.jax_platforms import set_default_jax_platforms
+    from claimbench.platform.jax_platforms import set_default_jax_platforms
 
     set_default_jax_platforms()  # before JAX starts a backend: no TPU runtime off a TPU host
     try:

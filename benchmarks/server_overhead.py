@@ -62,15 +62,15 @@ from pathlib import Path
 
 import httpx
 
-from claimbench.cli.jax_platforms import set_default_jax_platforms
 from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.outputs import FinishEvent
-from claimbench.engine.sampler import SamplingParams
-from claimbench.harness.processes import children, cpu_seconds
+from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.lab.processes import children, cpu_seconds
 from claimbench.models.checkpoint import default_model_path
 from claimbench.models.tokenizer import Tokenizer
+from claimbench.platform.jax_platforms import set_default_jax_platforms
 from claimbench.serving.async_engine import AsyncEngine
 from claimbench.serving.batch_policy import set_batch_policy
 from claimbench.serving.engine_client import ProcessEngine

@@ -31,14 +31,14 @@ import time
 
 import numpy as np
 
-from claimbench.cli.jax_platforms import set_default_jax_platforms
 from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.engine import LLMEngine
-from claimbench.engine.sampler import SamplingParams
-from claimbench.harness.serving_summary import spec_decode_summary
+from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.lab.serving_summary import spec_decode_summary
 from claimbench.models.checkpoint import default_model_path
 from claimbench.models.tokenizer import Tokenizer
+from claimbench.platform.jax_platforms import set_default_jax_platforms
 from claimbench.workload.corpus import heldout_prompts
 
 REPEATED_BLOCK = """def parse_header(line):

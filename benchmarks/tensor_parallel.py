@@ -7,7 +7,7 @@ serves one closed batch of ``--batch`` greedy requests (``--output-len`` tokens,
 once per setting, each engine compiled and warmed first:
 
 * ``unsharded``: today's single-device placement, no mesh (ModelRunner(unsharded=True));
-* ``tp=N``: the sharded path (engine/sharding.py) over N devices; tp=1 is the same code
+* ``tp=N``: the sharded path (engine/worker/sharding.py) over N devices; tp=1 is the same code
   over a one-device mesh, which the target holds within 5% of ``unsharded``.
 
 Per row: the median decode step (device wall time of steps where every sequence decodes),
@@ -27,8 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from claimbench.cli.cpu_devices import set_cpu_device_count
-from claimbench.cli.jax_platforms import set_default_jax_platforms
+from claimbench.platform.cpu_devices import set_cpu_device_count
+from claimbench.platform.jax_platforms import set_default_jax_platforms
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
@@ -79,8 +79,8 @@ def main() -> None:
 
     from claimbench.engine.build import build_engine
     from claimbench.engine.config import EngineConfig
-    from claimbench.engine.runner import ModelRunner
-    from claimbench.engine.sampler import SamplingParams
+    from claimbench.engine.worker.runner import ModelRunner
+    from claimbench.engine.worker.sampler import SamplingParams
     from claimbench.models.checkpoint import default_model_path, load_model
     from claimbench.models.tokenizer import Tokenizer
     from claimbench.workload.corpus import heldout_prompts

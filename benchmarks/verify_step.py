@@ -24,15 +24,15 @@ import jax
 import numpy as np
 from flax import nnx
 
-from claimbench.cli.jax_platforms import set_default_jax_platforms
-from claimbench.engine.batch import StepInputs, empty_inputs
-from claimbench.engine.buckets import pick_pair
 from claimbench.engine.config import EngineConfig
-from claimbench.engine.kv_cache import allocate_kv_cache, page_layout, resolve_kv_dtype
-from claimbench.engine.runner import StaticModel, step_fn
+from claimbench.engine.kv.kv_cache import allocate_kv_cache, page_layout, resolve_kv_dtype
+from claimbench.engine.worker.batch import StepInputs, empty_inputs
+from claimbench.engine.worker.buckets import pick_pair
+from claimbench.engine.worker.runner import StaticModel, step_fn
 from claimbench.kernels.backend import get_backend, resolve_backend_name
 from claimbench.models.checkpoint import default_model_path, load_model
 from claimbench.models.llama import rope_table
+from claimbench.platform.jax_platforms import set_default_jax_platforms
 
 step = jax.jit(step_fn, static_argnums=(0, 1), donate_argnums=(4,))
 

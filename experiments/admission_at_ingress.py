@@ -18,7 +18,7 @@ is not admitted. Every run is served to completion.
 
 Metrics: admitted_p99_ttft_ratio (p99 TTFT of the admitted requests, bounded / base) and
 unbounded_p99_ttft_ratio (unbounded / base). The service rate is measured open loop at
-steady state (harness/open_loop.py), and the overload episode's realised load is recorded
+steady state (lab/open_loop.py), and the overload episode's realised load is recorded
 per trial: a trial more than ``load_tolerance`` off ``overload`` is reported, not scored.
 
 Why each condition can come out either way: the overload lasts a pre-registered number of
@@ -35,9 +35,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from claimbench.engine.tenants import Tenant
-from claimbench.harness import open_loop
-from claimbench.harness import tenant_runs as tr
+from claimbench.engine.sched.tenants import Tenant
+from claimbench.lab import open_loop
+from claimbench.lab import tenant_runs as tr
 from claimbench.site import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
 

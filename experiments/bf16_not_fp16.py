@@ -2,10 +2,10 @@
 
 The same checkpoint serves in bfloat16 and in float16 (computing and caching KV in that
 dtype), one engine at a time, taking turns within every trial in ABBA order
-(harness/interleaved_arms.py): each engine is freed before the other is built (a 7B model's
+(lab/interleaved_arms.py): each engine is freed before the other is built (a 7B model's
 two 16-bit engines do not fit one chip together), and a drift in machine speed over the run
 falls on both formats alike. The float32 reference is
-computed one decoder layer at a time (harness/f32_reference.py: the checkpoint upcast to
+computed one decoder layer at a time (lab/f32_reference.py: the checkpoint upcast to
 float32, every matmul at full f32 precision), since a 7B model's f32 weights (30.5 GB) do not
 fit beside anything on a 32 GB chip. Per trial:
 
@@ -31,18 +31,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from claimbench.engine.sampler import SamplingParams
-from claimbench.harness.engine_settings import EngineSettings
-from claimbench.harness.f32_reference import reference_pass
-from claimbench.harness.interleaved_arms import interleaved_trials
-from claimbench.harness.precision import (
+from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.lab.engine_settings import EngineSettings
+from claimbench.lab.f32_reference import reference_pass
+from claimbench.lab.interleaved_arms import interleaved_trials
+from claimbench.lab.precision import (
     QUALITY_DEFAULTS,
     quality_options,
     record_pass,
     trial_windows,
     warm_up,
 )
-from claimbench.harness.quality import PromptPass, prompt_pass, top1_agreement_pct
+from claimbench.lab.quality import PromptPass, prompt_pass, top1_agreement_pct
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
@@ -72,7 +72,7 @@ def decode_tokens_per_s(engine: LLMEngine, prompts: np.ndarray, num_tokens: int)
 
 def engines(params: dict[str, Any], model: ModelConfig | None, dtype: str) -> EngineSettings:
     """A bf16 and an fp16 engine (KV in the model dtype), one at a time; the float32 side is
-    a layer-by-layer reference (harness/f32_reference.py), not an engine."""
+    a layer-by-layer reference (lab/f32_reference.py), not an engine."""
     max_len = max(params["window_len"], params["decode_prompt_len"] + params["decode_tokens"]) + 1
     options = {
         setting: quality_options(

@@ -3,7 +3,7 @@
 Each trial serves one realistic trace on the real engine and reads its step records: every
 step's scheduled tokens, its sequences and the (token, sequence) bucket pair it ran at. The
 trace is the workload generator's: gamma arrivals (``burstiness`` < 1: bursty) at ``load`` x
-the saturation measured in the trial (open loop, steady state: harness/open_loop.py), for
+the saturation measured in the trial (open loop, steady state: lab/open_loop.py), for
 the time the engine needs to serve ``episode_requests`` requests at saturation (service
 units), then drained; the realised load is recorded, and a trial more than
 ``load_tolerance`` off ``load`` is reported, not scored. Prompt lengths are
@@ -53,15 +53,11 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from claimbench.engine.buckets import bucket_pairs, seq_buckets, token_buckets
 from claimbench.engine.config import MIN_TOKEN_BUCKET
-from claimbench.harness import open_loop
-from claimbench.harness import tenant_runs as tr
-from claimbench.harness.bucket_policies import (
-    BucketPolicy,
-    fit_histogram_buckets,
-    geometric_buckets,
-)
+from claimbench.engine.worker.buckets import bucket_pairs, seq_buckets, token_buckets
+from claimbench.lab import open_loop
+from claimbench.lab import tenant_runs as tr
+from claimbench.lab.bucket_policies import BucketPolicy, fit_histogram_buckets, geometric_buckets
 from claimbench.models.tokenizer import Tokenizer
 from claimbench.workload.corpus import heldout_texts
 from claimbench.workload.lengths import EmpiricalLength, LognormalLength

@@ -1,6 +1,6 @@
 """cold-start: how long a fresh process takes to serve its first token, and what fixes it.
 
-Each trial launches fresh Python processes (harness/cold_start_probe.py), each building the
+Each trial launches fresh Python processes (lab/cold_start_probe.py), each building the
 same engine (the run's model, dtype and the profile's ``engine`` params) and serving one
 first request (``first_prompt_len`` tokens, ``max_tokens`` out) and then a workload that
 takes every path a request can (``workload_prompt_lens`` under each sampling setting, with
@@ -22,7 +22,7 @@ process that is already compiled and has served once (emptied first, so no cache
 * cold_over_warm_first_ttft = cold's cold start / the warm TTFT;
 * cache_speedup = precompile's cold start / cached's cold start;
 * compiles_during_serving = XLA programs built while serving in the precompile and cached
-  processes, counted from JAX's own compile events (harness/compile_events.py: whatever code
+  processes, counted from JAX's own compile events (lab/compile_events.py: whatever code
   path asked for them, not only the runner's bucket keys), first request to last: a "never"
   condition, so any compilation in any trial fails it. Its positive control,
   compiles_during_serving_control, is the same count in the cold process (precompile off),
@@ -57,8 +57,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from claimbench.engine.sampler import SamplingParams
-from claimbench.harness import tenant_runs as tr
+from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.lab import tenant_runs as tr
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
@@ -80,7 +80,7 @@ def launch(spec: dict[str, Any], timeout_s: float) -> tuple[float, dict[str, Any
     """Run one cold_start_probe process on ``spec``: (seconds from launch to its first token,
     its report). RuntimeError with its stderr's tail when it fails."""
     env = {k: v for k, v in os.environ.items() if k not in CACHE_ENV}
-    command = [sys.executable, "-m", "claimbench.harness.cold_start_probe", json.dumps(spec)]
+    command = [sys.executable, "-m", "claimbench.lab.cold_start_probe", json.dumps(spec)]
     launched = time.time()
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=timeout_s, env=env, check=False

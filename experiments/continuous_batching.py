@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from claimbench.engine.sampler import SamplingParams
-from claimbench.harness.engine_settings import EngineSettings
+from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.lab.engine_settings import EngineSettings
 from claimbench.workload.build import WorkloadRequest, build_requests
 from claimbench.workload.lengths import length_dist_from_dict
 from claimbench.workload.spec import WorkloadSpec

@@ -6,11 +6,11 @@ alone on a fresh engine state, async scheduling off so each step's ``device_s`` 
 outputs ready) is the step's own time. Only full-batch decode steps count; decode step k
 attends ``prompt_len + k + 1`` cached tokens per sequence.
 
-The roofline of each step (harness/decode_roofline.py) is the bytes it must move (every
+The roofline of each step (hardware/decode_roofline.py) is the bytes it must move (every
 weight once, the batch's cached K/V, the new K/V) over the memory bandwidth, in the dtypes the
 engine stores them in. The bandwidth and peak FLOP/s are the chip spec's on a TPU or GPU (the
 claim is about a chip's HBM roofline); on a CPU, which has no such spec, they are measured on
-this host by a streaming probe and a matmul probe (harness/memory_probe.py) and the
+this host by a streaming probe and a matmul probe (lab/memory_probe.py) and the
 comparison is shown as the CPU's own, indicative. Both probes are recorded every trial.
 
 Per trial and batch: the median full-batch decode step, its roofline, their ratio and the
@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from claimbench.engine.config import DEFAULT_PAGE_SIZE
-from claimbench.engine.kv_cache import pool_bytes_for, resolve_kv_dtype
-from claimbench.engine.sampler import SamplingParams
-from claimbench.harness.decode_roofline import decode_bytes, weight_storage_bytes
-from claimbench.harness.engine_settings import EngineSettings
-from claimbench.harness.hardware import get_chip
-from claimbench.harness.memory_probe import matmul_flops_per_s, stream_bytes_per_s
-from claimbench.harness.model_presets import shape_from_config
-from claimbench.harness.tenant_runs import reset_with
+from claimbench.engine.kv.kv_cache import pool_bytes_for, resolve_kv_dtype
+from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.hardware.chips import get_chip
+from claimbench.hardware.decode_roofline import decode_bytes, weight_storage_bytes
+from claimbench.hardware.model_presets import shape_from_config
+from claimbench.lab.engine_settings import EngineSettings
+from claimbench.lab.memory_probe import matmul_flops_per_s, stream_bytes_per_s
+from claimbench.lab.tenant_runs import reset_with
 from claimbench.models.checkpoint import read_config
 
 if TYPE_CHECKING:

@@ -3,14 +3,14 @@ premium tier within its SLO, while without one every tier misses its SLO?
 
 Three tiers share one length mix with poisson arrivals: premium (tier 0), standard (tier 1)
 and best effort (tier 2), each offering its ``share`` of the load. Each trial measures its
-own service rate on the mix the way the load is offered (harness/open_loop.py: open loop,
+own service rate on the mix the way the load is offered (lab/open_loop.py: open loop,
 steady state; ``mu`` requests/s, one "request time" is 1 / mu), then offers ``overload`` (2x)
 that rate for as long as the engine needs to serve ``episode_requests`` requests at that
 rate; arrivals then stop and every admitted request is served to completion. The same
 requests are served twice, and the control's once, in an order that rotates from trial to
 trial:
 
-    ladder   the engine config carries ``ladder`` (the params' rungs, engine/ladder.py): it
+    ladder   the engine config carries ``ladder`` (the params' rungs, engine/sched/ladder.py): it
              climbs and descends on the load signals it observes each step
     none     no ladder
     control  no ladder, the same span of arrivals at ``control_load`` (below the service
@@ -57,10 +57,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from claimbench.engine.ladder import as_ladder
-from claimbench.engine.tenants import Tenant
-from claimbench.harness import open_loop
-from claimbench.harness import tenant_runs as tr
+from claimbench.engine.sched.ladder import as_ladder
+from claimbench.engine.sched.tenants import Tenant
+from claimbench.lab import open_loop
+from claimbench.lab import tenant_runs as tr
 from claimbench.site import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
 

@@ -20,7 +20,7 @@ layer (a step runs until its slowest token exits); the held-out quality the exit
 saved with (top-1 agreement with the full model, perplexity with and without exit, on the
 dense forward) at the threshold used, and whether the batch-32 arms emitted the same tokens.
 
-Quality as served (harness/exit_quality.py), where exited tokens' later-layer K/V are their
+Quality as served (lab/exit_quality.py), where exited tokens' later-layer K/V are their
 propagated hidden state: per trial, the share of the batch-32 arms' greedy output positions
 that agree (``greedy_token_agreement_b32``) and the mean leading tokens before the first
 difference; once, ``quality_windows`` held-out windows of ``quality_len`` tokens fed one
@@ -38,9 +38,9 @@ import numpy as np
 import pandas as pd
 
 from claimbench.engine.config import DEFAULT_PAGE_SIZE
-from claimbench.engine.sampler import SamplingParams
-from claimbench.harness.exit_quality import greedy_agreement, teacher_forced
-from claimbench.harness.tenant_runs import kv_pool_bytes, rotated
+from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.lab.exit_quality import greedy_agreement, teacher_forced
+from claimbench.lab.tenant_runs import kv_pool_bytes, rotated
 from claimbench.models.checkpoint import load_model
 from claimbench.models.exit_heads import load_exit_heads, read_exit_config
 from claimbench.workload.corpus import heldout_prompts, heldout_token_windows

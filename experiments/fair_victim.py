@@ -27,7 +27,7 @@ control, top_tier_preemptions_control, is the same count under ``newest`` in the
 episode: a policy blind to tiers whose top-tier preemptions show that the load put the top
 tier at risk at all. A zero under fair-share beside a zero control shows nothing.
 
-The service rate is measured open loop at steady state (harness/open_loop.py), and each
+The service rate is measured open loop at steady state (lab/open_loop.py), and each
 trial's realised load is recorded: a trial more than ``load_tolerance`` off ``load`` is
 reported, not scored.
 """
@@ -40,9 +40,9 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from claimbench.engine.config import DEFAULT_PAGE_SIZE
-from claimbench.engine.fairness import INPUT_PREFIX
-from claimbench.harness import open_loop
-from claimbench.harness import tenant_runs as tr
+from claimbench.engine.sched.fairness import INPUT_PREFIX
+from claimbench.lab import open_loop
+from claimbench.lab import tenant_runs as tr
 from claimbench.site import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
 

@@ -6,13 +6,13 @@ arrivals at ``load`` x the trial's saturation for as long as the engine needs to
 ``heavy_share`` of them; then arrivals stop and the backlog is served to completion. Each
 trial measures its own saturation first, then serves the same requests twice, under FCFS
 and under VTC (the only difference), in an order that rotates from trial to trial.
-The service rate is measured open loop at steady state (harness/open_loop.py), and each
+The service rate is measured open loop at steady state (lab/open_loop.py), and each
 trial's realised load is recorded: a trial more than ``load_tolerance`` off ``load`` is
 reported, not scored.
 
 Service is w_in * input + w_out * output tokens (``input_weight``, ``output_weight``). The gap
 is the largest difference in service two tenants received over an interval in which both
-had waiting requests (harness/service.py). The bound is Sheng et al.'s 2 * max(w_in * L_in,
+had waiting requests (lab/service.py). The bound is Sheng et al.'s 2 * max(w_in * L_in,
 w_out * M), from each run's own measurements: L_in its longest prompt, M the most tokens of
 context its running batch held after any step. Throughput is output tokens per second over
 the steps that ran while a request was waiting (the overload, where both arms run a full
@@ -38,10 +38,10 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from claimbench.engine.fairness import RUNNING_TOKENS
-from claimbench.harness import open_loop
-from claimbench.harness import tenant_runs as tr
-from claimbench.harness.service import cumulative_service, max_service_gap, steps_backlog
+from claimbench.engine.sched.fairness import RUNNING_TOKENS
+from claimbench.lab import open_loop
+from claimbench.lab import tenant_runs as tr
+from claimbench.lab.service import cumulative_service, max_service_gap, steps_backlog
 from claimbench.site import tenant_charts
 from claimbench.workload.build import WorkloadRequest
 from claimbench.workload.spec import WorkloadSpec

@@ -22,10 +22,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from claimbench.harness.capacity import weight_layout_bytes
-from claimbench.harness.engine_settings import EngineSettings
-from claimbench.harness.model_presets import get_preset
-from claimbench.harness.precision import (
+from claimbench.hardware.model_presets import get_preset
+from claimbench.lab.capacity import weight_layout_bytes
+from claimbench.lab.engine_settings import EngineSettings
+from claimbench.lab.precision import (
     QUALITY_DEFAULTS,
     quality_options,
     run_passes,
@@ -33,7 +33,7 @@ from claimbench.harness.precision import (
     trial_windows,
     warm_up,
 )
-from claimbench.harness.quality import ppl_delta_pct, top1_agreement_pct
+from claimbench.lab.quality import ppl_delta_pct, top1_agreement_pct
 
 if TYPE_CHECKING:
     from claimbench.harness.context import RunContext

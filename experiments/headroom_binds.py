@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from claimbench.engine.outputs import FinishEvent, TokenEvent
-from claimbench.engine.sampler import SamplingParams
+from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.workload.build import WorkloadRequest, build_requests
 from claimbench.workload.lengths import length_dist_from_dict
 from claimbench.workload.spec import WorkloadSpec

@@ -3,14 +3,14 @@
 Two tenants with opposite shapes share one engine: "prefill" sends long prompts and wants
 short answers, "decode" sends short prompts and wants long answers (``prefill_share`` of the
 requests are prefill's). Each trial measures the engine's saturation on the mix (open loop,
-steady state: harness/open_loop.py; the realised load is recorded, and a trial more than
+steady state: lab/open_loop.py; the realised load is recorded, and a trial more than
 ``load_tolerance`` off ``load`` is reported, not scored), then each
 tenant's isolated latency (``probe_requests`` of its requests served alone, one at a time:
 median TTFT and TPOT), then serves the same requests twice on the same engine, in an order
 that rotates from trial to trial:
 
 * together: both tenants' requests share every step (chunked prefill beside decodes);
-* sliced: windows of equal length alternate between the tenants (harness/time_slicing.py):
+* sliced: windows of equal length alternate between the tenants (lab/time_slicing.py):
   in a tenant's window only its requests run, a request arriving in the other's window
   waits, and one unfinished at its window's end pauses until its tenant's next window.
 
@@ -44,10 +44,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from claimbench.engine.sampler import SamplingParams
-from claimbench.harness import open_loop
-from claimbench.harness import tenant_runs as tr
-from claimbench.harness.time_slicing import serve_time_sliced
+from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.lab import open_loop
+from claimbench.lab import tenant_runs as tr
+from claimbench.lab.time_slicing import serve_time_sliced
 from claimbench.site import tenant_charts
 from claimbench.workload.build import WorkloadRequest
 from claimbench.workload.spec import WorkloadSpec

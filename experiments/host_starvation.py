@@ -35,8 +35,8 @@ import numpy as np
 
 from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.engine.outputs import TokenEvent
-from claimbench.engine.sampler import SamplingParams
-from claimbench.harness.tenant_runs import kv_pool_bytes, reset_with, rotated
+from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.lab.tenant_runs import kv_pool_bytes, reset_with, rotated
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine

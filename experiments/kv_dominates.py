@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from claimbench.harness.engine_settings import EngineSettings
-from claimbench.harness.model_presets import ModelShape, get_preset
-from claimbench.harness.roofline import kv_bytes_per_token, weight_bytes
+from claimbench.hardware.model_presets import ModelShape, get_preset
+from claimbench.hardware.roofline import kv_bytes_per_token, weight_bytes
+from claimbench.lab.engine_settings import EngineSettings
 
 if TYPE_CHECKING:
     from claimbench.harness.context import RunContext
@@ -94,7 +94,7 @@ def engines(params: dict[str, Any], model: ModelConfig | None, dtype: str) -> En
         return EngineSettings({})
     # Imported here: the analytic part needs neither JAX nor the engine.
     from claimbench.engine.config import DEFAULT_PAGE_SIZE
-    from claimbench.engine.kv_cache import pool_bytes_for
+    from claimbench.engine.kv.kv_cache import pool_bytes_for
 
     page_size = int(params["engine"].get("page_size", DEFAULT_PAGE_SIZE))
     options: dict[str, Any] = dict(
@@ -110,7 +110,7 @@ def engines(params: dict[str, Any], model: ModelConfig | None, dtype: str) -> En
 def measured_sizes(ctx: RunContext, params: dict[str, Any]) -> KVWeightSizes:
     """What the engine allocates for the run's model in bf16 with a pool sized for ``batch``
     sequences of ``context`` tokens (``engines``), counted on its stats."""
-    from claimbench.engine.kv_cache import max_concurrent_sequences
+    from claimbench.engine.kv.kv_cache import max_concurrent_sequences
     from claimbench.models.checkpoint import read_config
 
     settings = engines(params, read_config(ctx.model_path), ctx.dtype).settings[""]

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from claimbench.harness.engine_settings import EngineSettings
-from claimbench.harness.precision import (
+from claimbench.lab.engine_settings import EngineSettings
+from claimbench.lab.precision import (
     CAPACITY_DEFAULTS,
     QUALITY_DEFAULTS,
     passes_per_engine,
@@ -35,7 +35,7 @@ from claimbench.harness.precision import (
     record_capacity_ratio,
     trial_windows,
 )
-from claimbench.harness.quality import ppl_delta_pct, top1_agreement_pct
+from claimbench.lab.quality import ppl_delta_pct, top1_agreement_pct
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine

@@ -2,7 +2,7 @@
 
 Capacity (analytic, once): the claim is about a Llama-3.1-8B-class model (``model``: 32
 layers, 8 KV heads, head_dim 128), so capacity_ratio is the engine's own pool arithmetic
-(engine/kv_cache.py: int8 values plus one f32 scale per token and K/V head row, whole pages,
+(engine/kv/kv_cache.py: int8 values plus one f32 scale per token and K/V head row, whole pages,
 the null page) on that layout: the number of ``seq_len``-token sequences a ``pool_bytes``
 pool holds in int8 over the number it holds in bf16. Its inputs (layout, page and pool bytes,
 pages, sequences) are stored with it. The served model's bytes per token in each format are
@@ -18,15 +18,15 @@ top1_agreement_pct (int8 vs bf16 greedy next token) goes beside it.
 
 Params (claims.yaml, per profile): num_windows, window_len, model, pool_bytes, page_size,
 seq_len, and ``engine`` options of both engines (the full profile sizes each engine's pool
-from the chip's HBM: ``hbm_utilization``, harness/pool_fit.py).
+from the chip's HBM: ``hbm_utilization``, lab/pool_fit.py).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from claimbench.harness.engine_settings import EngineSettings
-from claimbench.harness.precision import (
+from claimbench.lab.engine_settings import EngineSettings
+from claimbench.lab.precision import (
     CAPACITY_DEFAULTS,
     QUALITY_DEFAULTS,
     passes_per_engine,
@@ -34,7 +34,7 @@ from claimbench.harness.precision import (
     record_capacity_ratio,
     trial_windows,
 )
-from claimbench.harness.quality import ppl_delta_pct, top1_agreement_pct
+from claimbench.lab.quality import ppl_delta_pct, top1_agreement_pct
 
 if TYPE_CHECKING:
     from claimbench.harness.context import RunContext

@@ -36,16 +36,16 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from claimbench.engine.config import DEFAULT_PAGE_SIZE
-from claimbench.harness.capacity import pool_capacity, weight_layout_bytes
-from claimbench.harness.engine_settings import EngineSettings
-from claimbench.harness.model_presets import get_preset, model_config
-from claimbench.harness.precision import (
+from claimbench.hardware.model_presets import get_preset, model_config
+from claimbench.lab.capacity import pool_capacity, weight_layout_bytes
+from claimbench.lab.engine_settings import EngineSettings
+from claimbench.lab.precision import (
     QUALITY_DEFAULTS,
     passes_per_engine,
     quality_options,
     trial_windows,
 )
-from claimbench.harness.quality import ppl_delta_pct
+from claimbench.lab.quality import ppl_delta_pct
 
 if TYPE_CHECKING:
     from claimbench.harness.context import RunContext

@@ -4,7 +4,7 @@ Analytic (once, with the formula's inputs): the dense ``model`` preset (default 
 the full profile's model class) against its MoE twin at equal active parameters: the same
 layout, ``num_experts`` SwiGLU experts of intermediate size intermediate / ``experts_per_token``,
 so the chosen experts hold exactly the dense MLP's units (the router's hidden x E weights per
-layer are the only extra active weights). Both in bf16 on one ``chip`` (harness/hardware.py):
+layer are the only extra active weights). Both in bf16 on one ``chip`` (hardware/chips.py):
 
 * weight_ratio = MoE weight bytes / dense weight bytes;
 * kv_room_ratio = MoE KV room / dense KV room, where a model's KV room is the chip's HBM less
@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from claimbench.harness.engine_settings import EngineSettings
-from claimbench.harness.hardware import get_chip
-from claimbench.harness.model_presets import ModelShape, get_preset
-from claimbench.harness.roofline import expert_fraction_touched, weight_bytes
+from claimbench.hardware.chips import get_chip
+from claimbench.hardware.model_presets import ModelShape, get_preset
+from claimbench.hardware.roofline import expert_fraction_touched, weight_bytes
+from claimbench.lab.engine_settings import EngineSettings
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -166,7 +166,7 @@ def measure_trial(
 ) -> np.ndarray:
     """Serve ``batch`` held-out prompts together; the touched percentage of each pure decode
     step at that batch."""
-    from claimbench.engine.sampler import SamplingParams
+    from claimbench.engine.worker.sampler import SamplingParams
     from claimbench.models.checkpoint import read_config
     from claimbench.models.tokenizer import Tokenizer
     from claimbench.workload.corpus import heldout_prompts

@@ -40,11 +40,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from claimbench.engine.config import DEFAULT_PAGE_SIZE
-from claimbench.engine.kv_cache import pool_bytes_for
+from claimbench.engine.kv.kv_cache import pool_bytes_for
 from claimbench.engine.outputs import TokenEvent
-from claimbench.engine.sampler import SamplingParams
-from claimbench.harness.engine_settings import EngineSettings
-from claimbench.harness.precision import arm_order
+from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.lab.engine_settings import EngineSettings
+from claimbench.lab.precision import arm_order
 from claimbench.models.checkpoint import read_config
 from claimbench.workload.lengths import LognormalLength
 

@@ -3,7 +3,7 @@
 A quiet tenant sends short requests, a noisy one long requests, into a KV pool that holds
 ``pool_requests`` of the noisy kind at once, so pages (not the sequence limit) bind. Each
 trial measures its own saturation on the noisy mix in that pool (open loop, steady state:
-harness/open_loop.py; the episode's realised load is recorded, and a trial more than
+lab/open_loop.py; the episode's realised load is recorded, and a trial more than
 ``load_tolerance`` off noisy_load + quiet_load is reported, not scored), then builds one timeline in
 its service units: the noisy tenant bursts at ``noisy_load`` x saturation for as long as the
 engine needs to serve ``episode_requests`` noisy requests at saturation and then stops; the
@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from claimbench.engine.config import DEFAULT_PAGE_SIZE
-from claimbench.engine.tenants import Tenant
-from claimbench.harness import open_loop
-from claimbench.harness import tenant_runs as tr
+from claimbench.engine.sched.tenants import Tenant
+from claimbench.lab import open_loop
+from claimbench.lab import tenant_runs as tr
 from claimbench.site import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
 from claimbench.workload.tenants import TenantLoad

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from claimbench.engine.sampler import SamplingParams
+from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.workload.lengths import length_dist_from_dict
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """priority-aging: does aging keep the low tier from starving without hurting the high tier?
 
 Every trial first measures the engine's service rate on the trial's request mix the way the
-load is offered (harness/open_loop.py: open loop, steady state; ``mu`` requests/s), and sets
+load is offered (lab/open_loop.py: open loop, steady state; ``mu`` requests/s), and sets
 every load and window in that unit, so the experiment is the same on a slow and a fast
 engine. One "request time" is 1 / mu.
 
@@ -44,9 +44,9 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from claimbench.engine.fairness import BACKLOG_PREFIX
-from claimbench.harness import open_loop
-from claimbench.harness import tenant_runs as tr
+from claimbench.engine.sched.fairness import BACKLOG_PREFIX
+from claimbench.lab import open_loop
+from claimbench.lab import tenant_runs as tr
 from claimbench.site import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
 

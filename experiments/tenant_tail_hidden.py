@@ -20,7 +20,7 @@ Each trial measures the engine's saturation on this mix, then offers ``load`` x 
 as long as the engine needs to serve ``episode_requests`` requests at saturation (a fresh
 seed per trial), serves it to completion under FCFS, and compares the worst small
 tenant's p99 TTFT with the p99 over every request pooled.
-The service rate is measured open loop at steady state (harness/open_loop.py), and each
+The service rate is measured open loop at steady state (lab/open_loop.py), and each
 trial's realised load is recorded: a trial more than ``load_tolerance`` off ``load`` is
 reported, not scored.
 
@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from claimbench.harness import open_loop
-from claimbench.harness import tenant_runs as tr
+from claimbench.lab import open_loop
+from claimbench.lab import tenant_runs as tr
 from claimbench.site import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
 from claimbench.workload.tenants import TenantLoad

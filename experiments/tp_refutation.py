@@ -1,6 +1,6 @@
 """tp-refutation: what tensor parallelism buys in decode, per token and per chip.
 
-Measured, per trial: one engine per tp in ``tps`` (engine/sharding.py: weights split
+Measured, per trial: one engine per tp in ``tps`` (engine/worker/sharding.py: weights split
 Megatron-style, the KV pool over KV heads, attention under shard_map) serves the same batch
 of ``batch`` requests, all admitted at once, ``prompt_len`` tokens each, ``output_len``
 greedy tokens (EOS ignored). Per-token decode latency is the median TPOT over the batch
@@ -15,7 +15,7 @@ and memory and have no interconnect, so these numbers exercise the sharded path 
 indicative only; the claim is about TPU chips.
 
 Analytic context, once per chip of ``roofline_chips``: the roofline with its ICI all-reduce
-term (harness/roofline.py) for ``model`` at ``roofline_tp`` chips, ``batch`` sequences at
+term (hardware/roofline.py) for ``model`` at ``roofline_tp`` chips, ``batch`` sequences at
 ``roofline_context`` cached tokens: roofline_latency_ratio and
 roofline_per_chip_throughput_ratio. No condition reads them; they say what the hardware
 physics predicts beside whatever was measured.
@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from claimbench.engine.sampler import SamplingParams
-from claimbench.harness.engine_settings import EngineSettings
-from claimbench.harness.hardware import get_chip
-from claimbench.harness.model_presets import get_preset
-from claimbench.harness.roofline import ServingSetup, decode_step
+from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.hardware.chips import get_chip
+from claimbench.hardware.model_presets import get_preset
+from claimbench.hardware.roofline import ServingSetup, decode_step
+from claimbench.lab.engine_settings import EngineSettings
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine

@@ -19,7 +19,7 @@ cb=("$python" -m claimbench)
 
 echo "== environment =="
 "${cb[@]}" env || exit 1
-backend=$("$python" -c 'from claimbench.cli.jax_platforms import set_default_jax_platforms as s
+backend=$("$python" -c 'from claimbench.platform.jax_platforms import set_default_jax_platforms as s
 s()
 import jax
 print(jax.default_backend())') || exit 1

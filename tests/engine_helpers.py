@@ -11,7 +11,7 @@ import numpy as np
 from flax import nnx
 
 from claimbench.engine.request import Request
-from claimbench.engine.sampler import SamplingParams
+from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.models.config import ModelConfig
 from claimbench.models.llama import LlamaForCausalLM
 
@@ -62,7 +62,7 @@ def tiny_engine(model=None, **overrides):
     """An f32 engine over the tiny model: 8-token pages, buckets (16, 32) x (8,)."""
     from claimbench.engine.build import build_engine
     from claimbench.engine.config import EngineConfig
-    from claimbench.engine.kv_cache import kv_bytes_per_token
+    from claimbench.engine.kv.kv_cache import kv_bytes_per_token
 
     num_pages = overrides.pop("num_pages", 64)
     page_size = overrides.get("page_size", 8)

@@ -9,7 +9,7 @@ from engine_helpers import TINY_MODEL, tiny_model
 
 from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
-from claimbench.engine.kv_cache import kv_bytes_per_token
+from claimbench.engine.kv.kv_cache import kv_bytes_per_token
 from claimbench.harness.claims import find_claim, load_claims
 from claimbench.harness.context import RunContext
 from claimbench.harness.registry import load_experiment

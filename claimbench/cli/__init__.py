@@ -1,0 +1,2 @@
+"""The ``claimbench`` Typer commands: parse options, build configs, call library functions,
+print."""

@@ -22,13 +22,13 @@ from typing import Annotated
 import typer
 
 from claimbench.cli.common import err_console, fail, flag_message, global_options, option_flags
-from claimbench.cli.cpu_devices import TPOption
 from claimbench.cli.spec_options import (
     DraftModelOption,
     NumSpecTokensOption,
     Speculative,
     SpeculativeOption,
 )
+from claimbench.platform.cpu_devices import TPOption
 
 BENCH_DIR = "bench"
 # EngineConfig fields set by the option of the same name (kv_pool_bytes comes from --kv-pool-mb,
@@ -122,8 +122,8 @@ def bench(
     from claimbench.engine.build import build_engine
     from claimbench.engine.config import EngineConfig
     from claimbench.engine.outputs import FinishEvent, RejectEvent
-    from claimbench.engine.sharding import check_model_tp
-    from claimbench.harness.serving_summary import summarize
+    from claimbench.engine.worker.sharding import check_model_tp
+    from claimbench.lab.serving_summary import summarize
     from claimbench.models.checkpoint import default_model_path, read_config
     from claimbench.models.tokenizer import Tokenizer
     from claimbench.serving.replay import benchmark_items, replay
@@ -254,7 +254,7 @@ def report(
     slos: dict[str, float | None],
 ) -> None:
     """Save the records under ``out_dir`` and print the summary (per tenant when several)."""
-    from claimbench.harness.serving_summary import (
+    from claimbench.lab.serving_summary import (
         format_summary,
         format_tenant_table,
         summarize_by_tenant,

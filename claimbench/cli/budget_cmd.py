@@ -14,10 +14,10 @@ from rich.table import Table
 
 from claimbench.cli import project
 from claimbench.cli.common import console, fail, global_options
-from claimbench.harness import budget, ledger
 from claimbench.harness.claims import ClaimsError
-from claimbench.harness.prices import UnpricedError
 from claimbench.harness.project_config import ProjectConfig, load_project_config
+from claimbench.ledger import budget, ledger
+from claimbench.ledger.prices import UnpricedError
 
 
 def open_project_config(root: Path) -> ProjectConfig:

@@ -13,13 +13,13 @@ from typing import Annotated
 import typer
 
 from claimbench.cli.common import err_console, fail, flag_message, global_options, option_flags
-from claimbench.cli.cpu_devices import TPOption
 from claimbench.cli.spec_options import (
     DraftModelOption,
     NumSpecTokensOption,
     Speculative,
     SpeculativeOption,
 )
+from claimbench.platform.cpu_devices import TPOption
 
 MAX_CHUNK_TOKENS = 64  # prefill chunk: three compiled step shapes (16, 32, 64) at most
 # SamplingParams fields set by the option of the same name.
@@ -46,9 +46,9 @@ def generate(
     from claimbench.engine.build import build_engine
     from claimbench.engine.config import EngineConfig
     from claimbench.engine.outputs import FinishEvent, TokenEvent
-    from claimbench.engine.sampler import SamplingParams
-    from claimbench.engine.sharding import check_model_tp
-    from claimbench.harness.serving_summary import spec_decode_summary
+    from claimbench.engine.worker.sampler import SamplingParams
+    from claimbench.engine.worker.sharding import check_model_tp
+    from claimbench.lab.serving_summary import spec_decode_summary
     from claimbench.models.checkpoint import default_model_path, read_config
     from claimbench.models.tokenizer import Tokenizer
 

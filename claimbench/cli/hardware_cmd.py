@@ -12,15 +12,20 @@ import typer
 from rich.table import Table
 
 from claimbench.cli.common import console, fail, global_options
-from claimbench.harness.hardware import CHIPS, COMPUTE_DTYPES, ChipSpec, detect, get_chip
-from claimbench.harness.model_presets import PRESET_NAMES, ModelShape, get_preset, shape_from_config
-from claimbench.harness.model_provenance import ModelDirError, read_model_config
-from claimbench.harness.roofline import (
+from claimbench.hardware.chips import CHIPS, COMPUTE_DTYPES, ChipSpec, detect, get_chip
+from claimbench.hardware.model_presets import (
+    PRESET_NAMES,
+    ModelShape,
+    get_preset,
+    shape_from_config,
+)
+from claimbench.hardware.roofline import (
     BYTES_PER_ELEMENT,
     DEFAULT_HBM_RESERVE,
     ServingSetup,
     estimate,
 )
+from claimbench.models.provenance import ModelDirError, read_model_config
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 DEFAULT_PRESET = "llama-3.1-8b"

@@ -13,8 +13,8 @@ import typer
 from typer.core import TyperGroup
 
 from claimbench.cli.common import GlobalOptions, fail
-from claimbench.cli.cpu_devices import set_cpu_device_count
-from claimbench.cli.jax_platforms import set_default_jax_platforms
+from claimbench.platform.cpu_devices import set_cpu_device_count
+from claimbench.platform.jax_platforms import set_default_jax_platforms
 
 # Before any command imports JAX: off a TPU host, libtpu must not try to start a TPU runtime;
 # on a CPU-only host, --tp N needs N virtual devices.

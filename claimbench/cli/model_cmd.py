@@ -34,7 +34,7 @@ def train(
 ) -> None:
     """Train claimbench-tiny and its draft on this interpreter's stdlib source (HF format)."""
     from claimbench.models.checkpoint import ASSETS_DIR
-    from claimbench.models.train import train_shipped
+    from claimbench.training.train import train_shipped
 
     if steps <= 0 or draft_steps <= 0:
         fail(f"--steps and --draft-steps must be > 0, got {steps}, {draft_steps}")
@@ -61,7 +61,7 @@ def train_moe(
 ) -> None:
     """Train claimbench-tiny-moe (8 experts, top-2) from claimbench-tiny by sparse upcycling."""
     from claimbench.models.checkpoint import ASSETS_DIR
-    from claimbench.models.moe_train import train_shipped_moe
+    from claimbench.training.moe_train import train_shipped_moe
 
     if steps <= 0:
         fail(f"--steps must be > 0, got {steps}")
@@ -88,7 +88,7 @@ def train_exits(
 ) -> None:
     """Distill exit heads on every intermediate layer; save them beside the model."""
     from claimbench.models.checkpoint import default_model_path
-    from claimbench.models.exit_train import train_exits as distill_exits
+    from claimbench.training.exit_train import train_exits as distill_exits
 
     model_dir = default_model_path() if model is None else model
     if steps <= 0 or (threshold is not None and not 0 <= threshold <= 1):
@@ -114,7 +114,7 @@ def info(
 
     from claimbench.models.checkpoint import ModelLoadError, default_draft_path
     from claimbench.models.checkpoint import default_model_path as default_path
-    from claimbench.models.describe import describe_model
+    from claimbench.training.describe import describe_model
 
     if windows <= 0:
         fail(f"--windows must be > 0, got {windows}")
@@ -218,7 +218,7 @@ def _pinned_revision(root: Path, repo: str) -> str:
     claim's draft_model param names; exit 2 when it pins none."""
     from claimbench.cli.budget_cmd import open_project_config
     from claimbench.cli.project import open_claims
-    from claimbench.harness.draft_models import claim_draft_pins
+    from claimbench.lab.draft_models import claim_draft_pins
 
     pinned = open_project_config(root).full_profile
     pins = [pinned.model] if pinned is not None else []

@@ -19,11 +19,12 @@ from rich.progress import (
 
 from claimbench.cli import project
 from claimbench.cli.common import console, fail, global_options
-from claimbench.harness import budget, ledger, registry, spend_gate
+from claimbench.harness import registry
 from claimbench.harness.claims import Claim, ClaimsError, find_claim
 from claimbench.harness.context import run_claim
-from claimbench.harness.model_provenance import ModelDirError, check_model_dir
-from claimbench.harness.prices import MachinePrice
+from claimbench.ledger import budget, ledger, spend_gate
+from claimbench.ledger.prices import MachinePrice
+from claimbench.models.provenance import ModelDirError, check_model_dir
 
 
 class Profile(StrEnum):

@@ -97,7 +97,7 @@ def serve(
 ) -> None:
     """Serve the model over HTTP (OpenAI's /v1/completions and /v1/chat/completions)."""
     from claimbench.engine.config import EngineConfig
-    from claimbench.engine.ladder import load_ladder
+    from claimbench.engine.sched.ladder import load_ladder
     from claimbench.models.checkpoint import ModelLoadError, default_model_path
     from claimbench.serving.engine_client import EngineProcessError
     from claimbench.serving.server import ServeOptions, build_server_state, make_server

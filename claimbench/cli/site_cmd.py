@@ -25,7 +25,7 @@ def site(
     origin: OriginOption = None,
 ) -> None:
     """Render the scoreboard from the stored runs; open index.html from disk or publish it."""
-    from claimbench.harness.peers import read_peers
+    from claimbench.lab.peers import read_peers
     from claimbench.site.render import render_site
 
     root = global_options(ctx).root

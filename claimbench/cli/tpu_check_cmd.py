@@ -12,17 +12,12 @@ from rich.table import Table
 from claimbench.cli.common import console, fail, global_options
 from claimbench.cli.project import open_claims
 from claimbench.engine.config import KV_DTYPES, WEIGHT_FORMATS
-from claimbench.harness import tpu_check
+from claimbench.hardware.chips import get_chip
 from claimbench.harness.claims import find_claim
-from claimbench.harness.hardware import get_chip
-from claimbench.harness.tpu_check_claims import (
-    ClaimCheck,
-    ResidentGroup,
-    check_claims,
-    resident_groups,
-)
-from claimbench.harness.tpu_check_setup import check_setup
 from claimbench.models.config import ModelConfig
+from claimbench.tpucheck import check as tpu_check
+from claimbench.tpucheck.claims import ClaimCheck, ResidentGroup, check_claims, resident_groups
+from claimbench.tpucheck.setup import check_setup
 
 TpuChip = StrEnum("TpuChip", {name: name for name in tpu_check.TPU_CHIPS})
 Profile = StrEnum("Profile", {name: name for name in tpu_check.PROFILES})

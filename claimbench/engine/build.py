@@ -9,11 +9,11 @@ serves them.
 from __future__ import annotations
 
 from claimbench.engine.config import EngineConfig
-from claimbench.engine.draft_model import load_draft_model
 from claimbench.engine.engine import LLMEngine
-from claimbench.engine.kv_cache import resolve_kv_dtype
+from claimbench.engine.kv.calibration import resolve_fp8_kv_scales
+from claimbench.engine.kv.kv_cache import resolve_kv_dtype
+from claimbench.engine.spec.draft_model import load_draft_model
 from claimbench.kernels.kv_quant import FP8_DTYPE
-from claimbench.models.kv_calibration import resolve_fp8_kv_scales
 from claimbench.models.llama import LlamaForCausalLM
 from claimbench.models.quantize import with_weight_format
 from claimbench.models.tokenizer import Tokenizer

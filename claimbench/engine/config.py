@@ -9,11 +9,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from claimbench.engine.ladder import Rung, as_ladder, check_ladder
-from claimbench.engine.policies import DEFAULT_AGING_S, ORDERINGS, VICTIMS, PolicyParams
-from claimbench.engine.prefix_cache import MODES as PREFIX_MODES
-from claimbench.engine.tenants import Tenant, TenantTable
-from claimbench.engine.vtc import DEFAULT_INPUT_WEIGHT, DEFAULT_OUTPUT_WEIGHT
+from claimbench.engine.kv.prefix_cache import MODES as PREFIX_MODES
+from claimbench.engine.sched.ladder import Rung, as_ladder, check_ladder
+from claimbench.engine.sched.policies import DEFAULT_AGING_S, ORDERINGS, VICTIMS, PolicyParams
+from claimbench.engine.sched.tenants import Tenant, TenantTable
+from claimbench.engine.sched.vtc import DEFAULT_INPUT_WEIGHT, DEFAULT_OUTPUT_WEIGHT
 from claimbench.kernels.backend import BACKENDS
 
 DTYPES = ("bfloat16", "float32", "float16")

@@ -11,12 +11,9 @@ import jax
 import numpy as np
 import pandas as pd
 
-from claimbench.engine.async_step import OverlapStepper
-from claimbench.engine.batch import StepInputError, StepPlan, build_step
-from claimbench.engine.block_manager import BlockManager
 from claimbench.engine.config import HOST_FIELDS, EngineConfig
-from claimbench.engine.draft_model import check_draft
-from claimbench.engine.kv_cache import resolve_kv_dtype
+from claimbench.engine.kv.block_manager import BlockManager
+from claimbench.engine.kv.kv_cache import resolve_kv_dtype
 from claimbench.engine.metrics import StepRecord, requests_frame, steps_frame
 from claimbench.engine.outputs import (
     Event,
@@ -27,11 +24,14 @@ from claimbench.engine.outputs import (
     TokenEvent,
 )
 from claimbench.engine.request import Request, RequestStatus
-from claimbench.engine.runner import ModelRunner, StepOutput
-from claimbench.engine.sampler import SamplingParams
-from claimbench.engine.scheduler import Scheduler
-from claimbench.engine.speculator import Speculator
+from claimbench.engine.sched.scheduler import Scheduler
+from claimbench.engine.spec.draft_model import check_draft
+from claimbench.engine.spec.speculator import Speculator
 from claimbench.engine.stats import EngineStats, engine_stats
+from claimbench.engine.worker.async_step import OverlapStepper
+from claimbench.engine.worker.batch import StepInputError, StepPlan, build_step
+from claimbench.engine.worker.runner import ModelRunner, StepOutput
+from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.kernels.kv_quant import FP8_DTYPE
 from claimbench.models.llama import LlamaForCausalLM
 from claimbench.models.quantize import weight_format

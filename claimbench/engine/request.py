@@ -13,7 +13,7 @@ import enum
 from collections.abc import Collection
 
 from claimbench.engine.outputs import RejectKind
-from claimbench.engine.sampler import SamplingParams
+from claimbench.engine.worker.sampler import SamplingParams
 
 
 class RequestStatus(enum.Enum):

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import jax
 
-from claimbench.engine.block_manager import BlockManager
-from claimbench.engine.runner import ModelRunner
-from claimbench.engine.scheduler import Scheduler
+from claimbench.engine.kv.block_manager import BlockManager
+from claimbench.engine.sched.scheduler import Scheduler
+from claimbench.engine.worker.runner import ModelRunner
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from claimbench.harness import evidence_rules, model_provenance, provenance, results
+from claimbench.harness import evidence_rules, results
 from claimbench.harness.claims import Claim
 from claimbench.harness.design import design_of
-from claimbench.harness.pool_fit import HBM_UTILIZATION
 from claimbench.harness.registry import experiment_path
+from claimbench.lab.pool_fit import HBM_UTILIZATION
+from claimbench.ledger import provenance
+from claimbench.models import provenance as model_provenance
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
@@ -226,8 +228,8 @@ class RunContext:
             self._use_model(config.draft_model_path or default_draft_path())
         fit = None
         if utilization is not None:
-            # The pool from the chip's HBM (vLLM's gpu_memory_utilization): harness/pool_fit.py.
-            from claimbench.harness.pool_fit import run_pool
+            # The pool from the chip's HBM (vLLM's gpu_memory_utilization): lab/pool_fit.py.
+            from claimbench.lab.pool_fit import run_pool
             from claimbench.models.checkpoint import read_config
 
             model_cfg = read_config(self._use_model(config.model_path))

@@ -5,14 +5,14 @@ uses changes (a metric redefined, a reference swapped, a load re-sized), its ear
 measured something else and must not be scored as if they measured today's design.
 
 The design is the experiment's module and every module it imports, transitively, from the
-experiment-helper packages (DESIGN_PACKAGES: experiments, claimbench.harness, claimbench.workload),
-found by reading import statements (module level and inside functions) and module names written
-as strings (a probe launched with ``python -m``). It leaves out:
+experiment-helper packages (DESIGN_PACKAGES: experiments, claimbench.lab, claimbench.workload,
+claimbench.hardware), found by reading import statements (module level and inside functions) and
+module names written as strings (a probe launched with ``python -m``). It leaves out:
 
 - the engine, kernels, models and serving: the system under test, whose improvements the
   scoreboard should see, so they never invalidate a run;
-- the harness modules that store, describe and score runs (SCORING_CORE): how a run is read
-  does not change what it measured.
+- the scoring core (claimbench.harness) and the records (claimbench.ledger): how a run is
+  stored, described and read does not change what it measured.
 
 The hash is of the code, not of where it lives or how it is described: each module's syntax
 tree with its import statements and docstrings removed and module names written in strings cut
@@ -32,33 +32,11 @@ from pathlib import Path
 import claimbench
 
 EXPERIMENTS_PACKAGE = "experiments"
-DESIGN_PACKAGES = (EXPERIMENTS_PACKAGE, "claimbench.harness", "claimbench.workload")
-# Harness modules about runs rather than experiments: the run context and its records, the
-# claims file, the store, provenance, scoring, calibration and the ledger.
-SCORING_CORE = frozenset(
-    f"claimbench.harness.{name}"
-    for name in (
-        "budget",
-        "calibration",
-        "claims",
-        "condition_scores",
-        "context",
-        "design",
-        "evidence_rules",
-        "intervals",
-        "ledger",
-        "model_provenance",
-        "prices",
-        "project_config",
-        "provenance",
-        "registry",
-        "results",
-        "run_checks",
-        "run_info",
-        "score_table",
-        "scoring",
-        "selection",
-    )
+DESIGN_PACKAGES = (
+    EXPERIMENTS_PACKAGE,
+    "claimbench.lab",
+    "claimbench.workload",
+    "claimbench.hardware",
 )
 _MODULE_STRING = re.compile(r"^(?:claimbench|experiments)(?:\.\w+)+$")
 # A module name anywhere in a string (a usage line, a ``-m`` argument): cut to its last part.
@@ -83,8 +61,6 @@ class Design:
 
 def _in_design(name: str) -> bool:
     """Whether module ``name`` is part of a design (a package's own __init__ is not)."""
-    if name in SCORING_CORE:
-        return False
     return any(name.startswith(f"{package}.") for package in DESIGN_PACKAGES)
 
 

@@ -4,7 +4,7 @@
       usd: 100                          # what the whole project may spend on metered hardware
       estimate_device_s:                # per profile: a claim's expected device seconds per run,
         full: {default: 1800, kv-int8: 600}   # used until the claim has run on this hardware
-      prices:                           # overrides of harness/prices.py, per chip
+      prices:                           # overrides of ledger/prices.py, per chip
         v6e: {usd_per_chip_hour: 2.70, source: <url>, as_of: 2026-11-30}
     full_profile:
       model: {repo: Qwen/Qwen2.5-7B-Instruct, revision: <40-hex commit>, preset: <model_presets>}
@@ -73,14 +73,14 @@ class PinnedModel(BaseModel):
 
     repo: str = Field(pattern=r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
     revision: str  # the full commit sha: a branch or tag could move under the same name
-    # The checkpoint's shape in harness/model_presets.py, so `tpu-check --profile full` compiles
+    # The checkpoint's shape in hardware/model_presets.py, so `tpu-check --profile full` compiles
     # exactly this model's step without downloading it.
     preset: str | None = None
 
     @field_validator("preset")
     @classmethod
     def _known_preset(cls, value: str | None) -> str | None:
-        from claimbench.harness.model_presets import PRESETS
+        from claimbench.hardware.model_presets import PRESETS
 
         if value is not None and value not in PRESETS:
             raise ValueError(f"unknown preset {value!r}; expected one of {', '.join(PRESETS)}")

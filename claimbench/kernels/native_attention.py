@@ -7,7 +7,7 @@ table and read K/V rows where they lie, split over XLA's intra-op threads: decod
 streams every page once (it is bound by memory bandwidth), prefill tiles queries and
 keys like a small GEMM (it is bound by arithmetic). Both are registered through
 ``jax.ffi`` and called inside the jitted step; their results match ``xla_decode`` and
-``xla_prefill`` (tests/test_native_attention.py).
+``xla_prefill`` (tests/kernels/test_native_attention.py).
 
 The "cpu" attention backend is ``xla_rpa.ragged_paged_attention`` (input checks and the KV
 write in XLA) with the kernels plugged in; they fit its ``DecodeAttention`` and

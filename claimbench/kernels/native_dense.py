@@ -7,7 +7,7 @@ weight [K, N] out once as column panels [ceil(N / PANEL), K, PANEL] (zero-padded
 ``dense`` multiplies by it in a register-tiled kernel split over XLA's intra-op threads.
 Each output element is one multiply-add chain over k in order, so a row's result does
 not depend on the rows beside it. ``reference`` is the same product in plain jnp, which
-the tests compare against (tests/test_native_dense.py).
+the tests compare against (tests/kernels/test_native_dense.py).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from claimbench.harness.model_provenance import ModelDirError, check_model_dir, file_sha256
+from claimbench.models.provenance import ModelDirError, check_model_dir, file_sha256
 
 FETCH_FILE = "fetch.json"
 PARTIAL_SUFFIX = ".partial"

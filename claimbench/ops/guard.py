@@ -19,7 +19,7 @@ import jsonschema
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
-from claimbench.harness import provenance
+from claimbench.ledger import provenance
 from claimbench.ops.agents import Agent, Agents
 from claimbench.ops.audit import AuditLog, redact
 from claimbench.ops.runbook import Runbook, current_agent

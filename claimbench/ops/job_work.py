@@ -21,9 +21,10 @@ def run_claims(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
     """Run each claim of ``spec["claims"]`` as `claimbench run` does: the budget gate first
     (refusing, never overriding), then each run stored atomically and appended to the ledger.
     A failed claim is reported and the next one runs; Ctrl-C (cancel) stores nothing more."""
-    from claimbench.harness import ledger, registry, spend_gate
+    from claimbench.harness import registry
     from claimbench.harness.claims import find_claim, load_claims
     from claimbench.harness.context import run_claim
+    from claimbench.ledger import ledger, spend_gate
 
     root, store = Path(spec["root"]), Path(spec["results_dir"])
     claims = load_claims(root)
@@ -77,8 +78,8 @@ def run_claims(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
 
 def tpu_check(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
     """`claimbench tpu-check` for one engine: the compile report, per bucket."""
-    from claimbench.harness import tpu_check as check
-    from claimbench.harness.tpu_check_setup import check_setup
+    from claimbench.tpucheck import check
+    from claimbench.tpucheck.setup import check_setup
 
     setup = check_setup(
         Path(spec["root"]),

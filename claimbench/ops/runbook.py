@@ -18,26 +18,17 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from pydantic import Field
 
 from claimbench.engine.config import KV_DTYPES, WEIGHT_FORMATS
-from claimbench.harness import (
-    budget,
-    calibration,
-    ledger,
-    registry,
-    results,
-    run_checks,
-    score_file,
-    scoring,
-    spend_gate,
-)
+from claimbench.harness import calibration, registry, results, run_checks, score_file, scoring
 from claimbench.harness.claims import PROFILES, Claim, ClaimsError, find_claim, load_claims
 from claimbench.harness.project_config import load_project_config
-from claimbench.harness.run_info import RunInfo
-from claimbench.harness.tpu_check import TPU_CHIPS
 from claimbench.kernels.backend import BACKENDS
+from claimbench.ledger import budget, ledger, spend_gate
+from claimbench.ledger.run_info import RunInfo
 from claimbench.ops import outputs, remote
 from claimbench.ops.agents import Agent
 from claimbench.ops.jobs import Job, JobManager
 from claimbench.ops.scopes import CHECK, RUN, SPEND, TOOL_SCOPES
+from claimbench.tpucheck.check import TPU_CHIPS
 
 # The agent of the call being served, set by the guard (ops/guard.py) for the tool's duration.
 current_agent: ContextVar[Agent | None] = ContextVar("current_agent", default=None)
@@ -124,7 +115,7 @@ class Runbook:
         return job
 
     def spend_plan(self, claim_ids: list[str], profile: str, trials: int | None):
-        """The budget gate's answer for a run (harness/spend_gate.py)."""
+        """The budget gate's answer for a run (ledger/spend_gate.py)."""
         selected = [self._claim(c) for c in claim_ids]
         try:
             return spend_gate.plan_spend(
@@ -244,7 +235,7 @@ class Runbook:
 
     def get_env(self) -> dict[str, Any]:
         """The platform JAX runs on, its devices, chip and library versions."""
-        from claimbench.harness.hardware import detect
+        from claimbench.hardware.chips import detect
 
         return detect()
 
@@ -285,8 +276,8 @@ class Runbook:
     ) -> outputs.JobOut:
         """Start compiling the engine step for a TPU chip through libtpu (no chip needed); a
         job: poll job_status for the per-bucket report (compile s, HBM, copies)."""
-        from claimbench.harness import tpu_check
-        from claimbench.harness.tpu_check_setup import check_setup
+        from claimbench.tpucheck import check as tpu_check
+        from claimbench.tpucheck.setup import check_setup
 
         try:
             check_setup(
@@ -388,7 +379,7 @@ class Runbook:
 
     def build_site(self) -> outputs.Written:
         """Render the scoreboard (site/index.html and a page per claim) from the stored runs."""
-        from claimbench.harness.peers import read_peers
+        from claimbench.lab.peers import read_peers
         from claimbench.site.render import render_site
 
         root, store = self.config.root, self.config.store

@@ -1,7 +1,7 @@
 """AsyncEngine: one thread owns the LLMEngine and steps it; asyncio code talks to it by message.
 
 The in-process form of the server's engine loop, for a caller that holds the engine and
-reads it afterwards (an experiment served over HTTP, harness/http_serving.py); `claimbench
+reads it afterwards (an experiment served over HTTP, lab/http_serving.py); `claimbench
 serve` runs the engine in its own process instead (engine_core.py, engine_client.py). The
 shared pieces live here: RequestStream, StreamInterval, the admission errors.
 
@@ -29,7 +29,7 @@ from typing import TypeVar
 
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.outputs import Event, FinishEvent, RejectEvent, RejectKind, TokenEvent
-from claimbench.engine.sampler import SamplingParams
+from claimbench.engine.worker.sampler import SamplingParams
 
 T = TypeVar("T")
 log = logging.getLogger("claimbench.serving")

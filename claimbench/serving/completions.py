@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from claimbench.engine.outputs import TokenEvent
-from claimbench.engine.sampler import SamplingParams
+from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.serving import sse
 from claimbench.serving.async_engine import (
     EngineStopped,

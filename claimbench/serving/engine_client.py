@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from claimbench.engine.outputs import Event, FinishEvent, RejectEvent
-from claimbench.engine.sampler import SamplingParams
+from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.serving.async_engine import EngineSnapshot, EngineStopped, RequestStream
 from claimbench.serving.engine_core import (
     ABORT,

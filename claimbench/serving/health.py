@@ -33,7 +33,7 @@ from flax import nnx
 
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.outputs import FinishEvent, RejectEvent, TokenEvent
-from claimbench.engine.sampler import SamplingParams
+from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.models.llama import LlamaForCausalLM
 from claimbench.serving.async_engine import AsyncEngine
 

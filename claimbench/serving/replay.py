@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.outputs import Event, RunResult
-from claimbench.engine.sampler import SamplingParams
+from claimbench.engine.worker.sampler import SamplingParams
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from claimbench.engine.engine import LLMEngine
-from claimbench.engine.sampler import SamplingParams
+from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.models.tokenizer import Tokenizer
 from claimbench.serving.async_engine import (
     KEEP_FINISHED_REQUESTS,

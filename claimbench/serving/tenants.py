@@ -3,7 +3,7 @@
     tenants:
       - name: alice                 # the engine's tenant id
         key_sha256: [9f86d0...]     # sha256 hex of each API key (a key is never stored)
-        priority: 0                 # every engine/tenants.py Tenant field may follow:
+        priority: 0                 # every engine/sched/tenants.py Tenant field may follow:
         weight: 2.0                 # weight, priority, guaranteed_pages, burst_pages,
         max_queued_requests: 8      # max_queued_requests, max_queued_tokens, token_rate,
                                     # token_burst, ttft_slo_s, tpot_slo_s
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from claimbench.engine.tenants import Tenant
+from claimbench.engine.sched.tenants import Tenant
 
 KEY_PREFIX = "cb-"
 SETTINGS = tuple(f.name for f in dataclasses.fields(Tenant) if f.name != "id")

@@ -17,9 +17,10 @@ import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
-from claimbench.harness import calibration, peers, registry, results, run_checks, scoring
+from claimbench.harness import calibration, registry, results, run_checks, scoring
 from claimbench.harness.claims import Claim
-from claimbench.harness.run_info import RunInfo
+from claimbench.lab import peers
+from claimbench.ledger.run_info import RunInfo
 from claimbench.site import charts, ledger_charts
 
 BUDGET_USD = 100.0

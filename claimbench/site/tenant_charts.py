@@ -13,8 +13,8 @@ import pandas as pd
 from matplotlib import rc_context
 from matplotlib.figure import Figure
 
-from claimbench.harness.service import cumulative_service, frame_tenants
-from claimbench.harness.tenant_runs import observed_ttft_s
+from claimbench.lab.service import cumulative_service, frame_tenants
+from claimbench.lab.tenant_runs import observed_ttft_s
 from claimbench.site.charts import figure_to_svg
 
 MAX_PANELS = 4

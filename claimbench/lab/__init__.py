@@ -1,0 +1,3 @@
+"""Experiment helpers: what experiments share to build engines, offer load and measure
+(precision arms, quality, tenant runs, open-loop load, interleaved arms, speculative trials,
+probes, time slicing). Part of every experiment's design hash (harness/design.py)."""

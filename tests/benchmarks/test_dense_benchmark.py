@@ -1,0 +1,32 @@
+"""benchmarks/dense_matmul.py runs at a tiny size: both matmuls, and two engines in turn."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from claimbench.kernels import native_dense
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "dense_matmul.py"
+
+pytestmark = pytest.mark.skipif(
+    native_dense.unavailable_reason() is not None, reason="the native kernels cannot build here"
+)
+
+
+def test_dense_benchmark_runs_side_by_side():
+    workload = "--requests 3 --min-input 8 --max-input 24 --output-len 4"
+    cmd = [sys.executable, str(SCRIPT), "--rows", "1", "13", "--repeats", "1", "--iters", "1"]
+    cmd += ["--engine-rounds", "1", "--workload", workload, "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True)
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [m["rows"] for m in report["matmuls"]] == [1, 13]
+    assert all(set(m["ms"]) == {"xla", "native"} for m in report["matmuls"])
+    engine = report["engine"]
+    assert set(engine["rounds"]) == {"native", "xla"}
+    assert engine["identical_outputs"].endswith("/3")  # compared over all three requests
+    assert all(len(r["tok_s"]) == 1 for r in engine["rounds"].values())

@@ -1,0 +1,85 @@
+import pytest
+from tenant_exp_helpers import (
+    TINY_ENGINE_PARAMS,
+    arm_requests,
+    assert_claim_metrics_recorded,
+    experiment,
+    modes_in_order,
+    run_tiny,
+    trial_labels,
+    write_checkpoint,
+)
+
+from claimbench.lab.tenant_runs import Saturation
+
+CLAIM = "pool-quotas"
+LENGTHS = {
+    "quiet_prompt_len": [4, 8],
+    "quiet_output_len": [2, 4],
+    "noisy_prompt_len": [8, 20],
+    "noisy_output_len": [8, 12],
+}
+
+
+def test_pool_holds_pool_requests_of_the_longest_noisy_kind():
+    params = {
+        "engine": {"page_size": 8},
+        "noisy_prompt_len": [8, 20],
+        "noisy_output_len": [8, 12],
+        "pool_requests": 3,
+    }
+    assert experiment(CLAIM).pool_pages(params) == 3 * 4  # 32 tokens = 4 pages each
+
+
+def test_noisy_burst_and_quiet_recovery_are_in_service_units():
+    module = experiment(CLAIM)
+    params = module.DEFAULT_PARAMS | LENGTHS | {"episode_requests": 10, "recovery_requests": 5}
+    slow = Saturation(output_tokens_per_s=100.0, requests_per_s=10.0, num_requests=8)
+    fast = Saturation(output_tokens_per_s=200.0, requests_per_s=20.0, num_requests=8)
+    specs = {s: module.trial_mix(params, s, seed=1) for s in (slow, fast)}
+    quiet, noisy = specs[slow].tenants
+    assert (quiet.tenant, noisy.tenant) == ("quiet", "noisy")
+    # Noisy bursts for 10 requests' service (1 s), quiet runs on through 5 more (0.5 s).
+    assert noisy.duration_s == pytest.approx(1.0) and quiet.duration_s == pytest.approx(1.5)
+    # noisy_load 1.5 x 100 tok/s over a mean of 10 output tokens.
+    assert noisy.rate == pytest.approx(15.0)
+    # A twice-faster engine gets the same experiment in half the time.
+    fast_quiet, fast_noisy = specs[fast].tenants
+    assert fast_noisy.duration_s == pytest.approx(noisy.duration_s / 2)
+    assert fast_quiet.rate == pytest.approx(2 * quiet.rate)
+
+
+def test_tiny_run_serves_the_same_requests_in_every_arm(tmp_path):
+    ctx = run_tiny(
+        CLAIM,
+        write_checkpoint(tmp_path / "ckpt"),
+        base={k: v for k, v in TINY_ENGINE_PARAMS.items() if not k.endswith("_len")},
+        **LENGTHS,
+        pool_requests=2,
+        quiet_load=0.2,
+        episode_requests=8,
+        recovery_requests=4,
+        saturation_requests=8,
+    )
+    assert_claim_metrics_recorded(ctx)
+    assert modes_in_order(ctx, 0) == ["alone", "shared", "quota"]
+    assert modes_in_order(ctx, 1) == ["shared", "quota", "alone"]
+    labels = trial_labels(ctx, "quota_p99_ratio")
+    assert labels[0]["saturation_tok_s"] != labels[1]["saturation_tok_s"]
+    for trial in range(2):
+        alone, shared, quota = (arm_requests(ctx, trial, m) for m in ("alone", "shared", "quota"))
+        assert set(alone["tenant"]) == {"quiet"} and set(shared["tenant"]) == {"quiet", "noisy"}
+        # Shared and quota differ only in the quota; alone is the quiet part of the same.
+        assert list(shared["prompt_tokens"]) == list(quota["prompt_tokens"])
+        quiet = shared[shared["tenant"] == "quiet"]
+        assert list(quiet["prompt_tokens"]) == list(alone["prompt_tokens"])
+        assert labels[trial]["num_quiet"] == len(alone)
+        assert labels[trial]["num_noisy"] == len(shared) - len(alone)
+        for arm in (alone, shared, quota):
+            assert (arm["finish_reason"] == "length").all()  # served to completion
+    requests = ctx.frames()["requests"]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    requests.to_parquet(run_dir / "requests.parquet")
+    [(title, svg)] = experiment(CLAIM).figures([run_dir])
+    assert svg.startswith("<svg") and "quiet" in svg and "pooled p99" in svg

@@ -1,0 +1,25 @@
+"""bf16-not-fp16's layer-by-layer float32 reference sized for a TPU chip ahead of time."""
+
+from __future__ import annotations
+
+import pytest
+
+from claimbench.tpucheck import check as tpu_check
+from claimbench.tpucheck.reference import check_reference
+
+pytestmark = pytest.mark.skipif(
+    tpu_check.libtpu_unavailable() is not None, reason="libtpu not installed"
+)
+
+
+def test_the_reference_peak_holds_two_hidden_copies_and_two_layers_and_can_overflow() -> None:
+    _, cfg = tpu_check.resolve_model("claimbench-tiny")
+    fits = check_reference("v5e", cfg, 8, 256)
+    hidden = 8 * 256 * cfg.hidden_size * 4
+    assert fits.ok and fits.weight_bytes > 0 and fits.temp_bytes > 0
+    assert fits.total_bytes >= 2 * hidden + fits.weight_bytes  # the layer steps at least
+    # Windows whose f32 hidden states alone pass a v5e's 16 GB: does not fit, sizes named.
+    many = 16 * 10**9 // (256 * cfg.hidden_size * 4) + 1
+    over = check_reference("v5e", cfg, many, 256)
+    assert over.error.startswith("does not fit HBM: the f32 reference needs")
+    assert over.total_bytes > over.hbm_bytes
