@@ -6,7 +6,7 @@ The shipped claimbench-tiny (4 query heads, 2 KV heads: tp=4 replicates each KV 
 serves one closed batch of ``--batch`` greedy requests (``--output-len`` tokens, EOS ignored)
 once per setting, each engine compiled and warmed first:
 
-* ``unsharded``: today's single-device placement, no mesh (ModelRunner(unsharded=True));
+* ``unsharded``: today's single-device placement, no mesh (build_engine(unsharded=True));
 * ``tp=N``: the sharded path (engine/worker/sharding.py) over N devices; tp=1 is the same code
   over a one-device mesh, which the target holds within 5% of ``unsharded``.
 
@@ -79,7 +79,6 @@ def main() -> None:
 
     from claimbench.engine.build import build_engine
     from claimbench.engine.config import EngineConfig
-    from claimbench.engine.worker.runner import ModelRunner
     from claimbench.engine.worker.sampler import SamplingParams
     from claimbench.models.checkpoint import default_model_path, load_model
     from claimbench.models.tokenizer import Tokenizer
@@ -103,11 +102,9 @@ def main() -> None:
             attention_backend=args.attention_backend,
             tp=tp,
         )
-        engine = build_engine(config, model=model, tokenizer=tokenizer)
-        if setting == "unsharded":
-            # The baseline: the same engine over a runner placed as before sharding existed.
-            engine.runner = ModelRunner(config, model, engine.fp8_kv_scales, unsharded=True)
-            engine.reset()
+        # The baseline: the same engine over a runner placed as before sharding existed.
+        unsharded = setting == "unsharded"
+        engine = build_engine(config, model=model, tokenizer=tokenizer, unsharded=unsharded)
         engine.precompile()
         engine.generate(prompts, sampling)  # warm: every step shape has run once
         engines[setting] = engine

@@ -3,10 +3,16 @@
 Loading the checkpoint and tokenizer, quantizing the weights to ``config.weights``,
 calibrating the fp8 KV scales on held-out text and loading a draft model are one-off
 preparation, not serving; they live here so ``LLMEngine`` is handed ready parts and only
-serves them.
+serves them. So does switching on the persistent compilation cache: a process-wide JAX
+setting, made once where the engine is built rather than inside any of its parts.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+from jax.experimental.compilation_cache import compilation_cache
 
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.engine import LLMEngine
@@ -19,12 +25,26 @@ from claimbench.models.quantize import with_weight_format
 from claimbench.models.tokenizer import Tokenizer
 
 
+def use_compilation_cache(cache_dir: Path | str) -> None:
+    """Switch this process's persistent JAX compilation cache on, in ``cache_dir``: every
+    step compiled from now on is written there (whatever its compile time), and a later
+    process with the same directory loads it instead of compiling. Process-wide and lasting:
+    it is JAX's global config, which is why only ``build_engine`` calls it."""
+    compilation_cache.set_cache_dir(str(cache_dir))
+    # Cache every executable: the shipped model's steps compile in well under JAX's default
+    # one-second threshold, and a cold start pays for all of them.
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    # The cache object is made once per process on first use; a new directory needs a new one.
+    compilation_cache.reset_cache()
+
+
 def build_engine(
     config: EngineConfig | None = None,
     *,
     model: LlamaForCausalLM | None = None,
     tokenizer: Tokenizer | None = None,
     draft_model: LlamaForCausalLM | None = None,
+    unsharded: bool = False,
 ) -> LLMEngine:
     """An engine for ``config`` (default EngineConfig()).
 
@@ -32,10 +52,15 @@ def build_engine(
     ``config.model_path`` (default: the shipped claimbench-tiny). The model is quantized to
     ``config.weights`` if it is not already; an fp8 cache gets its (k, v) scales, calibrated
     when ``config.kv_scale == "calibrate"``; ``config.speculative == "draft"`` loads the draft
-    from ``config.draft_model_path`` unless ``draft_model`` is given. ValueError for a model
-    or draft that cannot serve ``config``.
+    from ``config.draft_model_path`` unless ``draft_model`` is given. A
+    ``config.compilation_cache_dir`` switches the persistent compilation cache on
+    (``use_compilation_cache``). ``unsharded``: the runner places the model on one device
+    with no mesh at all (the baseline benchmarks/tensor_parallel.py compares against; needs
+    ``config.tp == 1``). ValueError for a model or draft that cannot serve ``config``.
     """
     config = config or EngineConfig()
+    if config.compilation_cache_dir is not None:
+        use_compilation_cache(config.compilation_cache_dir)
     if model is None:
         from claimbench.models.checkpoint import default_model_path, load_model
 
@@ -65,4 +90,5 @@ def build_engine(
         tokenizer,
         draft_model=draft_model,
         fp8_kv_scales=fp8_kv_scales,
+        unsharded=unsharded,
     )

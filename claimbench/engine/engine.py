@@ -59,11 +59,13 @@ class LLMEngine:
         *,
         draft_model: LlamaForCausalLM | None = None,
         fp8_kv_scales: tuple[float, float] | None = None,
+        unsharded: bool = False,
     ) -> None:
         """``model`` must already hold ``config.weights``; ``fp8_kv_scales`` are an fp8
         cache's (k, v) scales (None: ``config.kv_scale`` for both, which must then be a
-        number); ``draft_model`` proposes when ``config.speculative`` is "draft". ValueError
-        for parts that cannot serve ``config``."""
+        number); ``draft_model`` proposes when ``config.speculative`` is "draft";
+        ``unsharded`` places the model with no mesh (``ModelRunner``). ValueError for parts
+        that cannot serve ``config``."""
         held = weight_format(model)
         if held != config.weights:
             raise ValueError(
@@ -77,6 +79,8 @@ class LLMEngine:
             )
         if config.speculative == "draft" and draft_model is None:
             raise ValueError('speculative="draft" needs a draft_model (build_engine loads it)')
+        if unsharded and config.tp != 1:
+            raise ValueError(f"unsharded places the model on one device, but tp={config.tp}")
         if draft_model is not None:
             check_draft(draft_model.cfg, model.cfg, None, None)
         if fp8_kv_scales is None:
@@ -90,7 +94,7 @@ class LLMEngine:
         self.tokenizer = tokenizer
         self.stop_token_ids = frozenset(model.cfg.stop_token_ids)  # the checkpoint's
         self.fp8_kv_scales = fp8_kv_scales  # (k, v); used only by an fp8 cache
-        self.runner = ModelRunner(config, model, fp8_kv_scales)
+        self.runner = ModelRunner(config, model, fp8_kv_scales, unsharded=unsharded)
         self.speculator = None
         if config.speculative != "none":
             draft = draft_model if config.speculative == "draft" else None
@@ -139,8 +143,9 @@ class LLMEngine:
         cache_salt: str | None = None,
     ) -> str:
         """Queue a request (text needs a tokenizer); returns its id. A request that can never
-        be served is rejected: its RejectEvent comes with the next ``step()``. ``cache_salt``
-        separates its prefix-cache blocks when ``prefix_caching="salted"``.
+        be served, or that its tenant's limits refuse now, is rejected: ``rejection(id)`` has
+        its RejectEvent at once, and the next ``step()`` reports it. ``cache_salt`` separates
+        its prefix-cache blocks when ``prefix_caching="salted"``.
 
         Malformed arguments (wrong types, an empty tenant) raise ValueError before anything is
         registered or charged, so a caller's bad input leaves no state behind."""
@@ -169,15 +174,28 @@ class LLMEngine:
         if reason is None:
             self.scheduler.add(request)
         else:
-            refused = self.scheduler.admission.total_rejected > num_refused
+            admission = self.scheduler.admission
+            refused = admission.total_rejected > num_refused
             kind = RejectKind.OVER_LIMIT if refused else RejectKind.INVALID
+            # Read now, beside the refusal: the bucket's level when the request was refused.
+            wait = admission.retry_after_s(request) if refused else None
+            event = RejectEvent(request.request_id, reason, now, kind, wait)
             request.status = RequestStatus.REJECTED
             request.rejected_reason = reason
-            request.rejected_kind = kind
+            request.rejection = event
             request.finish_reason = "rejected"
             request.finish_time = now
-            self._pending.append(RejectEvent(request.request_id, reason, now, kind))
+            self._pending.append(event)
         return request.request_id
+
+    def rejection(self, request_id: str) -> RejectEvent | None:
+        """The RejectEvent a request was refused with at ``add_request`` (reason, kind and
+        retry-after), or None if it was admitted: a server answers the caller at once with
+        it. ValueError for an unknown (or forgotten) id."""
+        request = self.requests.get(request_id)
+        if request is None:
+            raise ValueError(f"no request {request_id!r} in this engine")
+        return request.rejection
 
     def _check_request(
         self,
@@ -220,8 +238,7 @@ class LLMEngine:
             raise ValueError(f"no request {request_id!r} in this engine")
         if request.is_finished:
             return
-        self.scheduler.finish(request)
-        self._finish(request, reason, time.perf_counter(), self._pending)
+        self.finish_request(request, reason, time.perf_counter(), self._pending)
 
     def fail_requests(self, request_ids: Sequence[str], events: list[Event]) -> None:
         """End requests whose own values kept a step from being built (``StepInputError``):
@@ -231,10 +248,15 @@ class LLMEngine:
         for request_id in request_ids:
             request = self.requests[request_id]
             if not request.is_finished:
-                self.scheduler.finish(request)
-                self._finish(request, "error", now, events)
+                self.finish_request(request, "error", now, events)
 
-    def _finish(self, request: Request, reason: str, now: float, events: list[Event]) -> None:
+    def finish_request(
+        self, request: Request, reason: str, now: float, events: list[Event]
+    ) -> None:
+        """End an unfinished request at ``now`` with ``reason``: the scheduler frees its pages
+        (and the speculator its drafts), and its FinishEvent is appended to ``events``. Used
+        by the step's postprocess, aborts and the overlapped stepper (async_step.py)."""
+        self.scheduler.finish(request)
         request.status = RequestStatus.FINISHED
         request.finish_reason = reason
         request.finish_time = now
@@ -328,14 +350,15 @@ class LLMEngine:
         t_blocked = time.perf_counter()
         out = jax.block_until_ready(out)
         t2 = time.perf_counter()
-        num_accepted = self._postprocess(plan, out, t2, events)
+        num_accepted = self.postprocess(plan, out, t2, events)
         t3 = time.perf_counter()
         if self.speculator is not None:
             self.speculator.propose(self.scheduler.speculating)
         t4 = time.perf_counter()
         host_s = t3 - t0 - (t2 - t1)
-        self._record_step(
+        self.record_step(
             plan,
+            out,
             num_accepted,
             len(scheduled.preempted),
             t0,
@@ -343,14 +366,16 @@ class LLMEngine:
             t2 - t1,
             t4 - t3,
             host_blocked_s=t2 - t_blocked,
-            experts_touched=tuple(np.asarray(out.experts_touched).tolist()),
-            exit_layers=tuple(np.asarray(out.exit_layers)[: plan.num_scheduled_tokens].tolist()),
         )
         return events
 
-    def _postprocess(self, plan: StepPlan, out: StepOutput, now: float, events: list) -> list[int]:
-        """Advance each request, append its accepted tokens and report them; returns each
-        slot's accepted draft tokens."""
+    def postprocess(
+        self, plan: StepPlan, out: StepOutput, now: float, events: list[Event]
+    ) -> list[int]:
+        """Read a finished step's outputs (``out``, ready on the device) at ``now``: advance
+        each request, append its accepted tokens, report them in ``events`` and finish the
+        requests that stop. Requests that ended before the outputs were read are skipped.
+        Returns each slot's accepted draft tokens (``record_step``'s ``accepted``)."""
         tokens = np.asarray(out.tokens).tolist()
         logprobs = np.asarray(out.logprobs).tolist()
         accepted = np.asarray(out.num_accepted)[: len(plan.requests)].tolist()
@@ -390,31 +415,35 @@ class LLMEngine:
                 events.append(TokenEvent(request.request_id, token, index, now, lp))
             self.scheduler.charge_accepted(request, request.num_output_tokens - first - 1)
             if reason is not None:
-                self.scheduler.finish(request)
-                self._finish(request, reason, now, events)
+                self.finish_request(request, reason, now, events)
             elif num_draft and self.config.kv_allocation == "paged":
                 # Rejected drafts' pages: keep only what the next step writes into.
                 self.block_manager.trim(request, request.num_tokens)
         return accepted
 
-    def _record_step(
+    def record_step(
         self,
         plan: StepPlan,
+        out: StepOutput,
         accepted: list[int],
         num_preempted: int,
         t0: float,
         host_s: float,
         device_s: float,
-        draft_s: float,
+        draft_s: float = 0.0,
         *,
         host_blocked_s: float = 0.0,
         overlapped: bool = False,
         num_discarded: int = 0,
-        experts_touched: tuple[int, ...] = (),
-        exit_layers: tuple[int, ...] = (),
         ladder_rung: int | None = None,
     ) -> None:
-        """``ladder_rung``: the rung the step was scheduled under (None: the one now)."""
+        """Append the StepRecord of a step whose outputs were read: ``plan`` and ``out`` as
+        run, ``accepted`` draft tokens per slot, the step's start ``t0`` (perf_counter) and
+        its host, device and draft seconds. ``overlapped``: it ran under async scheduling,
+        which dropped ``num_discarded`` tokens of requests that ended first. ``ladder_rung``:
+        the rung the step was scheduled under (None: the one now)."""
+        experts_touched = tuple(np.asarray(out.experts_touched).tolist())
+        exit_layers = tuple(np.asarray(out.exit_layers)[: plan.num_scheduled_tokens].tolist())
         drafted = [(d, a) for d, a in zip(plan.num_draft, accepted, strict=True) if d]
         # A verify chunk is decode work (one sequence's next tokens), though it runs with the
         # mixed group.

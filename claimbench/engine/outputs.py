@@ -35,6 +35,9 @@ class RejectEvent:
     reason: str  # why, in words, with the numbers
     time_s: float
     kind: RejectKind = RejectKind.INVALID
+    # OVER_LIMIT only: seconds until the tenant's token bucket holds the request again (a
+    # server's Retry-After); None when no bucket refused it or no wait would make it fit.
+    retry_after_s: float | None = None
 
 
 Event = TokenEvent | FinishEvent | RejectEvent

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Collection
 
-from claimbench.engine.outputs import RejectKind
+from claimbench.engine.outputs import RejectEvent
 from claimbench.engine.worker.sampler import SamplingParams
 
 
@@ -63,7 +63,7 @@ class Request:
         self.finish_time: float | None = None
         self.finish_reason: str | None = None  # stop | length | abort | rejected
         self.rejected_reason: str | None = None
-        self.rejected_kind: RejectKind | None = None
+        self.rejection: RejectEvent | None = None  # the event it was refused with
         self.output_logprobs: list[float] = []
         # log p(prompt[i] | prompt[:i]) at index i - 1; filled chunk by chunk.
         self.prompt_logprobs: list[float | None] = [None] * max(len(prompt_token_ids) - 1, 0)

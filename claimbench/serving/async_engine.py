@@ -57,6 +57,27 @@ class RequestRejected(Exception):
         return RequestRejected, (self.reason, self.kind, self.retry_after_s)
 
 
+def add_admitted(
+    engine: LLMEngine,
+    prompt_token_ids: Sequence[int],
+    sampling: SamplingParams,
+    *,
+    tenant: str,
+    priority: int,
+    cache_salt: str | None,
+) -> str:
+    """Add a request to ``engine`` (on the thread or in the process that owns it); its id.
+    ValueError for bad arguments; RequestRejected, with the engine's reason, kind and
+    retry-after, when admission refuses it (its RejectEvent is then nobody's to deliver)."""
+    request_id = engine.add_request(
+        prompt_token_ids, sampling, tenant=tenant, priority=priority, cache_salt=cache_salt
+    )
+    rejection = engine.rejection(request_id)
+    if rejection is not None:
+        raise RequestRejected(rejection.reason, rejection.kind, rejection.retry_after_s)
+    return request_id
+
+
 class EngineStopped(Exception):
     """The engine loop has stopped (shut down or failed); no request can be served."""
 
@@ -263,17 +284,14 @@ class AsyncEngine:
         stream = RequestStream()
 
         def add(engine: LLMEngine) -> str:
-            request_id = engine.add_request(
+            request_id = add_admitted(
+                engine,
                 list(prompt_token_ids),
                 sampling,
                 tenant=tenant,
                 priority=priority,
                 cache_salt=cache_salt,
             )
-            request = engine.requests[request_id]
-            if request.rejected_reason is not None:
-                wait = engine.scheduler.admission.retry_after_s(request)
-                raise RequestRejected(request.rejected_reason, request.rejected_kind, wait)
             self._sinks[request_id] = (loop, stream)
             return request_id
 

@@ -40,8 +40,8 @@ from claimbench.engine.outputs import Event, FinishEvent, RejectEvent, TokenEven
 from claimbench.serving.async_engine import (
     KEEP_FINISHED_REQUESTS,
     KEEP_STEP_RECORDS,
-    RequestRejected,
     StreamInterval,
+    add_admitted,
     snapshot_of,
 )
 from claimbench.serving.health import GOLDEN_PROMPT, record_golden
@@ -236,14 +236,14 @@ class EngineCore:
             self._send((REPLY, seq, False, TypeError(f"the reply cannot be pickled: {e}")))
 
     def _add(self, prompt_ids, sampling, tenant, priority, cache_salt) -> str:
-        engine = self.engine
-        request_id = engine.add_request(
-            prompt_ids, sampling, tenant=tenant, priority=priority, cache_salt=cache_salt
+        request_id = add_admitted(
+            self.engine,
+            prompt_ids,
+            sampling,
+            tenant=tenant,
+            priority=priority,
+            cache_salt=cache_salt,
         )
-        request = engine.requests[request_id]
-        if request.rejected_reason is not None:
-            wait = engine.scheduler.admission.retry_after_s(request)
-            raise RequestRejected(request.rejected_reason, request.rejected_kind, wait)
         self.live.add(request_id)
         return request_id
 
@@ -283,17 +283,18 @@ class EngineCore:
 
 
 def encode_event(event: Event) -> tuple:
-    """An event as a tuple of its fields; its length tells which event it is."""
+    """An event as a tuple of its fields: a token event's second field is its token id (an
+    int), a finish's and a rejection's their reason (a str); a finish has three fields."""
     if isinstance(event, TokenEvent):
         return (event.request_id, event.token_id, event.index, event.time_s, event.logprob)
     if isinstance(event, FinishEvent):
         return (event.request_id, event.reason, event.time_s)
-    return (event.request_id, event.reason, event.time_s, event.kind)
+    return (event.request_id, event.reason, event.time_s, event.kind, event.retry_after_s)
 
 
 def decode_event(fields: tuple) -> Event:
     """``encode_event``'s inverse."""
-    if len(fields) == 5:
+    if not isinstance(fields[1], str):
         return TokenEvent(*fields)
     if len(fields) == 3:
         return FinishEvent(*fields)

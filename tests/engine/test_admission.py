@@ -75,6 +75,22 @@ def test_retry_after_is_the_wait_until_the_bucket_holds_the_request():
     assert ac.retry_after_s(queued) is None  # a queue limit, not a bucket
 
 
+def test_asking_for_the_retry_after_changes_no_later_admission():
+    ac = control(Tenant("a", token_rate=1.0, token_burst=10.0))
+    assert ac.admit(make_request(4, max_tokens=4, tenant="a", arrival=10.0), []) is None  # 8
+    late = make_request(4, max_tokens=4, tenant="a", arrival=14.0)  # 8 > 2 + 4
+    assert ac.admit(late, []) is not None
+    bucket = ac.buckets["a"]
+    state = (bucket.level, bucket.time)
+    # Asked at a later arrival than the bucket has seen, the bucket still is not refilled:
+    # a request replayed out of order (arrival 12) then finds the level of time 14 unchanged.
+    ahead = make_request(4, max_tokens=4, tenant="a", arrival=20.0)
+    assert ac.retry_after_s(ahead) == pytest.approx(0.0)
+    assert (bucket.level, bucket.time) == state
+    assert ac.retry_after_s(late) == pytest.approx(2.0)
+    assert (bucket.level, bucket.time) == state
+
+
 def test_rejection_spends_no_tokens():
     ac = control(Tenant("a", token_rate=10.0, max_queued_requests=1))
     queued = [make_request(2, max_tokens=2, tenant="a", arrival=0.0)]

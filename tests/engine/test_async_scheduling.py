@@ -331,3 +331,31 @@ def test_precompile_with_prompt_logprobs_covers_their_merged_steps():
     steps = engine.steps_frame()
     assert ((steps["num_prefill_seqs"] > 0) & (steps["num_decode_seqs"] > 0)).any()
     assert engine.runner.num_compilations == before
+
+
+def test_the_stepper_uses_only_the_engines_public_surface():
+    """async_step.py reaches the engine through SteppedEngine's public names: no
+    ``engine._x`` (nor ``self.engine._x``), and no import of engine.py."""
+    import ast
+    from pathlib import Path
+
+    from claimbench.engine.worker import async_step
+
+    tree = ast.parse(Path(async_step.__file__).read_text(encoding="utf-8"))
+    private = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+            owner = node.value
+            named = isinstance(owner, ast.Name) and owner.id == "engine"
+            held = isinstance(owner, ast.Attribute) and owner.attr == "engine"
+            if named or held:
+                private.append(f"line {node.lineno}: .{node.attr}")
+    assert private == []
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "claimbench.engine.engine" not in imported
+    used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    # Every engine method the stepper calls is declared by the Protocol it is typed against.
+    declared = set(async_step.SteppedEngine.__annotations__) | {
+        name for name in vars(async_step.SteppedEngine) if not name.startswith("_")
+    }
+    assert {"finish_request", "postprocess", "record_step", "fail_requests"} <= used & declared

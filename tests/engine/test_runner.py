@@ -137,6 +137,24 @@ def test_precompile_covers_every_step_of_a_workload():
     assert engine.runner.num_compilations == 2
 
 
+def test_constructing_a_runner_leaves_the_compilation_cache_config_alone(tmp_path):
+    from claimbench.engine.worker.runner import ModelRunner
+
+    keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+    before = {key: getattr(jax.config, key) for key in keys}
+    cfg = EngineConfig(
+        dtype="float32",
+        max_num_seqs=8,
+        max_num_batched_tokens=16,
+        max_model_len=64,
+        compilation_cache_dir=tmp_path,
+    )
+    ModelRunner(cfg, tiny_model())
+    # Only build_engine (use_compilation_cache) changes JAX's process-wide config.
+    assert {key: getattr(jax.config, key) for key in keys} == before
+    assert before["jax_compilation_cache_dir"] != str(tmp_path)
+
+
 def test_persistent_compilation_cache_is_written(tmp_path):
     previous = jax.config.jax_persistent_cache_min_compile_time_secs
     previous_dir = jax.config.jax_compilation_cache_dir

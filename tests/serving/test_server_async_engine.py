@@ -8,7 +8,7 @@ import pytest
 from engine_helpers import tiny_engine
 from server_helpers import wait_for
 
-from claimbench.engine.outputs import FinishEvent, RejectKind, TokenEvent
+from claimbench.engine.outputs import FinishEvent, RejectEvent, RejectKind, TokenEvent
 from claimbench.engine.sched.tenants import Tenant
 from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.serving.async_engine import (
@@ -16,6 +16,7 @@ from claimbench.serving.async_engine import (
     EngineStopped,
     RequestRejected,
     RequestStream,
+    add_admitted,
 )
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [13, 14, 15, 16, 17, 18, 19]]
@@ -81,7 +82,40 @@ def test_bad_input_and_rejections_raise_and_leave_nothing_queued(engine):
     assert "max_model_len" in never.reason
     assert limited.kind == RejectKind.OVER_LIMIT and limited.over_limit
     assert "token_rate" in limited.reason
+    # The bucket refills 1 token/s and was 1 token short when the request was refused
+    # (arrival times are the engine's clock, so the wait is read at the refusal, not later).
+    assert 0 < limited.retry_after_s <= 1.0
+    assert never.retry_after_s is None
     assert num_requests == 3  # the malformed one left no state
+
+
+class RejectingEngine:
+    """Only what ``add_admitted`` may touch: add_request and rejection (no scheduler)."""
+
+    def __init__(self, rejection: RejectEvent | None) -> None:
+        self._rejection = rejection
+        self.added: list[tuple] = []
+
+    def add_request(self, prompt, sampling, *, tenant, priority, cache_salt) -> str:
+        self.added.append((list(prompt), tenant, priority, cache_salt))
+        return "req-7"
+
+    def rejection(self, request_id: str) -> RejectEvent | None:
+        assert request_id == "req-7"
+        return self._rejection
+
+
+def test_add_admitted_raises_the_engines_rejection_with_its_retry_after():
+    event = RejectEvent("req-7", "over its bucket", 1.0, RejectKind.OVER_LIMIT, 7.5)
+    with pytest.raises(RequestRejected) as refused:
+        add_admitted(
+            RejectingEngine(event), [5, 6], GREEDY, tenant="a", priority=1, cache_salt=None
+        )
+    assert refused.value.reason == "over its bucket" and refused.value.over_limit
+    assert refused.value.retry_after_s == 7.5
+    admitted = RejectingEngine(None)
+    request_id = add_admitted(admitted, (5, 6), GREEDY, tenant="a", priority=0, cache_salt="s")
+    assert request_id == "req-7" and admitted.added == [([5, 6], "a", 0, "s")]
 
 
 def test_a_long_running_loop_keeps_bounded_records(engine):

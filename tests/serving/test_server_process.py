@@ -61,7 +61,8 @@ def test_step_events_cross_the_pipe_as_tuples_and_come_back_equal():
         TokenEvent("req-3", 17, 0, 1.5, None),
         TokenEvent("req-4", 18, 5, 1.5, -0.25),
         FinishEvent("req-3", "length", 1.75),
-        RejectEvent("req-5", "over its bucket", 2.0, RejectKind.OVER_LIMIT),
+        RejectEvent("req-5", "over its bucket", 2.0, RejectKind.OVER_LIMIT, 3.5),
+        RejectEvent("req-6", "too long", 2.0),
     ]
     sent = pickle.dumps([encode_event(e) for e in events])
     assert all(type(fields) is tuple for fields in pickle.loads(sent))

@@ -35,7 +35,8 @@ REPLY_DELAY_S = 0.02  # a client's turnaround: far longer than the loop's own
 
 
 class StubEngine:
-    """What the wait touches of an engine: its in-flight flag, step records, add_request."""
+    """What the wait touches of an engine: its in-flight flag, step records, add_request
+    and rejection."""
 
     def __init__(self, in_flight: bool, device_s: float) -> None:
         self.in_flight = in_flight
@@ -47,8 +48,11 @@ class StubEngine:
 
     def add_request(self, prompt_ids, sampling, tenant, priority, cache_salt) -> str:
         request_id = f"r{len(self.requests)}"
-        self.requests[request_id] = SimpleNamespace(rejected_reason=None)
+        self.requests[request_id] = SimpleNamespace(rejection=None)
         return request_id
+
+    def rejection(self, request_id: str) -> None:
+        return self.requests[request_id].rejection
 
 
 def stub_core(engine: StubEngine):

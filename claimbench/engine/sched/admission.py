@@ -40,10 +40,16 @@ class TokenBucket:
         self.level = size
         self.time = now
 
-    def refill(self, now: float) -> float:
-        """Level at ``now`` (time never runs backwards: earlier ``now`` refills nothing)."""
+    def level_at(self, now: float) -> float:
+        """Level at ``now``, leaving the bucket as it is (earlier ``now`` refills nothing)."""
         if now > self.time:
-            self.level = min(self.size, self.level + (now - self.time) * self.rate)
+            return min(self.size, self.level + (now - self.time) * self.rate)
+        return self.level
+
+    def refill(self, now: float) -> float:
+        """Level at ``now``, kept (time never runs backwards: earlier ``now`` refills nothing)."""
+        if now > self.time:
+            self.level = self.level_at(now)
             self.time = now
         return self.level
 
@@ -112,13 +118,14 @@ class AdmissionControl:
 
     def retry_after_s(self, request: Request) -> float | None:
         """Seconds until ``request``'s tenant bucket holds its tokens again; None when no
-        token bucket refused it or no wait would make it fit (it exceeds the bucket)."""
+        token bucket refused it or no wait would make it fit (it exceeds the bucket). Only
+        reads the bucket: asking changes no later admission."""
         tenant = self.tenants.get(request.tenant)
         bucket = self.buckets.get(tenant.id)
         cost = request.max_total_tokens
         if tenant.token_rate is None or bucket is None or cost > bucket.size:
             return None
-        level = bucket.refill(request.arrival_time)
+        level = bucket.level_at(request.arrival_time)
         return max(0.0, (cost - level) / bucket.rate)
 
     @property

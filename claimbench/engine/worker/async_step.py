@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -39,13 +39,50 @@ from claimbench.engine.outputs import Event, TokenEvent
 from claimbench.engine.request import Request
 from claimbench.engine.worker.batch import StepInputError, StepPlan, build_step, empty_inputs
 from claimbench.engine.worker.buckets import bucket_pairs, pick_pair, seq_buckets, token_buckets
-from claimbench.engine.worker.runner import StepOutput
+from claimbench.engine.worker.runner import ModelRunner, StepOutput
 
 if TYPE_CHECKING:
-    from claimbench.engine.engine import LLMEngine
+    from claimbench.engine.config import EngineConfig
     from claimbench.engine.sched.scheduler import Scheduler
 
 PLACEHOLDER = -1  # an output token still being computed on the device
+
+
+class SteppedEngine(Protocol):
+    """What the stepper uses of ``LLMEngine``: its public parts only, so the engine's
+    internals can change without this file (and no import of engine.py here)."""
+
+    config: EngineConfig
+    runner: ModelRunner
+    scheduler: Scheduler
+    stop_token_ids: frozenset[int]
+
+    def fail_requests(self, request_ids: Sequence[str], events: list[Event]) -> None: ...
+
+    def finish_request(
+        self, request: Request, reason: str, now: float, events: list[Event]
+    ) -> None: ...
+
+    def postprocess(
+        self, plan: StepPlan, out: StepOutput, now: float, events: list[Event]
+    ) -> list[int]: ...
+
+    def record_step(
+        self,
+        plan: StepPlan,
+        out: StepOutput,
+        accepted: list[int],
+        num_preempted: int,
+        t0: float,
+        host_s: float,
+        device_s: float,
+        draft_s: float = 0.0,
+        *,
+        host_blocked_s: float = 0.0,
+        overlapped: bool = False,
+        num_discarded: int = 0,
+        ladder_rung: int | None = None,
+    ) -> None: ...
 
 
 @dataclass
@@ -148,7 +185,7 @@ class OverlapStepper:
     """Runs ``LLMEngine.step()`` with the next step dispatched before the current one's
     outputs are read. Holds at most one step in flight between calls."""
 
-    def __init__(self, engine: LLMEngine) -> None:
+    def __init__(self, engine: SteppedEngine) -> None:
         self.engine = engine
         self.inflight: InFlight | None = None
         self.last_ready = 0.0  # when the last step's outputs were seen ready
@@ -246,44 +283,35 @@ class OverlapStepper:
             lp = request.output_logprobs[index] if request.sampling.logprobs else None
             events.append(TokenEvent(request.request_id, tokens[i], index, ready, lp))
             if reason is not None:
-                engine.scheduler.finish(request)
-                engine._finish(request, reason, ready, events)
+                engine.finish_request(request, reason, ready, events)
         host_s = step.host_s + time.perf_counter() - ready
-        engine._record_step(
+        engine.record_step(
             step.plan,
+            step.out,
             [0] * len(step.plan.requests),
             step.num_preempted,
             step.t0,
             host_s,
             device_s,
-            0.0,
             host_blocked_s=blocked,
             overlapped=True,
             num_discarded=num_discarded,
             ladder_rung=step.ladder_rung,
-            experts_touched=tuple(np.asarray(step.out.experts_touched).tolist()),
-            exit_layers=tuple(
-                np.asarray(step.out.exit_layers)[: step.plan.num_scheduled_tokens].tolist()
-            ),
         )
 
     def _complete_sync(self, step: InFlight, events: list[Event]) -> None:
         engine = self.engine
         ready, blocked, device_s = self._wait(step)
-        accepted = engine._postprocess(step.plan, step.out, ready, events)
+        accepted = engine.postprocess(step.plan, step.out, ready, events)
         host_s = step.host_s + time.perf_counter() - ready
-        engine._record_step(
+        engine.record_step(
             step.plan,
+            step.out,
             accepted,
             step.num_preempted,
             step.t0,
             host_s,
             device_s,
-            0.0,
             host_blocked_s=blocked,
-            experts_touched=tuple(np.asarray(step.out.experts_touched).tolist()),
-            exit_layers=tuple(
-                np.asarray(step.out.exit_layers)[: step.plan.num_scheduled_tokens].tolist()
-            ),
             ladder_rung=step.ladder_rung,
         )

@@ -18,7 +18,6 @@ from functools import cache, partial
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from jax.experimental.compilation_cache import compilation_cache
 from jax.sharding import NamedSharding, PartitionSpec
 
 from claimbench.engine.config import EngineConfig
@@ -207,10 +206,8 @@ class ModelRunner:
         *,
         unsharded: bool = False,
     ) -> None:
-        if cfg.compilation_cache_dir is not None:
-            compilation_cache.set_cache_dir(str(cfg.compilation_cache_dir))
-            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-            compilation_cache.reset_cache()
+        """Places ``model`` and allocates the pool; process-wide JAX settings are left alone
+        (the persistent compilation cache is switched on by ``build.use_compilation_cache``)."""
         self.cfg = cfg
         self.tp = None if unsharded else TensorParallel.build(cfg.tp, model.cfg)
         if self.tp is not None:

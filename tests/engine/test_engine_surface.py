@@ -1,0 +1,53 @@
+"""The engine's public surface for the layers above: a rejection's event (with its
+retry-after) read at once, and build_engine's unsharded baseline."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from engine_helpers import tiny_engine, tiny_model
+
+from claimbench.engine.build import build_engine
+from claimbench.engine.config import EngineConfig
+from claimbench.engine.outputs import RejectEvent, RejectKind
+from claimbench.engine.sched.tenants import Tenant
+from claimbench.engine.worker.sampler import SamplingParams
+
+SIX = SamplingParams(max_tokens=6, ignore_eos=True)
+
+
+def test_a_rejection_carries_its_retry_after_and_is_read_at_once():
+    # 20-token bucket refilled at 2/s; each request costs prompt + max_tokens.
+    engine = tiny_engine(tenants=(Tenant("limited", token_rate=2.0, token_burst=20.0),))
+    admitted = engine.add_request([5, 6, 7], SIX, tenant="limited", arrival_time=0.0)  # 9
+    # At t=0.5 the bucket holds 20 - 9 + 0.5 * 2 = 12 tokens: 13 do not fit.
+    limited = engine.add_request([5] * 7, SIX, tenant="limited", arrival_time=0.5)
+    too_long = engine.add_request([5] * 125, SIX, tenant="t")
+    assert engine.rejection(admitted) is None
+    over = engine.rejection(limited)
+    assert over.kind == RejectKind.OVER_LIMIT and "token_rate" in over.reason
+    # One token short, refilled at 2 per second.
+    assert over.retry_after_s == pytest.approx(0.5)
+    never = engine.rejection(too_long)
+    assert never.kind == RejectKind.INVALID and never.retry_after_s is None
+    # The same events are what the next step reports.
+    reported = [e for e in engine.step() if isinstance(e, RejectEvent)]
+    assert reported == [over, never]
+    with pytest.raises(ValueError, match="no request 'req-99'"):
+        engine.rejection("req-99")
+
+
+def test_build_engine_unsharded_is_the_baseline_placement():
+    cfg = EngineConfig(dtype="float32", max_num_seqs=8, max_num_batched_tokens=32, max_model_len=64)
+    sharded = build_engine(cfg, model=tiny_model())
+    baseline = build_engine(cfg, model=tiny_model(), unsharded=True)
+    # tp=1 still goes through a one-device mesh; the baseline has none.
+    assert sharded.runner.tp is not None and baseline.runner.tp is None
+    assert baseline.describe()["tp"] == 1
+    assert baseline.runner.num_pages == sharded.runner.num_pages
+    prompts, greedy = [[5, 6, 7, 8], [9, 10]], SamplingParams(max_tokens=4, ignore_eos=True)
+    outs = [e.generate(prompts, greedy) for e in (sharded, baseline)]
+    assert [o.token_ids for o in outs[0]] == [o.token_ids for o in outs[1]]
+    with pytest.raises(ValueError, match="unsharded places the model on one device"):
+        build_engine(dataclasses.replace(cfg, tp=2), model=tiny_model(), unsharded=True)
