@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Annotated
 
@@ -16,7 +15,8 @@ from claimbench.cli import project
 from claimbench.cli.common import console, fail, global_options
 from claimbench.harness.claims import ClaimsError
 from claimbench.harness.project_config import ProjectConfig, load_project_config
-from claimbench.ledger import budget, ledger
+from claimbench.ledger import ledger
+from claimbench.ledger.budget_report import TABLE_HEADERS, budget_report
 from claimbench.ledger.prices import UnpricedError
 
 
@@ -34,10 +34,6 @@ def open_ledger(store: Path) -> pd.DataFrame:
         return ledger.read_ledger(store)
     except ledger.LedgerError as err:
         fail(str(err))
-
-
-def _number(value: float) -> float | None:
-    return None if math.isnan(value) else value
 
 
 def budget_command(
@@ -59,71 +55,23 @@ def budget_command(
     opts = global_options(ctx)
     config = open_project_config(opts.root)
     store = project.results_dir(opts.root, results_dir)
-    if backfill:
-        try:
-            added = ledger.backfill(store, config.budget.prices)
-        except (ledger.LedgerError, UnpricedError) as err:
-            fail(str(err))
-        if not as_json:
-            console.print(f"backfilled {added} run(s) into {ledger.ledger_path(store)}")
-    rows = open_ledger(store)
-    status = budget.budget_status(rows, config.budget.usd)
-    missing = [path.name for path in ledger.missing_runs(store, rows)]
-    table = budget.per_mtok_table(rows)
+    try:
+        report = budget_report(store, config.budget.usd, config.budget.prices, backfill=backfill)
+    except (ledger.LedgerError, UnpricedError) as err:  # a corrupt ledger is left as it is
+        fail(str(err))
     if as_json:
-        per_claim = [
-            {
-                key: (_number(value) if isinstance(value, float) else value)
-                for key, value in record.items()
-            }
-            for record in table.to_dict(orient="records")
-        ]
-        report = {
-            "budget_usd": status.budget_usd,
-            "spent_usd": status.spent_usd,
-            "remaining_usd": status.remaining_usd,
-            "num_runs": status.num_runs,
-            "device_s": status.device_s,
-            "num_unpriced": status.num_unpriced,
-            "unpriced_device_s": status.unpriced_device_s,
-            "ledger": str(ledger.ledger_path(store)),
-            "runs_not_in_ledger": missing,
-            "per_claim": per_claim,
-        }
-        print(json.dumps(report, indent=2, default=int))
+        print(json.dumps(report.to_json(), indent=2, default=int))
         return
-    console.print(
-        f"budget {budget.fmt_usd(status.budget_usd)}  spent {budget.fmt_usd(status.spent_usd)}  "
-        f"remaining {budget.fmt_usd(status.remaining_usd)}  "
-        f"({status.num_runs} run(s) in the ledger, {status.device_s:,.0f} device-seconds)",
-        highlight=False,
-    )
-    if len(table):
+    if report.backfilled is not None:
+        console.print(f"backfilled {report.backfilled} run(s) into {report.ledger_file}")
+    console.print(report.headline(), highlight=False)
+    rows = report.table_rows()
+    if rows:
         out = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-        for header in ("claim", "hardware", "runs", "device-s", "spent", "tokens", "tok/s"):
+        for header in TABLE_HEADERS:
             out.add_column(header, justify="left" if header in ("claim", "hardware") else "right")
-        out.add_column("$/Mtok", justify="right")
-        for r in table.itertuples():
-            out.add_row(
-                r.claim_id,
-                r.chip if r.hardware_class == r.chip else f"{r.hardware_class} {r.chip}",
-                str(r.num_runs),
-                f"{r.device_s:,.0f}",
-                budget.fmt_usd(r.usd),
-                f"{r.output_tokens:,}",
-                "-" if math.isnan(r.tokens_per_s) else f"{r.tokens_per_s:,.0f}",
-                budget.fmt_usd(r.usd_per_mtok),
-            )
+        for row in rows:
+            out.add_row(*row)
         console.print(out)
-    if status.num_unpriced:
-        console.print(
-            f"{status.num_unpriced} run(s) on unpriced accelerators "
-            f"({status.unpriced_device_s:,.0f} device-seconds) are not in the spend",
-            highlight=False,
-        )
-    if missing:
-        console.print(
-            f"{len(missing)} stored run(s) are not in the ledger (stored before it); "
-            "`claimbench budget --backfill` adds them from their meta.json",
-            highlight=False,
-        )
+    for line in report.notes():
+        console.print(line, highlight=False)
