@@ -10,14 +10,14 @@ per-request (and, in process, per-step) records as Parquet under ``<root>/bench/
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import json
 import math
 import sys
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -29,6 +29,12 @@ from claimbench.cli.spec_options import (
     SpeculativeOption,
 )
 from claimbench.platform.cpu_devices import TPOption
+
+if TYPE_CHECKING:
+    from claimbench.engine.config import EngineConfig
+    from claimbench.lab.bench import BenchResult, BenchTarget
+    from claimbench.models.tokenizer import Tokenizer
+    from claimbench.serving.replay import WorkItem
 
 BENCH_DIR = "bench"
 # EngineConfig fields set by the option of the same name (kv_pool_bytes comes from --kv-pool-mb,
@@ -117,99 +123,70 @@ def bench(
 
     The engine options (KV pool, dtypes, batch limits, speculation) shape the in-process
     engine; with --url the server's own settings apply."""
-    from rich.progress import Progress
-
-    from claimbench.engine.build import build_engine
-    from claimbench.engine.config import EngineConfig
-    from claimbench.engine.outputs import FinishEvent, RejectEvent
     from claimbench.engine.worker.sharding import check_model_tp
-    from claimbench.lab.serving_summary import summarize
+    from claimbench.lab.bench import BenchWorkload, bench_engine_config, check_options
     from claimbench.models.checkpoint import default_model_path, read_config
     from claimbench.models.tokenizer import Tokenizer
-    from claimbench.serving.replay import benchmark_items, replay
-    from claimbench.workload.corpus import heldout_prompts
 
     opts = global_options(ctx)
-    if requests < 1 or input_len < 2 or output_len < 1 or not 0 <= range_ratio < 1:
-        fail(
-            f"need --requests >= 1, --input-len >= 2, --output-len >= 1, 0 <= --range-ratio < 1; "
-            f"got {requests}, {input_len}, {output_len}, {range_ratio}"
-        )
-    if not rate > 0 or not burstiness > 0:
-        fail(f"--rate and --burstiness must be > 0, got {rate}, {burstiness}")
-    if not kv_pool_mb * 2**20 >= 1:
-        fail(f"--kv-pool-mb must be > 0, got {kv_pool_mb}")
-    slos = {"slo_ttft_s": slo_ttft_ms, "slo_tpot_s": slo_tpot_ms, "slo_e2el_s": slo_e2el_ms}
-    if any(v is not None and not v > 0 for v in slos.values()):
-        fail(f"--slo-* must be > 0 ms, got {slo_ttft_ms}, {slo_tpot_ms}, {slo_e2el_ms}")
-    slos = {k: None if v is None else v / 1000 for k, v in slos.items()}
-    if api_key and url is None:
-        fail("--api-key needs --url (the in-process engine has no keys)")
-    keys = tenant_keys(api_key or [])
-    if url is not None and not url.startswith(("http://", "https://")):
-        fail(f"--url must start with http:// or https://, got {url!r}")
-    min_len = max(2, int(input_len * (1 - range_ratio)))
-    max_len = int(input_len * (1 + range_ratio))
+    workload = BenchWorkload(requests, input_len, output_len, range_ratio, rate, burstiness, seed)
+    slo_ms = (slo_ttft_ms, slo_tpot_ms, slo_e2el_ms)
+    try:
+        target = check_options(workload, kv_pool_mb, slo_ms, api_key or [], url)
+    except ValueError as e:
+        fail(str(e))
     try:
         path = opts.model or default_model_path()
         model_cfg = read_config(path)
         tokenizer = Tokenizer.from_dir(path)
     except (ValueError, FileNotFoundError) as e:
         fail(f"--model: {str(e).splitlines()[0]}")
-    if max_len + output_len > model_cfg.max_position_embeddings:
-        fail(
-            f"prompts up to {max_len} tokens (--input-len {input_len}, --range-ratio "
-            f"{range_ratio}) + --output-len {output_len} exceed the model's "
-            f"{model_cfg.max_position_embeddings} positions"
-        )
     try:
-        config = EngineConfig(
-            model_path=path,
-            dtype=opts.dtype,
-            kv_dtype=kv_dtype.value,
-            kv_scale=kv_scale,
-            weights=weights.value,
-            kv_pool_bytes=int(kv_pool_mb * 2**20),
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_model_len=max_len + output_len,
-            speculative=speculative.value,
-            num_spec_tokens=num_spec_tokens,
-            draft_model_path=draft_model,
-            tp=tp,
-        )
+        workload.check_positions(model_cfg.max_position_embeddings)
+    except ValueError as e:
+        fail(str(e))
+    engine_options = dict(
+        kv_dtype=kv_dtype.value,
+        kv_scale=kv_scale,
+        weights=weights.value,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        speculative=speculative.value,
+        num_spec_tokens=num_spec_tokens,
+        draft_model_path=draft_model,
+        tp=tp,
+    )
+    try:
+        config = bench_engine_config(path, opts.dtype, workload, kv_pool_mb, **engine_options)
         if url is None:  # a server is already placed: its own devices apply
             check_model_tp(tp, model_cfg)
     except ValueError as e:
         fail(flag_message(e, ENGINE_FLAGS))
     try:
-        prompts = heldout_prompts(tokenizer, requests, min_len, max_len, seed)
+        items = workload.items(tokenizer)
     except ValueError as e:
         fail(str(e).splitlines()[0])
-    items = benchmark_items(prompts, output_len, rate, burstiness, seed)
     out_dir = out or opts.root / BENCH_DIR / time.strftime("%Y%m%d-%H%M%S")
     if url is not None:
-        import httpx
+        result = _over_http(url, items, target, served_model_name, timeout_s)
+    else:
+        result = _in_process(config, tokenizer, items, target, timeout_s)
+    _report(result, out_dir, json_out)
 
-        from claimbench.serving.http_replay import replay_http
 
-        names = list(keys) or ["default"]
-        items = [dataclasses.replace(w, tenant=names[i % len(names)]) for i, w in enumerate(items)]
-        try:
-            run = replay_http(
-                url.rstrip("/"),
-                items,
-                keys=keys or None,
-                model=served_model_name,
-                timeout_s=timeout_s,
-            )
-        except httpx.HTTPError as e:
-            fail(f"--url {url}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
-        summary = summarize(run.requests, **slos)
-        summary["prefix_hit_rate"] = math.nan  # the server does not report cache hits
-        summary["timed_out"] = float(run.timed_out)
-        report(summary, run.requests, None, out_dir, json_out, slos)
-        return
+def _in_process(
+    config: EngineConfig,
+    tokenizer: Tokenizer,
+    items: list[WorkItem],
+    target: BenchTarget,
+    timeout_s: float,
+) -> BenchResult:
+    """The benchmark on an engine built here, compiled first, with a progress bar."""
+    from rich.progress import Progress
+
+    from claimbench.engine.build import build_engine
+    from claimbench.lab.bench import bench_engine
+
     try:
         engine = build_engine(config, tokenizer=tokenizer)
     except ValueError as e:  # a draft model that cannot serve this target
@@ -217,66 +194,31 @@ def bench(
     num_compiled, compile_s = engine.precompile()
     err_console.print(f"compiled {num_compiled} step shapes in {compile_s:.1f} s", style="dim")
     with Progress(console=err_console, transient=True) as progress:
-        task = progress.add_task("serving", total=requests)
-
-        def on_step(events) -> None:
-            done = sum(isinstance(e, FinishEvent | RejectEvent) for e in events)
-            progress.advance(task, done)
-
-        result = replay(engine, items, timeout_s, on_step=on_step)
-    requests_df, steps_df = engine.requests_frame(), engine.steps_frame()
-    summary = summarize(requests_df, steps_df, **slos)
-    summary["host_share_pct"] = float(
-        100 * steps_df["host_s"].sum() / (steps_df["host_s"] + steps_df["device_s"]).sum()
-    )
-    summary["timed_out"] = float(result.timed_out)
-    report(summary, requests_df, steps_df, out_dir, json_out, slos)
+        task = progress.add_task("serving", total=len(items))
+        on_finished = functools.partial(progress.advance, task)
+        return bench_engine(engine, items, timeout_s, target.slos, on_finished)
 
 
-def tenant_keys(given: list[str]) -> dict[str, str]:
-    """--api-key values as tenant -> key: TENANT=KEY as given, a bare KEY as tenant keyN."""
-    keys: dict[str, str] = {}
-    for i, value in enumerate(given, 1):
-        tenant, sep, key = value.partition("=")
-        tenant, key = (tenant, key) if sep else (f"key{i}", value)
-        if not tenant or not key or tenant in keys:
-            fail(f"--api-key {value!r}: want KEY or TENANT=KEY, each tenant once")
-        keys[tenant] = key
-    return keys
+def _over_http(
+    url: str, items: list[WorkItem], target: BenchTarget, model: str | None, timeout_s: float
+) -> BenchResult:
+    """The benchmark against a running server; an unreachable one is one line."""
+    import httpx
+
+    from claimbench.lab.bench import bench_http
+
+    try:
+        return bench_http(url, items, target.keys, model, timeout_s, target.slos)
+    except httpx.HTTPError as e:
+        fail(f"--url {url}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
 
 
-def report(
-    summary: dict[str, float],
-    requests_df,
-    steps_df,
-    out_dir: Path,
-    json_out: bool,
-    slos: dict[str, float | None],
-) -> None:
+def _report(result: BenchResult, out_dir: Path, json_out: bool) -> None:
     """Save the records under ``out_dir`` and print the summary (per tenant when several)."""
-    from claimbench.lab.serving_summary import (
-        format_summary,
-        format_tenant_table,
-        summarize_by_tenant,
-    )
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    requests_df.to_parquet(out_dir / "requests.parquet")
-    if steps_df is not None:
-        steps_df.to_parquet(out_dir / "steps.parquet")
-    by_tenant = summarize_by_tenant(requests_df, **slos)
+    result.save(out_dir)
     if json_out:
-        clean = {k: None if math.isnan(v) else v for k, v in summary.items()}
-        if len(by_tenant) > 1:
-            tenants = json.loads(by_tenant.to_json(orient="index"))
-            clean["tenants"] = tenants
-        sys.stdout.write(json.dumps(clean | {"records": str(out_dir)}) + "\n")
+        sys.stdout.write(json.dumps(result.to_json(out_dir)) + "\n")
         err_console.print(f"records in {out_dir}", style="dim", highlight=False, soft_wrap=True)
         return
-    print(format_summary(summary))
-    if len(by_tenant) > 1:
-        print(format_tenant_table(by_tenant))
-    where = f"records in {out_dir}"
-    if "host_share_pct" in summary:
-        where = f"host share of step time {summary['host_share_pct']:.1f}% · {where}"
-    err_console.print(where, style="dim", highlight=False, soft_wrap=True)
+    print(result.text())
+    err_console.print(result.where(out_dir), style="dim", highlight=False, soft_wrap=True)
