@@ -96,40 +96,35 @@ def serve(
     ] = 3,
 ) -> None:
     """Serve the model over HTTP (OpenAI's /v1/completions and /v1/chat/completions)."""
-    from claimbench.engine.config import EngineConfig
-    from claimbench.engine.sched.ladder import load_ladder
     from claimbench.models.checkpoint import ModelLoadError, default_model_path
     from claimbench.serving.engine_client import EngineProcessError
-    from claimbench.serving.server import ServeOptions, build_server_state, make_server
+    from claimbench.serving.serve_setup import (
+        check_serve_limits,
+        serve_engine_config,
+        serve_until_stopped,
+    )
+    from claimbench.serving.server import ServeOptions, build_server_state
 
     opts = global_options(ctx)
-    if not 0 < port < 65536:
-        fail(f"--port {port} is not a TCP port")
-    if stream_interval < 1:
-        fail(f"--stream-interval must be >= 1, got {stream_interval}")
-    if max_request_bytes < 1:
-        fail(f"--max-request-bytes must be >= 1, got {max_request_bytes}")
-    if max_header_bytes < 1024:
-        fail(f"--max-header-bytes must be >= 1024, got {max_header_bytes}")
-    if not header_timeout_s > 0:
-        fail(f"--header-timeout-s must be > 0, got {header_timeout_s}")
-    if max_engine_restarts < 0:
-        fail(f"--max-engine-restarts must be >= 0, got {max_engine_restarts}")
+    limits = dict(
+        stream_interval=stream_interval,
+        max_request_bytes=max_request_bytes,
+        max_header_bytes=max_header_bytes,
+        header_timeout_s=header_timeout_s,
+        max_engine_restarts=max_engine_restarts,
+    )
+    engine = dict(dtype=opts.dtype, kv_dtype=kv_dtype, weights=weights, max_model_len=max_model_len)
+    engine |= dict(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+    engine |= dict(scheduling_policy=scheduling_policy, victim_policy=victim_policy)
     try:
+        check_serve_limits(port=port, **limits)
         options = ServeOptions(
             model_dir=opts.model or default_model_path(),
-            engine=EngineConfig(
-                dtype=opts.dtype,
-                kv_dtype=kv_dtype,
-                weights=weights,
-                kv_pool_bytes=int(kv_pool_mb * 2**20),
-                max_num_seqs=max_num_seqs,
-                max_num_batched_tokens=max_num_batched_tokens,
-                max_model_len=max_model_len,
-                scheduling_policy=scheduling_policy,
-                victim_policy=victim_policy,
-                ladder=load_ladder(ladder) if ladder is not None else (),
+            engine=serve_engine_config(
+                kv_pool_mb=kv_pool_mb,
+                ladder_file=ladder,
                 async_scheduling=async_scheduling,
+                **engine,
             ),
             tenants_file=tenants,
             prefix_sharing=prefix_sharing,
@@ -138,13 +133,9 @@ def serve(
             port=port,
             shutdown_timeout_s=shutdown_timeout_s,
             precompile=precompile,
-            stream_interval=stream_interval,
             api_batch_policy=api_batch_policy,
-            max_request_bytes=max_request_bytes,
-            max_header_bytes=max_header_bytes,
-            header_timeout_s=header_timeout_s,
             metrics_key=metrics_key or None,
-            max_engine_restarts=max_engine_restarts,
+            **limits,
         )
         state, lines = build_server_state(options)
     except (ValueError, FileNotFoundError, ModelLoadError, EngineProcessError) as e:
@@ -152,8 +143,6 @@ def serve(
     for line in lines:
         err_console.print(line, style="dim", highlight=False)
     err_console.print(f"serving {state.model_name!r} on http://{host}:{port}/v1", highlight=False)
-    make_server(state, options).run()
-    error = getattr(state.engine, "error", None)
-    if state.engine_failure is not None or error is not None:
-        # A supervisor above must see the crash, not a clean exit.
-        fail(state.engine_failure or str(error), code=1)
+    failure = serve_until_stopped(state, options)
+    if failure is not None:  # a supervisor above must see the crash, not a clean exit
+        fail(failure, code=1)
