@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -87,12 +87,7 @@ def run(
     if trials is not None and trials < 1:
         fail(f"--trials must be >= 1, got {trials}")
     if opts.model is not None:
-        # Once, before anything runs: a broken --model would otherwise fail every experiment
-        # that loads it, while the ones that never load it would store runs naming it.
-        try:
-            check_model_dir(opts.model)
-        except ModelDirError as err:
-            fail(f"--model: {err}")
+        _check_model(opts.model)
     claims = project.open_claims(opts.root)
     try:
         selection = select_claims(opts.root, claims, claim or [], all_claims)
@@ -111,19 +106,39 @@ def run(
         fail(str(err))
     if admission.notice is not None:
         console.print(admission.notice, highlight=False, markup=False)
+    outcomes = _run_with_bars(
+        selection.claims,
+        root=opts.root,
+        store=store,
+        price=admission.price,
+        profile=profile.value,
+        trials=trials,
+        seed=seed,
+        dtype=opts.dtype,
+        model_option=opts.model,
+    )
+    stored = sum(o.run_dir is not None for o in outcomes)
+    failed = sum(not o.ok for o in outcomes)
+    console.print(f"{stored} run(s) stored, {failed} failed", highlight=False)
+    if failed:
+        raise typer.Exit(1)
+
+
+def _check_model(model: Path) -> None:
+    """Once, before anything runs: a broken --model would otherwise fail every experiment that
+    loads it, while the ones that never load it would store runs naming it."""
+    try:
+        check_model_dir(model)
+    except ModelDirError as err:
+        fail(f"--model: {err}")
+
+
+def _run_with_bars(selected: list[Claim], **options: Any) -> list[Outcome]:
+    """run_claims under progress bars; Ctrl-C exits 130 saying what was kept."""
     with Progress(*_columns(), console=console) as progress:
         try:
-            outcomes = run_claims(
-                selection.claims,
-                root=opts.root,
-                store=store,
-                price=admission.price,
-                profile=profile.value,
-                trials=trials,
-                seed=seed,
-                dtype=opts.dtype,
-                model_option=opts.model,
-                **ProgressReport(progress, len(selection.claims)).hooks(),
+            return run_claims(
+                selected, **options, **ProgressReport(progress, len(selected)).hooks()
             )
         except RunInterrupted as stop:
             progress.stop()
@@ -133,11 +148,6 @@ def run(
                 highlight=False,
             )
             raise typer.Exit(130) from None
-    stored = sum(o.run_dir is not None for o in outcomes)
-    failed = sum(not o.ok for o in outcomes)
-    console.print(f"{stored} run(s) stored, {failed} failed", highlight=False)
-    if failed:
-        raise typer.Exit(1)
 
 
 class ProgressReport:
