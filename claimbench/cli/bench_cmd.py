@@ -32,7 +32,8 @@ from claimbench.platform.cpu_devices import TPOption
 
 if TYPE_CHECKING:
     from claimbench.engine.config import EngineConfig
-    from claimbench.lab.bench import BenchResult, BenchTarget
+    from claimbench.lab.bench import BenchResult, BenchTarget, BenchWorkload
+    from claimbench.models.config import ModelConfig
     from claimbench.models.tokenizer import Tokenizer
     from claimbench.serving.replay import WorkItem
 
@@ -125,8 +126,6 @@ def bench(
     engine; with --url the server's own settings apply."""
     from claimbench.engine.worker.sharding import check_model_tp
     from claimbench.lab.bench import BenchWorkload, bench_engine_config, check_options
-    from claimbench.models.checkpoint import default_model_path, read_config
-    from claimbench.models.tokenizer import Tokenizer
 
     opts = global_options(ctx)
     workload = BenchWorkload(requests, input_len, output_len, range_ratio, rate, burstiness, seed)
@@ -135,16 +134,7 @@ def bench(
         target = check_options(workload, kv_pool_mb, slo_ms, api_key or [], url)
     except ValueError as e:
         fail(str(e))
-    try:
-        path = opts.model or default_model_path()
-        model_cfg = read_config(path)
-        tokenizer = Tokenizer.from_dir(path)
-    except (ValueError, FileNotFoundError) as e:
-        fail(f"--model: {str(e).splitlines()[0]}")
-    try:
-        workload.check_positions(model_cfg.max_position_embeddings)
-    except ValueError as e:
-        fail(str(e))
+    path, model_cfg, tokenizer = _load_model(opts.model, workload)
     engine_options = dict(
         kv_dtype=kv_dtype.value,
         kv_scale=kv_scale,
@@ -172,6 +162,24 @@ def bench(
     else:
         result = _in_process(config, tokenizer, items, target, timeout_s)
     _report(result, out_dir, json_out)
+
+
+def _load_model(model: Path | None, workload: BenchWorkload) -> tuple[Path, ModelConfig, Tokenizer]:
+    """The model's directory, config and tokenizer; one line when it cannot serve the workload."""
+    from claimbench.models.checkpoint import default_model_path, read_config
+    from claimbench.models.tokenizer import Tokenizer
+
+    try:
+        path = model or default_model_path()
+        model_cfg = read_config(path)
+        tokenizer = Tokenizer.from_dir(path)
+    except (ValueError, FileNotFoundError) as e:
+        fail(f"--model: {str(e).splitlines()[0]}")
+    try:
+        workload.check_positions(model_cfg.max_position_embeddings)
+    except ValueError as e:
+        fail(str(e))
+    return path, model_cfg, tokenizer
 
 
 def _in_process(
