@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -20,6 +21,10 @@ from claimbench.cli.spec_options import (
     SpeculativeOption,
 )
 from claimbench.platform.cpu_devices import TPOption
+
+if TYPE_CHECKING:
+    from claimbench.models.config import ModelConfig
+    from claimbench.models.tokenizer import Tokenizer
 
 # SamplingParams fields set by the option of the same name.
 SAMPLING_FLAGS = option_flags(("max_tokens", "temperature", "top_k", "top_p", "seed", "ignore_eos"))
@@ -46,8 +51,6 @@ def generate(
     from claimbench.engine.worker.sampler import SamplingParams
     from claimbench.engine.worker.sharding import check_model_tp
     from claimbench.lab.single_completion import complete, completion_config, timing_line
-    from claimbench.models.checkpoint import default_model_path, read_config
-    from claimbench.models.tokenizer import Tokenizer
 
     opts = global_options(ctx)
     try:
@@ -61,12 +64,7 @@ def generate(
         )
     except ValueError as e:
         fail(flag_message(e, SAMPLING_FLAGS))
-    try:
-        path = opts.model or default_model_path()
-        model_cfg = read_config(path)
-        tokenizer = Tokenizer.from_dir(path)
-    except (ValueError, FileNotFoundError) as e:
-        fail(str(e).splitlines()[0])
+    path, model_cfg, tokenizer = _load_model(opts.model)
     prompt_ids = tokenizer.encode(text)
     max_len = model_cfg.max_position_embeddings
     if len(prompt_ids) + max_tokens > max_len:
@@ -88,6 +86,18 @@ def generate(
         return
     _write("\n" if sys.stdout.isatty() else "")
     err_console.print(f"[dim]{timing_line(done.timing, done.finish_reason)}[/]", highlight=False)
+
+
+def _load_model(model: Path | None) -> tuple[Path, ModelConfig, Tokenizer]:
+    """The model's directory, config and tokenizer, or one line saying why not."""
+    from claimbench.models.checkpoint import default_model_path, read_config
+    from claimbench.models.tokenizer import Tokenizer
+
+    try:
+        path = model or default_model_path()
+        return path, read_config(path), Tokenizer.from_dir(path)
+    except (ValueError, FileNotFoundError) as e:
+        fail(str(e).splitlines()[0])
 
 
 def _write(text: str) -> None:
