@@ -166,6 +166,20 @@ def run_claims(
             except (ledger.LedgerError, OSError) as err:
                 outcome = Outcome(claim.id, run_dir, str(err))
         outcomes.append(outcome)
+        release_compiled_programs()
         if on_outcome is not None:
             on_outcome(outcome)
     return outcomes
+
+
+def release_compiled_programs() -> None:
+    """Free the compiled XLA programs a claim left behind. Every CPU executable keeps its own
+    memory mappings, and ``run --all`` in one process passed the kernel's vm.max_map_count
+    (65,530) after 24 claims: LLVM could not allocate and the process crashed. The next claim
+    compiles its own (the persistent compilation cache, where on, makes that a lookup)."""
+    import gc
+
+    import jax
+
+    jax.clear_caches()
+    gc.collect()

@@ -111,3 +111,20 @@ def test_ctrl_c_names_the_claim_and_the_runs_kept(interrupting_project: Path) ->
     assert (stop.value.claim_id, stop.value.num_stored) == ("fake-broken", 1)
     runs = sorted((interrupting_project / "results" / "runs").iterdir())
     assert len(runs) == 1  # fake-fail never started; fake-broken left nothing
+
+
+def test_each_claims_compiled_programs_are_freed_before_the_next(project: Path, monkeypatch):
+    # A long `run --all` in one process kept every claim's executables and crashed on the
+    # kernel's memory-map limit; each claim's programs now go when it ends, failed or not.
+    import jax
+
+    cleared = []
+    monkeypatch.setattr(jax, "clear_caches", lambda: cleared.append(True))
+    events = []
+
+    def on_start(claim):
+        events.append(f"start {claim.id} after {len(cleared)} clears")
+
+    _, outcomes = run_batch(project, ["fake-broken", "fake-pass"], on_start=on_start)
+    assert len(outcomes) == 2 and len(cleared) == 2
+    assert events == ["start fake-broken after 0 clears", "start fake-pass after 1 clears"]
