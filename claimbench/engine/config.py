@@ -80,11 +80,12 @@ KNOBS: dict[str, Knob] = {
 # Fields only the host reads: LLMEngine.reset may switch them without recompiling.
 HOST_FIELDS = tuple(name for name, knob in KNOBS.items() if knob.runtime)
 # Async scheduling's default per platform (jax.default_backend()): on only where it has
-# measured faster beyond the noise (README, Performance). Nowhere yet: on this project's 2-core
-# CPU benchmarks/engine_vs_transformers.py's batch-32 decode ran +25.9% and +1.5% off -> on in
-# two runs (the second inside the machine's ~10% run-to-run spread), and turned on it changed
-# the experiments' serving dynamics (fair-victim's tiny workload stopped preempting); on an
-# H200 serving the shipped model, whose decode step is almost all host work, -14% +- 16%.
+# measured faster beyond the noise (docs/performance/engine_vs_transformers.md). Nowhere yet:
+# on this project's 2-core CPU, benchmarks/engine_vs_transformers.py's batch-32 decode ran
+# +25.9% and +1.5% off -> on in two runs (the second inside the machine's ~10% run-to-run
+# spread), and turned on it changed the experiments' serving dynamics (fair-victim's tiny
+# workload stopped preempting); on an H200 serving the shipped model, whose decode step is
+# almost all host work, -14% +- 16%.
 ASYNC_SCHEDULING_DEFAULT = {"cpu": False}
 MIN_TOKEN_BUCKET = 16  # smallest padded token count a step is compiled for
 MIN_SEQ_BUCKET = 8  # smallest padded sequence-slot count
