@@ -67,9 +67,9 @@ def run_claims(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
             )
         except Exception as err:
             failed.append({"claim": claim.id, "error": f"not stored: {_one_line(err)}"})
+            release_compiled_programs()
             continue
-        finally:
-            release_compiled_programs()  # a long job would pass the kernel's memory-map limit
+        release_compiled_programs()  # a long job would pass the kernel's memory-map limit
         try:
             ledger.append_rows(store, [ledger.row_for_run(run_dir, plan.price)])
         except (ledger.LedgerError, OSError) as err:
