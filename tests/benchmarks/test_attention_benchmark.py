@@ -14,6 +14,7 @@ from claimbench.kernels import native_attention
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "attention_kernel.py"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kv_dtype", ["f32", "int8"])
 def test_attention_benchmark_runs_side_by_side(kv_dtype):
     tiny = "--num-q-heads 4 --num-kv-heads 2 --head-dim 16 --decode-seqs 3 --context-len 40"

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@pytest.mark.slow
 def test_dense_benchmark_runs_side_by_side():
     workload = "--requests 3 --min-input 8 --max-input 24 --output-len 4"
     cmd = [sys.executable, str(SCRIPT), "--rows", "1", "13", "--repeats", "1", "--iters", "1"]

@@ -143,6 +143,7 @@ else:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="settle reads Linux /proc")
 def test_settle_waits_for_a_descendant_to_stop_spinning(tmp_path):
     bench = load_benchmark()

@@ -69,6 +69,7 @@ def test_verify_step_inputs_lay_out_decode_and_verify_chunks():
     np.testing.assert_array_equal(plain.md.distribution, [3, 3, 3])
 
 
+@pytest.mark.slow
 def test_verify_step_benchmark_runs_side_by_side():
     cmd = [sys.executable, str(BENCHMARKS / "verify_step.py"), "--backend", "xla"]
     cmd += ["--batches", "1,2", "--reps", "1", "--context", "16", "--json"]

@@ -13,6 +13,7 @@ runner = CliRunner()
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_list_shipped_claims_json():
     result = invoke("--root", str(REPO), "list", "--json")
     assert result.exit_code == 0, result.output

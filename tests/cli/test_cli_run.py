@@ -69,6 +69,7 @@ def test_run_options(project, tmp_path):
     assert {m["profile"] for m in metas} == {"full"}
 
 
+@pytest.mark.slow
 def test_run_all_skips_unwritten_and_reports_failures(project):
     result = invoke("--root", str(project), "run", "--all")
     assert result.exit_code == 1, result.output

@@ -51,6 +51,7 @@ def invoke(checkpoint, *args):
     )
 
 
+@pytest.mark.slow
 def test_generate_streams_only_the_text_to_stdout(checkpoint):
     as_json = invoke(
         checkpoint, "generate", "def add(", "--max-tokens", "6", "--ignore-eos", "--json"
@@ -106,6 +107,7 @@ def test_bench_bad_input_names_the_flag(checkpoint, args, message):
         assert field not in result.stderr
 
 
+@pytest.mark.slow
 def test_bench_prints_a_summary_and_saves_records(checkpoint, tmp_path):
     out = tmp_path / "records"
     args = ["bench", "--requests", "4", "--rate", "50", "--input-len", "20", "--range-ratio"]

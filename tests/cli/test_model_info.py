@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from claimbench.cli.main import app
 
 
+@pytest.mark.slow
 def test_info_json_for_both_shipped_models() -> None:
     result = CliRunner().invoke(
         app, ["--dtype", "float32", "model", "info", "--windows", "4", "--json"]
@@ -32,6 +33,7 @@ def test_info_json_for_both_shipped_models() -> None:
         )
 
 
+@pytest.mark.slow
 def test_info_table() -> None:
     result = CliRunner().invoke(app, ["model", "info", "--windows", "2"])
     assert result.exit_code == 0, result.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from typer.testing import CliRunner
 
 from claimbench.cli.main import app
@@ -10,6 +11,7 @@ from claimbench.serving.health import GOLDEN_TOKENS
 runner = CliRunner()
 
 
+@pytest.mark.slow
 def test_doctor_passes_on_the_shipped_model():
     result = runner.invoke(app, ["--dtype", "float32", "doctor", "--attention-backend", "xla"])
     assert result.exit_code == 0, result.output

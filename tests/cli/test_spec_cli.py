@@ -20,6 +20,7 @@ def draft_dir(checkpoint, tmp_path_factory):  # noqa: F811
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("proposer", ["ngram", "draft"])
 def test_generate_with_speculation_matches_plain_greedy(checkpoint, draft_dir, proposer):  # noqa: F811
     args = [
@@ -62,6 +63,7 @@ def test_bad_speculation_input_is_one_line_and_exit_2(checkpoint, command, args,
     assert "num_spec_tokens" not in result.stderr
 
 
+@pytest.mark.slow
 def test_bench_reports_acceptance(checkpoint, draft_dir, tmp_path):  # noqa: F811
     args = ["bench", "--requests", "4", "--input-len", "20", "--output-len", "8"]
     args += ["--max-num-seqs", "4", "--max-num-batched-tokens", "32", "--out", str(tmp_path)]

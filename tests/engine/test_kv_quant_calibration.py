@@ -39,6 +39,7 @@ def _paged_prefill_caches(model, tokens: np.ndarray) -> list[LayerKV]:
     return caches
 
 
+@pytest.mark.slow
 def test_absmax_matches_what_the_paged_path_writes():
     model = tiny_model()
     tokens = np.random.default_rng(0).integers(0, TINY_MODEL.vocab_size, (2, 16)).astype(np.int32)

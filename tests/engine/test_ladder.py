@@ -255,6 +255,7 @@ def test_climbing_takes_one_rung_per_step_and_each_step_records_its_rung(engine)
     assert all(abs(a - b) <= 1 for a, b in zip(rungs, rungs[1:], strict=False))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("speculative", "draft_seed"), [("ngram", None), ("draft", 1)])
 def test_disabling_speculation_stops_drafts_while_engaged_and_changes_no_token(
     speculative, draft_seed

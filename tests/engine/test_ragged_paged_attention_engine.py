@@ -14,6 +14,7 @@ from engine_helpers import tiny_engine, tiny_model
 from claimbench.engine.worker.sampler import SamplingParams
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kv_dtype", ["auto", "int8"])
 def test_pallas_engine_greedy_tokens_match_xla(kv_dtype):
     rng = np.random.default_rng(0)

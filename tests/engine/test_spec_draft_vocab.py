@@ -42,6 +42,7 @@ def prompts(lengths, seed=0):
     return [rng.integers(3, 97, size=n).tolist() for n in lengths]
 
 
+@pytest.mark.slow
 def test_greedy_output_with_a_smaller_draft_vocabulary_is_plain_decodings():
     batch = prompts([5, 40, 17, 2, 9], seed=1)
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (20, 20, 7, 12, 30)]

@@ -170,6 +170,7 @@ def test_a_draft_with_another_tokenizer_is_refused():
         check_draft(target, target, word_level("acb"), word_level("abc"))
 
 
+@pytest.mark.slow
 def test_precompile_covers_the_draft_steps():
     from claimbench.engine.spec.draft_steps import catch_up_step, propose_steps
 
@@ -184,6 +185,7 @@ def test_precompile_covers_the_draft_steps():
     assert (catch_up_step._cache_size(), propose_steps._cache_size()) == compiled
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("speculative", "draft_seed"), [("ngram", None), ("draft", 1)])
 def test_greedy_output_is_identical_through_the_xla_verify_path(speculative, draft_seed):
     """The "xla" backend attends verify chunks in kernels/xla_verify.py (the draft's catch-up

@@ -57,6 +57,7 @@ def test_base_arm_serves_the_overload_arms_requests_stretched():
         assert base[i].arrival_s - over[i].arrival_s == pytest.approx(shift)
 
 
+@pytest.mark.slow
 def test_tiny_run_compares_the_same_requests_under_both_policies(tmp_path):
     ctx = run_tiny(
         CLAIM,

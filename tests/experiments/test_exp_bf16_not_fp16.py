@@ -29,6 +29,7 @@ def frame(model_dir):
     return run_experiment("bf16-not-fp16", PARAMS, model_dir)
 
 
+@pytest.mark.slow
 def test_records_every_claim_metric_per_trial(frame):
     values = assert_claim_metrics_recorded("bf16-not-fp16", frame)
     assert len(values["fp16_speedup"]) == 2
@@ -68,6 +69,7 @@ def test_decode_prompts_must_come_from_the_windows(tmp_path):
         run_experiment("bf16-not-fp16", {**PARAMS, "decode_batch": 3}, tmp_path)
 
 
+@pytest.mark.slow
 def test_never_holds_two_engines(model_dir, monkeypatch):
     """Each engine is freed before the next is built, only the bf16 and fp16 engines are
     built (float32 is the layer-by-layer reference), and they take turns within each trial:

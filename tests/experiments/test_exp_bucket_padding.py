@@ -100,6 +100,7 @@ def _labelled(frame, metric):
     ]
 
 
+@pytest.mark.slow
 def test_tiny_run_serves_every_policy_at_its_own_buckets(tmp_path):
     ctx = run_tiny(CLAIM, write_checkpoint(tmp_path / "ckpt"), trials=2, base=TINY)
     exp = experiment(CLAIM)

@@ -60,6 +60,7 @@ def test_bucket_first_steps_separate_the_first_step_from_later_ones():
     assert experiment(CLAIM).bucket_compile_s(buckets) == {(16, 8): pytest.approx(1.8)}
 
 
+@pytest.mark.slow
 def test_fill_writes_the_persistent_cache_and_a_bad_spec_fails_loudly(checkpoint, tmp_path):
     exp = experiment(CLAIM)
     config = {"model_path": str(checkpoint), "dtype": "float32"} | TINY["engine"]
@@ -74,6 +75,7 @@ def test_fill_writes_the_persistent_cache_and_a_bad_spec_fails_loudly(checkpoint
         exp.launch(exp.arm_spec(config | {"no_such_option": 1}, "cold", "", prompts), 300)
 
 
+@pytest.mark.slow
 def test_tiny_run_times_three_fresh_processes(checkpoint):
     ctx = run_tiny(CLAIM, checkpoint, trials=1, base=TINY)
     frame = assert_claim_metrics_recorded(ctx)

@@ -105,6 +105,7 @@ def test_drain_share_is_the_tail_after_the_last_admission():
     assert drain_share(frame) == pytest.approx(0.2)
 
 
+@pytest.mark.slow
 def test_tiny_run_drains_under_5_percent_and_alternates_the_arms():
     ctx = _ctx(TINY)
     _experiment().run(ctx)

@@ -69,6 +69,7 @@ def test_probes_reject_sizes_that_would_measure_a_cache():
         matmul_flops_per_s(n=8)
 
 
+@pytest.mark.slow
 def test_tiny_run_compares_each_batch_with_its_own_roofline(checkpoint):
     ctx = run_tiny(CLAIM, checkpoint, trials=2, base=TINY)
     frame = assert_claim_metrics_recorded(ctx)

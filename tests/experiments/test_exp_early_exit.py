@@ -38,6 +38,7 @@ def _values(frame, metric):
     return frame.loc[frame["metric"] == metric, "value"].tolist()
 
 
+@pytest.mark.slow
 def test_threshold_zero_skips_half_of_two_layers(checkpoint):
     ctx = run_tiny(CLAIM, checkpoint, trials=2, base=TINY)
     frame = assert_claim_metrics_recorded(ctx)
@@ -56,6 +57,7 @@ def test_threshold_zero_skips_half_of_two_layers(checkpoint):
     assert all(len(x) == 0 for x in large.loc[large["mode"] == "off", "exit_layers"])
 
 
+@pytest.mark.slow
 def test_never_confident_runs_every_layer(checkpoint):
     ctx = run_tiny(CLAIM, checkpoint, trials=1, base=TINY | {"threshold": 2.0})
     frame = assert_claim_metrics_recorded(ctx)

@@ -63,6 +63,7 @@ def test_recompute_refuses_a_run_cut_short():
         experiment(CLAIM).recomputed_tokens(cut)
 
 
+@pytest.mark.slow
 def test_tiny_run_compares_the_victim_policies_on_the_same_requests(tmp_path):
     params = {
         "prompt_len": [4, 8],

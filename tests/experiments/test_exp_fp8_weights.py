@@ -32,6 +32,7 @@ def frame(model_dir):
     return run_experiment("fp8-weights", PARAMS, model_dir)
 
 
+@pytest.mark.slow
 def test_bytes_ratio_is_analytic_once_for_llama_3_1_8b(frame):
     values = assert_claim_metrics_recorded("fp8-weights", frame)
     # tests/lab/test_quality_capacity.py: 8,037,058,560 fp8 bytes against 16,060,522,496 in bf16.

@@ -31,6 +31,7 @@ def frame(model_dir):
     return run_experiment("kv-fp8", PARAMS, model_dir)
 
 
+@pytest.mark.slow
 def test_capacity_is_analytic_once_for_the_claims_model(frame):
     values = assert_claim_metrics_recorded("kv-fp8", frame)
     # 16 GiB of Llama-3.1-8B fp8 pages (1 MiB each, 256 B of scales beside): 16383 pages,
@@ -51,6 +52,7 @@ def test_calibrated_fp8_quantizes_and_calibration_is_recorded_once(frame):
     assert unit["trial"].tolist() == [0, 1]
 
 
+@pytest.mark.slow
 def test_never_holds_two_engines(model_dir, monkeypatch):
     """Each engine is freed before the next is built: bf16, calibrated fp8, unit-scale fp8."""
     built = builds_with_alive("kv-fp8", PARAMS, model_dir, monkeypatch)

@@ -30,6 +30,7 @@ def ctx(model_dir):
     return run_context("kv-int8", PARAMS, model_dir)
 
 
+@pytest.mark.slow
 def test_capacity_is_analytic_once_for_the_claims_model(ctx):
     frame = ctx.measurements_frame("t")
     values = assert_claim_metrics_recorded("kv-int8", frame)
@@ -61,6 +62,7 @@ def test_unknown_param_is_an_error(tmp_path):
         run_experiment("kv-int8", {"pool_byte": 1}, tmp_path)
 
 
+@pytest.mark.slow
 def test_never_holds_two_engines(model_dir, monkeypatch):
     built = builds_with_alive("kv-int8", PARAMS, model_dir, monkeypatch)
     assert [(options["kv_dtype"], alive) for options, alive in built] == [("bf16", 0), ("int8", 0)]

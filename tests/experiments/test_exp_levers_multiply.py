@@ -31,6 +31,7 @@ def ctx(model_dir):
     return run_context("levers-multiply", PARAMS, model_dir)
 
 
+@pytest.mark.slow
 def test_multiply_ratio_is_pool_arithmetic_recorded_once(ctx):
     frame = ctx.measurements_frame("t")
     values = assert_claim_metrics_recorded("levers-multiply", frame)
@@ -75,6 +76,7 @@ def test_weight_share_must_leave_room(tmp_path):
         run_experiment("levers-multiply", {**PARAMS, "weight_share": 1.0}, tmp_path)
 
 
+@pytest.mark.slow
 def test_never_holds_two_engines(model_dir, monkeypatch):
     """Each of the four engines is freed before the next is built."""
     built = builds_with_alive("levers-multiply", PARAMS, model_dir, monkeypatch)

@@ -60,6 +60,7 @@ def frame(tmp_path_factory):
     return run_experiment("moe-disqualified", {**PARAMS, "moe_model": str(path)}, path)
 
 
+@pytest.mark.slow
 def test_ratios_are_analytic_once_for_llama_3_1_8b_on_v6e(frame) -> None:
     values = assert_claim_metrics_recorded("moe-disqualified", frame)
     # Llama-3.1-8B: 8,030,261,248 params; its MLPs 32 * 3 * 4096 * 14336 = 5,637,144,576.

@@ -35,6 +35,7 @@ def frame(tmp_path_factory):
     return run_experiment("paged-waste", PARAMS, write_tiny_model(tmp_path_factory.mktemp("tiny")))
 
 
+@pytest.mark.slow
 def test_paging_wastes_less_and_runs_more_on_the_same_workload(frame):
     values = assert_claim_metrics_recorded("paged-waste", frame)
     for paged, contiguous, ratio in zip(*values.values(), strict=True):

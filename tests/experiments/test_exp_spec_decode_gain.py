@@ -5,6 +5,7 @@ from engine_tracking import track_builds
 from spec_exp_helpers import TINY, TinySpecContext, run_tiny, values
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draft_seed", [0, 1])
 def test_tiny_run_records_speedup_exact_greedy_and_acceptance(draft_seed):
     frame = run_tiny("spec-decode-gain", TINY, draft_seed)
@@ -33,6 +34,7 @@ def test_bad_params_are_named():
         run_tiny("spec-decode-gain", {**TINY, "num_spec_token": 4}, 0)
 
 
+@pytest.mark.slow
 def test_one_engine_at_a_time_taking_turns_within_trials(monkeypatch):
     built = track_builds(TinySpecContext, monkeypatch)
     frame = run_tiny("spec-decode-gain", TINY, draft_seed=1, trials=3)

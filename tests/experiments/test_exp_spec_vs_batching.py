@@ -1,8 +1,10 @@
 """spec-vs-batching at a tiny size: the batched comparison's mechanism, never its verdict."""
 
+import pytest
 from spec_exp_helpers import TINY, run_tiny, values
 
 
+@pytest.mark.slow
 def test_tiny_batched_run_records_speedup_at_b32_with_n_gram_too():
     params = {**TINY, "batch": 4, "proposer": "ngram"}
     frame = run_tiny("spec-vs-batching", params, draft_seed=0)

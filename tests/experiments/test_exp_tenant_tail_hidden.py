@@ -69,6 +69,7 @@ def stepped_ttft(clumped: bool) -> pd.DataFrame:
     )
 
 
+@pytest.mark.slow
 def test_a_clumped_small_tenant_has_the_tail_the_pooled_p99_hides():
     exp = experiment(CLAIM)
     clumped, spread = stepped_ttft(clumped=True), stepped_ttft(clumped=False)

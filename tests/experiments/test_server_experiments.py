@@ -26,6 +26,7 @@ PARAMS = {
 }
 
 
+@pytest.mark.slow
 def test_admission_at_ingress_runs_over_http_and_limits_answer_429(tmp_path):
     ctx = run_tiny(
         CLAIM, write_checkpoint(tmp_path / "ckpt"), 1, base=TINY_ENGINE_PARAMS, via="http", **PARAMS
@@ -55,6 +56,7 @@ def test_serve_rejects_an_unknown_path():
         serve(None, [], 1.0, via="grpc")
 
 
+@pytest.mark.slow
 def test_fairness_vtc_runs_over_http_with_the_engines_service_record(tmp_path):
     ctx = run_tiny(
         "fairness-vtc",

@@ -65,6 +65,7 @@ def test_pallas_f16_pool_is_bf16_marked_and_takes_the_same_bytes():
     assert all(c.pages.dtype == F16 and not c.f16_bits for c in xla)
 
 
+@pytest.mark.slow
 def test_kernel_on_container_pool_matches_xla_on_f16_pool():
     q, k, v, cache, md = make_step(
         3, decode=[21, 3], prefill=[9], mixed=[(7, 30)], page_size=16, num_q_heads=4,
@@ -119,6 +120,7 @@ def test_xla_io_reads_and_writes_a_container_pool_as_f16():
     )
 
 
+@pytest.mark.slow
 def test_f16_engine_on_pallas_matches_xla_and_keeps_a_container_pool():
     cfg = dataclasses.replace(TINY_MODEL, head_dim=64)  # the shipped model's head_dim
     model = LlamaForCausalLM(cfg, dtype=jnp.float16, rngs=nnx.Rngs(0))

@@ -170,6 +170,7 @@ def test_backend_falls_back_to_xla_when_unavailable(monkeypatch):
         backend.resolve_backend_name("cpu")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kv_dtype", ["auto", "int8", "bf16"])
 def test_cpu_engine_greedy_tokens_match_xla(kv_dtype):
     rng = np.random.default_rng(0)

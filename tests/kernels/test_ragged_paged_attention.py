@@ -262,6 +262,7 @@ CASES = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("step", "knobs", "options"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
 )
@@ -292,6 +293,7 @@ def test_fp8_under_jit_with_donated_cache_and_eager_dmas():
     check_against_references(q, k, v, cache, md, out, new_cache, tol=2e-2, sm_scale=128**-0.5)
 
 
+@pytest.mark.slow
 def test_no_races_between_dmas_and_compute():
     # One-page KV blocks and 4-token q blocks: every sequence crosses several blocks, so
     # prefetches into the other buffer, write-backs of new rows and output sends overlap

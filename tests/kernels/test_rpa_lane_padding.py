@@ -30,6 +30,7 @@ def test_page_head_dim_rounds_up_to_whole_lane_tiles() -> None:
     assert page_layout(cfg, "cpu") is cfg and page_layout(cfg, "xla") is cfg
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kv", ["bf16", "int8"])
 def test_lane_padded_pages_match_unpadded(kv: str) -> None:
     q, k, v, cache, md = make_step(

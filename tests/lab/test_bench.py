@@ -56,6 +56,7 @@ def test_tenant_keys_each_tenant_once() -> None:
             tenant_keys(given)
 
 
+@pytest.mark.slow
 def test_the_workload_fits_the_model_and_is_seeded() -> None:
     w = workload()
     assert w.prompt_lengths == (10, 30) and w.max_model_len == 34

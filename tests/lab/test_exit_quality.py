@@ -42,6 +42,7 @@ def _dense_ppl(logits: jax.Array) -> float:
     return float(jnp.exp(nll.mean()))
 
 
+@pytest.mark.slow
 def test_never_exiting_is_the_dense_model(model_and_heads) -> None:
     model, heads = model_and_heads
     q = teacher_forced(model, heads, 1.5, WINDOWS, attention_backend="xla")

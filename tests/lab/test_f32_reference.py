@@ -12,6 +12,7 @@ from claimbench.lab.f32_reference import reference_pass
 from claimbench.lab.quality import heldout_windows, prompt_pass, top1_agreement_pct
 
 
+@pytest.mark.slow
 def test_matches_a_float32_engine(tmp_path):
     model_dir = write_tiny_model(tmp_path / "tiny")
     windows = heldout_windows(model_dir, 5, 40, 7)  # 5 windows: a partial last chunk too

@@ -40,6 +40,7 @@ def test_abba_order_reverses_every_other_trial():
     assert abba_order(["a", "b", "c"], 1) == ["c", "b", "a"]
 
 
+@pytest.mark.slow
 def test_arms_alternate_within_trials_and_share_positions():
     ctx = FakeContext(trials=4)
     calls: list[tuple[str, int]] = []

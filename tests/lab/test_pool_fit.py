@@ -47,6 +47,7 @@ def test_off_a_tpu_the_engine_factory_refuses_in_one_line() -> None:
         ctx.engine()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(tpu_check.libtpu_unavailable() is not None, reason="libtpu not installed")
 def test_sized_on_a_described_chip_the_pool_compiles_within_the_fraction() -> None:
     name, cfg = tpu_check.resolve_model("claimbench-tiny")

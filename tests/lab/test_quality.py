@@ -62,6 +62,7 @@ def test_quantized_engine_costs_a_little_and_reports_real_weight_bytes(f32_pass)
     assert held < 0.3 * weight_bytes(tiny_model())  # f32 -> int8 + scales
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kv_dtype", ["int8", "fp8"])
 def test_quantized_kv_changes_the_shipped_models_perplexity(kv_dtype):
     # The shipped model, held-out text: the quantized cache must really round K and V (a

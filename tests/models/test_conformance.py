@@ -121,6 +121,7 @@ def random_checkpoint(request, tmp_path_factory) -> Path:
     return write_random_hf(tmp_path_factory.mktemp(request.param), family)
 
 
+@pytest.mark.slow
 def test_random_checkpoint_logits_match(random_checkpoint: Path) -> None:
     ids = np.random.default_rng(0).integers(0, 211, (3, 100))
     ours, _ = load_model(random_checkpoint, "float32")
@@ -152,6 +153,7 @@ def test_shipped_logits_match(shipped: Path) -> None:
     assert diff < LOGITS_ATOL, diff
 
 
+@pytest.mark.slow
 def test_shipped_greedy_matches(shipped: Path) -> None:
     tokenizer = Tokenizer.from_dir(shipped)
     prompts = heldout_prompts(tokenizer, 4, 4, 60, seed=0)

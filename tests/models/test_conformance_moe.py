@@ -78,6 +78,7 @@ shipped = pytest.mark.skipif(
 )
 
 
+@pytest.mark.slow
 @shipped
 def test_shipped_moe_logits_match() -> None:
     path = default_moe_path()
@@ -88,6 +89,7 @@ def test_shipped_moe_logits_match() -> None:
     assert diff < LOGITS_ATOL, diff
 
 
+@pytest.mark.slow
 @shipped
 def test_shipped_moe_greedy_matches() -> None:
     path = default_moe_path()
@@ -103,6 +105,7 @@ PERMUTATION = [3, 6, 1, 4, 7, 2, 5, 0]
 LOSS_MARGIN = 0.1  # nats per token
 
 
+@pytest.mark.slow
 @shipped
 def test_shipped_router_is_learned_not_uniform() -> None:
     path = default_moe_path()

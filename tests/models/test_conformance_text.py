@@ -82,6 +82,7 @@ def checkpoint(request, tmp_path_factory) -> Checkpoint:
     return Checkpoint(path, family, transformers.AutoTokenizer.from_pretrained(path), model.eval())
 
 
+@pytest.mark.slow
 def test_prompt_ids_are_the_tokenizers_own(checkpoint: Checkpoint) -> None:
     ours = Tokenizer.from_dir(checkpoint.path)
     for text in TEXTS:

@@ -108,6 +108,7 @@ def _reference_exit_layers(model, heads, threshold, tokens, positions, caches, m
     return exit_layers
 
 
+@pytest.mark.slow
 def test_threshold_above_one_is_the_ordinary_model(model_and_heads) -> None:
     model, heads = model_and_heads
     caches = _prefilled(model)
@@ -152,6 +153,7 @@ def test_prefill_steps_never_exit(model_and_heads) -> None:
     np.testing.assert_array_equal(out.exit_layers[:num_real], [4] * num_real)
 
 
+@pytest.mark.slow
 def test_batch_runs_until_its_slowest_token(model_and_heads) -> None:
     """A confident token alone stops after the first layer; beside a never-confident one it
     still exits at the first layer, but the step runs every layer."""

@@ -94,6 +94,7 @@ def empty_caches(cfg: ModelConfig) -> list[LayerKV]:
     return [LayerKV(jnp.zeros(shape, jnp.float32), None) for _ in range(cfg.num_layers)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", [TINY, QWEN_TINY, LLAMA3_TINY], ids=["llama", "qwen2", "llama3"])
 def test_paged_steps_match_dense(cfg: ModelConfig) -> None:
     """Two engine steps (prefill chunks, then decode + prefill + mixed) reproduce the dense
@@ -134,6 +135,7 @@ def test_paged_steps_match_dense(cfg: ModelConfig) -> None:
             np.testing.assert_allclose(ours, ref, atol=2e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_dense_padding_left_and_right() -> None:
     """Padding on either side leaves the real tokens' logits unchanged."""
     model = make_model(QWEN_TINY)

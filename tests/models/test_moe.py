@@ -88,6 +88,7 @@ def test_ragged_dispatch_equals_every_expert_run_densely() -> None:
     np.testing.assert_allclose(ragged[t], expected, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_ragged_and_dense_models_agree_and_sow_per_layer_stats() -> None:
     model = MixtralForCausalLM(CFG, dtype=jnp.float32, rngs=nnx.Rngs(0))
     dense = MixtralForCausalLM(CFG, dtype=jnp.float32, rngs=nnx.Rngs(0), dispatch="dense")
@@ -111,6 +112,7 @@ def test_ragged_and_dense_models_agree_and_sow_per_layer_stats() -> None:
     assert touched(state, ids).tolist() == [4, 4]
 
 
+@pytest.mark.slow
 def test_save_load_round_trip_writes_per_expert_tensors(tmp_path: Path) -> None:
     model = MixtralForCausalLM(CFG, dtype=jnp.float32, rngs=nnx.Rngs(3))
     save_model(model, CFG, tmp_path)
@@ -249,6 +251,7 @@ def test_dense_model_steps_record_no_experts() -> None:
 # -- training -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_upcycled_moe_routed_to_both_halves_is_the_dense_model(monkeypatch) -> None:
     from engine_helpers import TINY_MODEL
 

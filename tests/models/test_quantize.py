@@ -139,6 +139,7 @@ def test_input_untouched_format_reported_and_bad_input_raises():
         quantize_weights(fp8, "int8")
 
 
+@pytest.mark.slow
 def test_bf16_model_stays_bf16_after_quantization():
     model = LlamaForCausalLM(TINY_MODEL, dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
     model = quantize_weights(model, "int8")

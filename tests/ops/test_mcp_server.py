@@ -112,6 +112,7 @@ def test_bad_calls_are_one_clear_error_each_and_logged(ops: Ops) -> None:
     assert runs(ops.project) == [] and verify(ops.log).ok
 
 
+@pytest.mark.slow
 def test_a_run_job_reports_progress_and_stores_its_run(ops: Ops) -> None:
     job = ops.call("runner", "run_claims", {"claims": ["fake-pass"], "trials": 3})
     assert job["state"] == "running"
@@ -133,6 +134,7 @@ def test_a_run_job_reports_progress_and_stores_its_run(ops: Ops) -> None:
     assert logged[0]["job_id"] == job["job_id"] and logged[0]["outcome"] == "ok"
 
 
+@pytest.mark.slow
 def test_a_cancelled_job_leaves_no_run_directory(ops: Ops) -> None:
     add_slow_claim(ops.project)
     job = ops.call("runner", "run_claims", {"claims": ["fake-slow"]})
@@ -170,6 +172,7 @@ def test_a_metered_run_needs_spend_and_an_over_budget_one_is_refused(ops: Ops, o
     assert scopes == [["run", "spend"], ["run", "spend"]]
 
 
+@pytest.mark.slow
 def test_warm_cache_compiles_every_bucket_into_the_persistent_cache(ops: Ops) -> None:
     sizes = {"max_num_seqs": 2, "max_num_batched_tokens": 16, "max_model_len": 64}
     job = ops.call("runner", "warm_cache", sizes)
@@ -182,6 +185,7 @@ def test_warm_cache_compiles_every_bucket_into_the_persistent_cache(ops: Ops) ->
     assert result["cache_entries_after"] >= 1
 
 
+@pytest.mark.slow
 def test_a_second_metered_run_waits_for_the_first(ops: Ops, on_v6e) -> None:
     add_slow_claim(ops.project)
     claims = ops.project / "claims.yaml"

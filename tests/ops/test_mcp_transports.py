@@ -51,6 +51,7 @@ async def calls(client: Client) -> tuple[list[str], dict, MCPError | None]:
     return names, claims.structured_content, refused
 
 
+@pytest.mark.slow
 def test_stdio_agent_with_its_token_in_the_environment(project: Path, tmp_path: Path) -> None:
     tokens = make_agents(tmp_path / "agents.yaml", reader=["read"])
     params = StdioServerParameters(
@@ -121,6 +122,7 @@ def over_http(url: str, token: str | None):
     return asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_http_agents_are_their_bearer_tokens(http_server, tmp_path: Path) -> None:
     url, tokens = http_server
     names, claims, refused = over_http(url, tokens["reader"])

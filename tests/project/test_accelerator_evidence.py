@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "accelerator_evidence.sh"
 
@@ -28,6 +30,7 @@ def _run(results: Path, *specs: str, allow_cpu: bool) -> subprocess.CompletedPro
     )
 
 
+@pytest.mark.slow
 def test_stores_runs_and_reports_a_failed_claim(tmp_path):
     done = _run(tmp_path / "res", "no-such-claim:quick", "kv-int8:quick:3:300", allow_cpu=True)
     assert done.returncode == 1, done.stderr
@@ -37,6 +40,7 @@ def test_stores_runs_and_reports_a_failed_claim(tmp_path):
     assert meta["claim"] == "kv-int8" and meta["trials"] == 3
 
 
+@pytest.mark.slow
 def test_refuses_a_cpu_only_host(tmp_path):
     done = _run(tmp_path / "res", "kv-int8:quick", allow_cpu=False)
     assert done.returncode == 2

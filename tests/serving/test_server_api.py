@@ -30,6 +30,7 @@ def greedy(client: openai.OpenAI, prompt: str = PROMPT, **kwargs):
     )
 
 
+@pytest.mark.slow
 def test_completion_usage_counts_the_tokens(server):
     result = greedy(server.client(), logprobs=0)
     tokenizer = server.state.tokenizer

@@ -57,6 +57,7 @@ def grouped_engine():
     return engine
 
 
+@pytest.mark.slow
 def test_requests_get_their_tokens_grouped_and_admission_answers_at_once(grouped_engine):
     engine = grouped_engine
 
@@ -103,6 +104,7 @@ def test_after_shutdown_requests_are_refused(grouped_engine):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow
 def test_a_failing_start_is_one_clear_error():
     bad = dataclasses.replace(TEST_ENGINE, max_model_len=10**6)
     engine = ProcessEngine(CoreOptions(bad))
@@ -111,6 +113,7 @@ def test_a_failing_start_is_one_clear_error():
     assert "\n" not in str(e.value) and not engine.is_alive
 
 
+@pytest.mark.slow
 def test_the_engine_process_reports_whether_its_steps_overlap(grouped_engine):
     """CPU's default is no overlap; asked for, the engine process overlaps its steps (and
     then waits for replacements while one runs: test_server_replacement_wait.py)."""

@@ -125,6 +125,7 @@ def test_sigterm_ends_live_requests_just_before_the_grace_period_does():
     assert 0.45 <= ended[0][0] - t0 < 1.0
 
 
+@pytest.mark.slow
 def test_a_live_stream_ended_at_shutdown_gets_an_error_event_and_done():
     server = shared_server()
     request = {

@@ -17,6 +17,7 @@ def test_liveness(server):
     assert response.status_code == 200 and response.json()["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_readiness_passes_then_fails_on_corrupted_weights(server):
     with server.http(tenant=None) as http:
         ready = http.get("/health/ready")

@@ -64,6 +64,7 @@ def stream_one(server, i: int) -> dict:
     return {"i": i, "max_tokens": max_tokens, "last": lines[-1], "chunks": chunks}
 
 
+@pytest.mark.slow
 def test_bounded_load_loses_and_duplicates_nothing(server):
     before = server.call(num_requests)
     start = time.monotonic()

@@ -86,6 +86,7 @@ def own_server(tmp_path):
     running.stop()
 
 
+@pytest.mark.slow
 def test_a_dead_engine_process_fails_health_and_requests_without_hanging(own_server):
     engine = own_server.state.engine
     engine_pid = engine.pid
@@ -121,6 +122,7 @@ def test_a_dead_engine_process_fails_health_and_requests_without_hanging(own_ser
     assert "Z" not in child_states(os.getpid()).values()
 
 
+@pytest.mark.slow
 def test_stopping_the_server_ends_the_engine_process(own_server):
     engine_pid = own_server.state.engine.pid
     with httpx.Client(base_url=own_server.url, timeout=30) as http:

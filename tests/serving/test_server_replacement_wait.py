@@ -12,6 +12,7 @@ import time
 from multiprocessing import Pipe
 from types import SimpleNamespace
 
+import pytest
 from server_helpers import TEST_ENGINE
 
 from claimbench.engine.build import build_engine
@@ -154,6 +155,7 @@ def closed_loop_through_core(engine, monkeypatch, share: float) -> int:
     return len(engine.step_records)
 
 
+@pytest.mark.slow
 def test_a_closed_loop_through_the_engine_process_schedules_as_in_process(monkeypatch):
     engine = build_engine(dataclasses.replace(TEST_ENGINE, async_scheduling=True))
     in_process = closed_loop_in_process(engine)

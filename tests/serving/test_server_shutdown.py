@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from server_helpers import free_port
 
 from claimbench.lab.processes import children
@@ -64,6 +65,7 @@ def engine_processes(pid: int) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_sigterm_drains_streams_in_flight_and_exits_0():
     port = free_port()
     url = f"http://127.0.0.1:{port}"

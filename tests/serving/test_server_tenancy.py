@@ -55,6 +55,7 @@ def test_each_key_lands_in_its_tenants_accounting(server):
     assert weights == {"alice": 2.0, "bob": 1.0, "tight": 1.0}
 
 
+@pytest.mark.slow
 def test_over_the_rate_limit_is_429_with_retry_after(server):
     body = {"model": MODEL, "prompt": "x", "max_tokens": 30}
     # tight's bucket holds 40 tokens and refills at 1/s: one request of ~32 fits, the next

@@ -98,6 +98,7 @@ def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+@pytest.mark.slow
 def test_site_loads_in_headless_chromium(rendered, tmp_path):
     browser = _chromium()
     if browser is None:

@@ -72,6 +72,7 @@ needs_libtpu = pytest.mark.skipif(
 )
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_cli_compiles_the_shipped_model_for_v5e_without_copies() -> None:
     result = CliRunner().invoke(app, ["tpu-check", "--chip", "v5e", "--buckets", "16x8", "--json"])
@@ -86,6 +87,7 @@ def test_cli_compiles_the_shipped_model_for_v5e_without_copies() -> None:
     assert bucket["bytes_over_ideal"] < 2.0
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_v6e_head_dim_64_pages_alias_in_place() -> None:
     # The shipped engine config as is. Before lane-padded pages this bucket copied each of the
@@ -102,6 +104,7 @@ def test_v6e_head_dim_64_pages_alias_in_place() -> None:
     assert bucket.bytes_over_ideal < 2.0
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_v6e_f16_pages_alias_in_place() -> None:
     # Mosaic takes no f16: the pool was f16 and bitcast to bf16 and back around the kernel,
@@ -129,6 +132,7 @@ def test_a_pool_larger_than_hbm_is_an_error_naming_the_sizes() -> None:
     assert "16.0 GB" in bucket.error
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_v6e_quantized_weights_and_fp8_pages_compile_without_copies() -> None:
     name, model_cfg = tpu_check.resolve_model("claimbench-tiny")
@@ -139,6 +143,7 @@ def test_v6e_quantized_weights_and_fp8_pages_compile_without_copies() -> None:
     assert bucket.ok, bucket.error
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_v6e_int8_pages_compile_without_copies() -> None:
     # int8's per-row scales were f32[pages, page_size, 4]: TPU laid them out page-axis-minor
@@ -189,6 +194,7 @@ def test_cli_tp_that_cannot_split_the_model_is_one_line_and_exit_2() -> None:
         assert problem in result.output and len(result.output.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_cli_compiles_the_sharded_step_over_four_v6e_chips() -> None:
     # The shipped model (4 query heads, 2 KV heads) over the 4 chips of a v6e:2x2: each KV
@@ -214,6 +220,7 @@ def test_cli_compiles_the_sharded_step_over_four_v6e_chips() -> None:
     assert bucket["kv_pool_bytes"] <= bucket["total_bytes"] < bucket["hbm_bytes"]
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_the_shipped_moe_compiles_for_v6e_through_ragged_dot() -> None:
     # models/moe.py's grouped matmul (ragged_dot over tokens sorted by expert) lowers to a

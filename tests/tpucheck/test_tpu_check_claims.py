@@ -62,6 +62,7 @@ def test_settings_the_engine_refuses_are_one_line_without_compiling() -> None:
     assert not unknown.ok and "int3" in unknown.error and "\n" not in unknown.error
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(tpu_check.libtpu_unavailable() is not None, reason="libtpu not installed")
 def test_cli_compiles_a_quick_claims_engine_at_its_largest_bucket() -> None:
     result = CliRunner().invoke(

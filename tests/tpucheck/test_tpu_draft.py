@@ -16,6 +16,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@pytest.mark.slow
 def test_the_draft_step_is_compiled_and_counted_with_the_target() -> None:
     name, target = tpu_check.resolve_model("claimbench-tiny")
     options = dict(

@@ -12,6 +12,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@pytest.mark.slow
 def test_the_reference_peak_holds_two_hidden_copies_and_two_layers_and_can_overflow() -> None:
     _, cfg = tpu_check.resolve_model("claimbench-tiny")
     fits = check_reference("v5e", cfg, 8, 256)

@@ -46,6 +46,7 @@ def test_split_is_deterministic_and_about_five_percent() -> None:
     assert [is_heldout(n) for n in names] == [is_heldout(n) for n in names]
 
 
+@pytest.mark.slow
 def test_stdlib_split_partitions_sorted_files() -> None:
     files = stdlib_files()
     assert files == sorted(files) and len(files) > 100
