@@ -96,6 +96,8 @@ def test_requests_get_their_tokens_grouped_and_admission_answers_at_once(grouped
     assert engine.exitcode == 0  # shut down, not killed
 
 
+# Reads the state the first test leaves (the shared engine shut down): it runs with it.
+@pytest.mark.slow
 def test_after_shutdown_requests_are_refused(grouped_engine):
     async def scenario():
         with pytest.raises(EngineStopped):
