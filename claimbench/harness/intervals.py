@@ -1,8 +1,9 @@
 """Confidence intervals for a condition's estimate from its per-trial values.
 
 A Student-t interval on the trial values: mean +- t(n-1) * sd / sqrt(n). It is exact for normal
-trials and close for the heavy-tailed and skewed values timing produces; tests/harness/test_intervals.py
-simulates its coverage at 3 and 5 trials (a percentile bootstrap of 3 trials covers about 75%).
+trials and close for the heavy-tailed and skewed values timing produces;
+tests/harness/test_intervals.py simulates its coverage at 3 and 5 trials (a percentile
+bootstrap of 3 trials covers about 75%).
 
 Ratios (unit "x" with every value > 0) are estimated in log space: the t interval of the logs,
 exponentiated. It targets the geometric mean (the median of a log-symmetric ratio), never
