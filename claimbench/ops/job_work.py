@@ -24,7 +24,6 @@ def run_claims(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
     from claimbench.harness import registry
     from claimbench.harness.claims import find_claim, load_claims
     from claimbench.harness.context import run_claim
-    from claimbench.harness.run_claims import release_compiled_programs
     from claimbench.ledger import ledger, spend_gate
 
     root, store = Path(spec["root"]), Path(spec["results_dir"])
@@ -67,9 +66,7 @@ def run_claims(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
             )
         except Exception as err:
             failed.append({"claim": claim.id, "error": f"not stored: {_one_line(err)}"})
-            release_compiled_programs()
             continue
-        release_compiled_programs()  # a long job would pass the kernel's memory-map limit
         try:
             ledger.append_rows(store, [ledger.row_for_run(run_dir, plan.price)])
         except (ledger.LedgerError, OSError) as err:
