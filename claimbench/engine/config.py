@@ -291,12 +291,8 @@ class EngineConfig:
 
     def _check_across_sections(self) -> None:
         buckets = self.token_buckets
-        if buckets and buckets[-1] != self.max_num_batched_tokens:
-            raise ValueError(
-                f"token_buckets must ascend to max_num_batched_tokens="
-                f"{self.max_num_batched_tokens}, got {list(buckets)}"
-            )
-        if buckets and list(buckets) != sorted(set(buckets)):
+        ascending = list(buckets) == sorted(set(buckets))
+        if buckets and (not ascending or buckets[-1] != self.max_num_batched_tokens):
             raise ValueError(
                 f"token_buckets must ascend to max_num_batched_tokens="
                 f"{self.max_num_batched_tokens}, got {list(buckets)}"
