@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 SOURCE_DIR = Path(__file__).parent
-SOURCES = ("dense.cc", "paged_decode.cc", "paged_prefill.cc")
+SOURCES = ("dense.cc", "paged_decode.cc", "paged_prefill.cc", "read_bandwidth.cc")
 HEADERS = ("decode_tiles.h", "paged_kv.h", "parallel.h", "vec_math.h")
 FLAGS = (
     "-O3",

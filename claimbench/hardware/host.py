@@ -1,0 +1,51 @@
+"""The host CPU as a benchmark's report names it: model, vector ISA and cores.
+
+A CPU measurement depends on the vector width the native kernels were built for and on how
+many cores there are to share, so benchmarks print this beside their figures and store it
+with them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from claimbench.ledger.provenance import cpu_model
+
+# The cpuinfo flags that decide the native kernels' vector width (kernels.native_attention).
+ISA_FLAGS = ("avx512f", "avx2", "fma")
+
+
+def isa_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
+    """Which of ISA_FLAGS the host's first "flags" line lists; [] where there is none."""
+    try:
+        lines = cpuinfo.read_text().splitlines()
+    except OSError:
+        return []
+    flags = next((ln.partition(":")[2].split() for ln in lines if ln.startswith("flags")), [])
+    return [flag for flag in ISA_FLAGS if flag in flags]
+
+
+def host_description() -> dict[str, Any]:
+    """cpu_model, vector_isa (the native kernels' build here: "avx512", "avx2" or None),
+    isa_flags (of ISA_FLAGS) and cores (usable by this process)."""
+    from claimbench.kernels.native_attention import vector_isa  # imports JAX
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return {
+        "cpu_model": cpu_model(),
+        "vector_isa": vector_isa(),
+        "isa_flags": isa_flags(),
+        "cores": cores,
+    }
+
+
+def host_line(host: dict[str, Any]) -> str:
+    """``host_description()`` in one line: "AMD EPYC, avx512 (avx512f avx2 fma), 2 cores"."""
+    flags = " ".join(host["isa_flags"]) or "no avx2/avx512f"
+    isa = host["vector_isa"] or "no vector FMA"
+    return f"{host['cpu_model']}, {isa} ({flags}), {host['cores']} cores"

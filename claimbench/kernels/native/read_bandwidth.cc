@@ -1,0 +1,86 @@
+// A STREAM-like read: the sum of a float array, split over a given number of threads.
+//
+// It measures the host's read ceiling for memory-bound kernels such as paged decode,
+// which reads each KV row once: benchmarks/attention_kernel.py times it over the same
+// number of bytes as a decode step's KV and reports the decode kernel's bytes/s as a
+// fraction of it. The loop must be limited by memory, not by the adder: each thread
+// keeps kLanes independent f32 sums (several vector registers, so consecutive adds do
+// not wait on each other's latency), and the sum is returned to the caller so that no
+// load can be dropped by the compiler. The f32 lanes are added into a double after each
+// block of kBlock floats, so a long array's sum keeps its precision.
+//
+// Threads are started before the clock runs and released together; the time is from
+// their release to the last one's finish, so it holds the reads and not thread creation.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+namespace claimbench {
+namespace {
+
+constexpr int kLanes = 64;              // independent f32 sums: four AVX-512 or eight AVX2 vectors
+constexpr int64_t kBlock = int64_t{1} << 14;  // floats summed in f32 before joining the double
+
+double SumRange(const float* __restrict data, int64_t n) {
+  double total = 0.0;
+  int64_t i = 0;
+  while (i < n) {
+    const int64_t block_end = std::min(n, i + kBlock);
+    float lanes[kLanes] = {};
+    for (; i + kLanes <= block_end; i += kLanes) {
+#pragma omp simd
+      for (int j = 0; j < kLanes; ++j) lanes[j] += data[i + j];
+    }
+    for (; i < block_end; ++i) total += data[i];  // the block's tail, under one vector group
+    for (int j = 0; j < kLanes; ++j) total += lanes[j];
+  }
+  return total;
+}
+
+// A thread's partial sum, on its own cache line so the threads never share one.
+struct alignas(64) Partial {
+  double sum = 0.0;
+};
+
+}  // namespace
+}  // namespace claimbench
+
+// Sums data[0:n] over `threads` threads (the calling thread is one of them), each taking
+// one contiguous share; writes the seconds the reads took to *seconds. Returns the sum.
+extern "C" double ClaimbenchReadSum(const float* data, int64_t n, int32_t threads,
+                                    double* seconds) {
+  using claimbench::Partial;
+  using Clock = std::chrono::steady_clock;
+  const int64_t num_threads = std::max<int64_t>(1, std::min<int64_t>(threads, std::max<int64_t>(n, 1)));
+  // Shares start on whole vector groups (of kLanes floats) so each one's loads stay aligned
+  // as the array's start is.
+  const int64_t groups = (n + claimbench::kLanes - 1) / claimbench::kLanes;
+  const int64_t per_thread = (groups + num_threads - 1) / num_threads * claimbench::kLanes;
+  std::vector<Partial> partials(num_threads);
+  std::atomic<bool> go{false};
+  auto share = [&](int64_t t) {
+    const int64_t begin = std::min(n, t * per_thread);
+    const int64_t end = std::min(n, begin + per_thread);
+    partials[t].sum = claimbench::SumRange(data + begin, end - begin);
+  };
+  std::vector<std::thread> helpers;
+  helpers.reserve(num_threads - 1);
+  for (int64_t t = 1; t < num_threads; ++t) {
+    helpers.emplace_back([&, t] {
+      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+      share(t);
+    });
+  }
+  const Clock::time_point start = Clock::now();
+  go.store(true, std::memory_order_release);
+  share(0);
+  for (std::thread& helper : helpers) helper.join();
+  *seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  double total = 0.0;
+  for (const Partial& p : partials) total += p.sum;
+  return total;
+}

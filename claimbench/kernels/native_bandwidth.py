@@ -1,0 +1,89 @@
+"""The host's read ceiling: a STREAM-like sum of floats by native code (native/read_bandwidth.cc).
+
+Decode attention reads every KV row of a step once, so its speed is bounded by how fast the
+host can read that many bytes. ``read_sum`` sums an f32 array on 1, 2, ... threads and says
+how long the reads took; ``read_ceiling`` times it over several distinct buffers in turn, so
+that each read comes from memory and not from a cache the previous read filled, as each
+layer of the engine reads its own KV pool. benchmarks/attention_kernel.py reports the
+decode kernel's bytes/s as a fraction of it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from pathlib import Path
+
+import numpy as np
+
+from claimbench.kernels.native.build import NativeUnavailable, load_library
+
+# Where Linux describes the last cache level: index3 is the L3 on x86 and most ARM hosts.
+L3_SIZE_FILE = Path("/sys/devices/system/cpu/cpu0/cache/index3/size")
+DEFAULT_L3_BYTES = 32 * 2**20  # when the host does not say
+
+
+@functools.cache
+def _read_sum_fn() -> ctypes._CFuncPtr:
+    lib = load_library()
+    fn = lib.ClaimbenchReadSum
+    fn.restype = ctypes.c_double
+    fn.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_int32,
+        ctypes.POINTER(ctypes.c_double),
+    ]
+    return fn
+
+
+def unavailable_reason() -> str | None:
+    """None when the native read can be used here, else a one-line reason."""
+    try:
+        _read_sum_fn()
+    except NativeUnavailable as e:
+        return str(e)
+    return None
+
+
+def read_sum(data: np.ndarray, threads: int) -> tuple[float, float]:
+    """(sum, seconds) of reading every element of f32[n] ``data`` once on ``threads`` threads.
+
+    The sum is exact for values whose partial sums are exact in f32 lanes and a double total
+    (small integers, say); it is returned so the reads cannot be optimised away."""
+    if data.dtype != np.float32 or data.ndim != 1 or not data.flags.c_contiguous:
+        raise ValueError(
+            f"read_sum needs a contiguous f32[n] array, got {data.dtype}{list(data.shape)}"
+        )
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    seconds = ctypes.c_double()
+    total = _read_sum_fn()(data.ctypes.data, data.size, threads, ctypes.byref(seconds))
+    return float(total), seconds.value
+
+
+def read_ceiling(buffers: list[np.ndarray], threads: int, iters: int) -> float:
+    """Median bytes/s of ``iters`` reads, each of the next buffer in turn (after one untimed
+    pass over all of them, which faults their pages in)."""
+    if not buffers or iters < 1:
+        raise ValueError(f"need buffers and iters >= 1, got {len(buffers)} and {iters}")
+    for buffer in buffers:
+        read_sum(buffer, threads)
+    rates = []
+    for i in range(iters):
+        buffer = buffers[i % len(buffers)]
+        _, seconds = read_sum(buffer, threads)
+        rates.append(buffer.nbytes / seconds)
+    return float(np.median(rates))
+
+
+def last_level_cache_bytes() -> int:
+    """The L3's size as Linux reports it ("32768K"), else DEFAULT_L3_BYTES."""
+    try:
+        text = L3_SIZE_FILE.read_text().strip()
+    except OSError:
+        return DEFAULT_L3_BYTES
+    units = {"K": 2**10, "M": 2**20, "G": 2**30}
+    scale = units.get(text[-1:].upper(), 1)
+    digits = text[:-1] if text[-1:].upper() in units else text
+    return int(digits) * scale if digits.isdigit() else DEFAULT_L3_BYTES

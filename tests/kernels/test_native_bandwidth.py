@@ -1,0 +1,66 @@
+"""The native read (native/read_bandwidth.cc) reads every element once, on any thread count."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from claimbench.kernels import native_bandwidth
+
+pytestmark = pytest.mark.skipif(
+    native_bandwidth.unavailable_reason() is not None,
+    reason=f"native kernels unavailable: {native_bandwidth.unavailable_reason()}",
+)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])
+@pytest.mark.parametrize("n", [1, 63, 64, 65, 16_384 + 7, 200_003])
+def test_sum_is_exact_for_small_integers(n, threads):
+    # Values 0..9: every partial sum stays an integer below 2**24 in each f32 lane, so the
+    # sum is exact whatever the split; n covers a lone element, one vector group +- 1, and
+    # blocks with tails.
+    data = (np.arange(n) % 10).astype(np.float32)
+    total, seconds = native_bandwidth.read_sum(data, threads)
+    assert total == float(np.sum(data, dtype=np.float64))
+    assert seconds > 0
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_every_element_is_read(threads):
+    # A single 1 moved over the array, at each thread's first and last element and in
+    # block tails: a skipped element would leave the sum at 0.
+    n = 3 * 16_384 + 129
+    data = np.zeros(n, np.float32)
+    for i in [0, 63, 64, n // 2 - 1, n // 2, n // 2 + 1, 16_384, n - 65, n - 1]:
+        data[i] = 1.0
+        assert native_bandwidth.read_sum(data, threads)[0] == 1.0, i
+        data[i] = 0.0
+
+
+def test_long_sums_keep_their_precision():
+    # 2**25 ones: one f32 accumulator would stop at 2**24; the lanes go into a double per
+    # block and the total is exact.
+    data = np.ones(2**25, np.float32)
+    assert native_bandwidth.read_sum(data, 2)[0] == 2**25
+
+
+def test_ceiling_is_bytes_over_seconds_and_bad_input_is_refused():
+    buffers = [np.ones(1 << 16, np.float32) for _ in range(3)]
+    assert native_bandwidth.read_ceiling(buffers, threads=1, iters=4) > 0
+    with pytest.raises(ValueError, match="contiguous f32"):
+        native_bandwidth.read_sum(np.ones(8, np.float64), 1)
+    with pytest.raises(ValueError, match="threads must be >= 1, got 0"):
+        native_bandwidth.read_sum(np.ones(8, np.float32), 0)
+    with pytest.raises(ValueError, match="need buffers"):
+        native_bandwidth.read_ceiling([], threads=1, iters=1)
+
+
+def test_last_level_cache_size_is_read_from_sysfs(tmp_path, monkeypatch):
+    size = tmp_path / "size"
+    size.write_text("32768K\n")
+    monkeypatch.setattr(native_bandwidth, "L3_SIZE_FILE", size)
+    assert native_bandwidth.last_level_cache_bytes() == 32 * 2**20
+    size.write_text("96M\n")
+    assert native_bandwidth.last_level_cache_bytes() == 96 * 2**20
+    size.unlink()
+    assert native_bandwidth.last_level_cache_bytes() == native_bandwidth.DEFAULT_L3_BYTES
