@@ -2,13 +2,24 @@
 
     python benchmarks/attention_kernel.py [--kv-dtype bf16|f32|int8|fp8] [--iters 20] [--json]
 
-Two synthetic engine steps, each one attention layer call: decode-heavy (--decode-seqs
+Three synthetic engine steps, each one attention layer call: decode-heavy (--decode-seqs
 sequences decoding one token over --context-len tokens of context, plus one prefill
-chunk) and prefill-heavy (--prefill-seqs chunks of --chunk-len tokens, plus a few
-decodes). For each implementation: the median wall time over --iters calls (compilation
-and warm-up excluded) and the achieved HBM bandwidth, i.e. the bytes the step must move at
-least (every KV row read once, q and out once, the new KV rows written once) over that
-time, as a percentage of the chip's spec bandwidth (claimbench.hardware.chips).
+chunk), decode-only (the same decodes without the chunk: the engine's decode step) and
+prefill-heavy (--prefill-seqs chunks of --chunk-len tokens, plus a few decodes). For each
+implementation: the median wall time over --iters calls (compilation and warm-up
+excluded) and the achieved HBM bandwidth, i.e. the bytes the step must move at least
+(every KV row read once, q and out once, the new KV rows written once) over that time, as
+a percentage of the chip's spec bandwidth (claimbench.hardware.chips).
+
+As in the engine, where each layer reads its own KV pool, the calls go to --layers pools
+in turn (the same sequences and page tables, each pool its own memory), so that a call's
+KV has been pushed out of the caches by the other pools' since its last use; the default
+is enough pools that the others' KV read between two uses of one is at least twice the L3.
+
+On CPU the decode kernel is measured against a read ceiling: a STREAM-like sum of floats
+(kernels/native_bandwidth.py) over the same number of bytes as the decode-only step's KV,
+in the same rotation over --layers buffers, on one and on two threads. Reported: the read
+GB/s of each, the native decode kernel's KV bytes/s, and that as a fraction of each.
 
 JAX's shipped kernel (jax.experimental.pallas.ops.tpu.ragged_paged_attention) attends
 only: it does not write the new KV, takes the same interleaved page layout, and has no
@@ -26,13 +37,15 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from claimbench.kernels import native_attention, xla_rpa
+from claimbench.hardware.host import host_description, host_line
+from claimbench.kernels import native_attention, native_bandwidth, xla_rpa
 from claimbench.kernels.kv_quant import (
     FP8_DTYPE,
     LayerKV,
@@ -45,6 +58,8 @@ from claimbench.kernels.pallas_rpa import ragged_paged_attention
 from claimbench.platform.jax_platforms import set_default_jax_platforms
 
 KV_DTYPES = {"bf16": jnp.bfloat16, "f32": jnp.float32, "int8": jnp.int8, "fp8": FP8_DTYPE}
+MAX_LAYERS = 64  # the automatic --layers stops here (a tiny step's KV fits in cache anyway)
+CEILING_THREADS = (1, 2)
 
 
 def build_step(args, q_lens: list[int], kv_lens: list[int], seed: int):
@@ -78,7 +93,14 @@ def build_step(args, q_lens: list[int], kv_lens: list[int], seed: int):
     q = jax.random.normal(key_q, (num_tokens, hq, d), dtype)
     k = jax.random.normal(key_k, (num_tokens, hkv, d), dtype)
     v = jax.random.normal(key_v, (num_tokens, hkv, d), dtype)
-    old = jax.random.normal(key_c, (num_pages, page_size, 2 * hkv, d), dtype)
+    return q, k, v, layer_cache(args, num_pages, key_c), md
+
+
+def layer_cache(args, num_pages: int, key: jax.Array) -> LayerKV:
+    """One layer's KV pool [num_pages, page_size, 2 * num_kv_heads, head_dim], random."""
+    hkv, d = args.num_kv_heads, args.head_dim
+    dtype = jnp.float32 if args.kv_dtype == "f32" else jnp.bfloat16
+    old = jax.random.normal(key, (num_pages, args.page_size, 2 * hkv, d), dtype)
     if args.kv_dtype == "int8":
         cache = LayerKV(*quantize_int8_pages(old))
     elif args.kv_dtype == "fp8":
@@ -89,33 +111,68 @@ def build_step(args, q_lens: list[int], kv_lens: list[int], seed: int):
         # Off TPU, as in the engine: bf16/fp8 pages as integer bit containers, which XLA
         # writes in place (kv_quant.BIT_CONTAINERS).
         cache = LayerKV(to_container(cache.pages, container_dtype(cache.pages.dtype)), cache.scales)
-    return q, k, v, cache, md
+    return cache
 
 
-def min_bytes_moved(q, cache: LayerKV, md: AttentionMetadata) -> int:
+def build_layers(args, q_lens: list[int], kv_lens: list[int], seed: int) -> list[list]:
+    """``build_step``'s step for each of --layers pools: one q, k, v and metadata, as the
+    engine's layers share them, and each layer its own KV pool."""
+    q, k, v, cache, md = build_step(args, q_lens, kv_lens, seed)
+    keys = jax.random.split(jax.random.PRNGKey(1000 + seed), args.layers)
+    caches = [cache] + [layer_cache(args, cache.pages.shape[0], key) for key in keys[1:]]
+    return [[q, k, v, c, md] for c in caches]
+
+
+def kv_row_bytes(args) -> int:
+    """Bytes of one token's KV row (K and V of every KV head, and int8's row scales)."""
+    row = 2 * args.num_kv_heads * args.head_dim * jnp.dtype(KV_DTYPES[args.kv_dtype]).itemsize
+    return row + (2 * args.num_kv_heads * 4 if args.kv_dtype == "int8" else 0)
+
+
+def min_bytes_moved(args, q, md: AttentionMetadata) -> int:
     """Every KV row of every sequence read once, q read and out written once, new KV written."""
-    row_bytes = cache.pages.shape[2] * cache.pages.shape[3] * cache.pages.dtype.itemsize
-    if cache.pages.dtype == jnp.int8:
-        row_bytes += cache.pages.shape[2] * 4  # the row scales
     kv_rows = int(np.sum(np.asarray(md.kv_lens)))
     new_rows = q.shape[0]
-    return kv_rows * row_bytes + new_rows * row_bytes + 2 * q.size * q.dtype.itemsize
+    return (kv_rows + new_rows) * kv_row_bytes(args) + 2 * q.size * q.dtype.itemsize
 
 
-def median_seconds(fn, args, iters: int, *, carry_cache: bool) -> float:
-    """Median wall time of ``fn(*args)`` after a warm-up call; a returned cache is fed back."""
-    args = list(args)
-    out = fn(*args)
-    jax.block_until_ready(out)
-    times = []
-    for _ in range(iters):
-        if carry_cache:
-            args[3] = out[1]  # the donated cache comes back as the next call's input
-        start = time.perf_counter()
-        out = fn(*args)
+def median_seconds(fn, layers: list[list], iters: int, *, carry_cache: bool) -> float:
+    """Median wall time of ``fn(*step)`` over ``iters`` calls, call i on layer i's step in
+    turn, after one warm-up call on each layer; a returned cache is fed back to its layer."""
+
+    def call(step: list):
+        out = fn(*step)
         jax.block_until_ready(out)
+        if carry_cache:
+            step[3] = out[1]  # the donated cache comes back as that layer's next input
+
+    for step in layers:
+        call(step)
+    times = []
+    for i in range(iters):
+        start = time.perf_counter()
+        call(layers[i % len(layers)])
         times.append(time.perf_counter() - start)
     return float(np.median(times))
+
+
+def auto_layers(kv_bytes: int, l3_bytes: int) -> int:
+    """Pools enough that the others' KV between two uses of one is >= twice the L3."""
+    return min(MAX_LAYERS, 1 + max(1, math.ceil(2 * l3_bytes / max(kv_bytes, 1))))
+
+
+def read_ceiling(args, kv_bytes: int) -> dict:
+    """The native read's GB/s over ``kv_bytes`` per call, --layers buffers in turn, on each of
+    CEILING_THREADS threads; {"unavailable": reason} where the native read cannot run."""
+    reason = native_bandwidth.unavailable_reason()
+    if reason is not None:
+        return {"unavailable": reason}
+    count = max(1, kv_bytes // 4)
+    # Random values: pages of zeros could be mapped to one shared zero page and read from cache.
+    rng = np.random.default_rng(0)
+    buffers = [rng.random(count, np.float32) for _ in range(args.layers)]
+    rates = {t: native_bandwidth.read_ceiling(buffers, t, args.iters) for t in CEILING_THREADS}
+    return {"bytes": count * 4, "gb_per_s": {str(t): r / 1e9 for t, r in rates.items()}}
 
 
 def implementations(args, on_tpu: bool):
@@ -165,7 +222,7 @@ def spec_bandwidth() -> tuple[str | None, float | None]:
     return (chip, get_chip(chip).hbm_bytes_per_s) if chip else (None, None)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     set_default_jax_platforms()  # before JAX starts a backend: no TPU runtime off a TPU host
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kv-dtype", choices=list(KV_DTYPES), default="bf16")
@@ -178,8 +235,19 @@ def main() -> None:
     parser.add_argument("--prefill-seqs", type=int, default=4)
     parser.add_argument("--chunk-len", type=int, default=None, help="default 512 (64 off TPU)")
     parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument(
+        "--layers",
+        type=int,
+        default=None,
+        help="KV pools the calls rotate over (default: enough that the KV read between two "
+        f"uses of one is >= 2x the L3, at most {MAX_LAYERS})",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    for name in ("iters", "layers", "decode_seqs", "context_len", "chunk_len", "prefill_seqs"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.exit(2, f"--{name.replace('_', '-')} must be >= 1, got {value}\n")
     on_tpu = jax.default_backend() == "tpu"
     args.decode_seqs = args.decode_seqs or (128 if on_tpu else 8)
     args.context_len = args.context_len or (2048 if on_tpu else 256)
@@ -194,32 +262,55 @@ def main() -> None:
     def context(n: int) -> list[int]:
         return [int(x) for x in rng.integers(args.context_len // 2, args.context_len, n)]
 
+    decode_context = context(args.decode_seqs)
     batches = {
         "decode-heavy": (
             [1] * args.decode_seqs + [args.chunk_len],
-            context(args.decode_seqs) + [args.chunk_len],
+            decode_context + [args.chunk_len],
         ),
         "prefill-heavy": (
             [1] * 4 + [args.chunk_len] * args.prefill_seqs,
             context(4) + [args.chunk_len] * args.prefill_seqs,
         ),
+        "decode-only": ([1] * args.decode_seqs, decode_context),
     }
+    decode_kv_bytes = sum(decode_context) * kv_row_bytes(args)
+    l3_bytes = native_bandwidth.last_level_cache_bytes()
+    args.layers = args.layers or auto_layers(decode_kv_bytes, l3_bytes)
     chip, bytes_per_s = spec_bandwidth()
     results = []
     for seed, (batch, (q_lens, kv_lens)) in enumerate(batches.items()):
         for name, fn, carry in implementations(args, on_tpu):
-            step = build_step(args, q_lens, kv_lens, seed)  # fresh: a donated cache is gone
-            moved = min_bytes_moved(step[0], step[3], step[4])
-            seconds = median_seconds(fn, step, args.iters, carry_cache=carry)
+            layers = build_layers(args, q_lens, kv_lens, seed)  # fresh: donated caches are gone
+            moved = min_bytes_moved(args, layers[0][0], layers[0][4])
+            seconds = median_seconds(fn, layers, args.iters, carry_cache=carry)
+            del layers
             achieved = moved / seconds
             results.append(
                 dict(batch=batch, impl=name, kv_dtype=args.kv_dtype, ms=seconds * 1e3,
                      bytes_moved=moved, gb_per_s=achieved / 1e9, chip=chip,
                      pct_of_spec=None if bytes_per_s is None else 100 * achieved / bytes_per_s)
             )  # fmt: skip
+    ceiling = None if on_tpu else read_ceiling(args, decode_kv_bytes)
+    native = next(
+        (r for r in results if (r["batch"], r["impl"]) == ("decode-only", "native")), None
+    )
+    if ceiling is not None and native is not None and "gb_per_s" in ceiling:
+        kv_gb_per_s = decode_kv_bytes / (native["ms"] / 1e3) / 1e9
+        ceiling["native_decode_kv_gb_per_s"] = kv_gb_per_s
+        ceiling["fraction"] = {t: kv_gb_per_s / r for t, r in ceiling["gb_per_s"].items()}
+    rotation = dict(layers=args.layers, decode_kv_bytes=decode_kv_bytes, l3_bytes=l3_bytes)
+    host = None if on_tpu else host_description()
     if args.json:
-        print(json.dumps(dict(platform=jax.default_backend(), results=results)))
+        print(json.dumps(dict(platform=jax.default_backend(), host=host, rotation=rotation,
+                              results=results, read_ceiling=ceiling)))  # fmt: skip
         return
+    if host is not None:
+        print(f"host: {host_line(host)}; L3 {l3_bytes / 2**20:.0f} MiB")
+    print(
+        f"decode-only KV {decode_kv_bytes / 1e6:.1f} MB a call; {args.layers} layer pools in "
+        f"turn ({args.layers * decode_kv_bytes / 1e6:.1f} MB of decode KV in all)"
+    )
     if bytes_per_s is None:
         print("no HBM spec for this device: bandwidth is not shown as a % of spec")
     print(f"{'batch':<14} {'impl':<12} {'kv':<5} {'ms':>9} {'GB/s':>9} {'% spec':>7}")
@@ -229,6 +320,26 @@ def main() -> None:
             f"{r['batch']:<14} {r['impl']:<12} {r['kv_dtype']:<5} {r['ms']:>9.3f} "
             f"{r['gb_per_s']:>9.1f} {pct:>7}"
         )
+    if ceiling is not None:
+        print(ceiling_report(ceiling))
+
+
+def ceiling_report(ceiling: dict) -> str:
+    """The read ceiling and the native decode kernel's KV rate as a fraction of it."""
+    if "unavailable" in ceiling:
+        return f"read ceiling: not measured ({ceiling['unavailable']})"
+    lines = [f"read ceiling over the decode-only KV bytes ({ceiling['bytes'] / 1e6:.1f} MB):"]
+    kv = ceiling.get("native_decode_kv_gb_per_s")
+    for threads, rate in ceiling["gb_per_s"].items():
+        line = f"  {threads} thread{'s' if threads != '1' else ' '} {rate:8.1f} GB/s"
+        if kv is not None:
+            line += (
+                f"   native decode {kv:.1f} GB/s of KV = {ceiling['fraction'][threads]:.2f} of it"
+            )
+        lines.append(line)
+    if kv is None:
+        lines.append("  (no native decode timed here: no fraction)")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

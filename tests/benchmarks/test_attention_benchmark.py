@@ -1,4 +1,5 @@
-"""benchmarks/attention_kernel.py runs at a tiny size and times the XLA and native paths."""
+"""benchmarks/attention_kernel.py runs at a tiny size, times the XLA and native paths over rotating
+layer pools, and sets the native decode kernel against the read ceiling."""
 
 from __future__ import annotations
 
@@ -14,15 +15,69 @@ from claimbench.kernels import native_attention
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "attention_kernel.py"
 
 
+TINY = [
+    *("--num-q-heads", "4", "--num-kv-heads", "2", "--head-dim", "16", "--decode-seqs", "3"),
+    *("--context-len", "40", "--chunk-len", "24", "--prefill-seqs", "2", "--iters", "2"),
+    *("--layers", "2"),
+]
+BATCHES = ("decode-heavy", "prefill-heavy", "decode-only")
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(SCRIPT), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kv_dtype", ["f32", "int8"])
 def test_attention_benchmark_runs_side_by_side(kv_dtype):
-    tiny = "--num-q-heads 4 --num-kv-heads 2 --head-dim 16 --decode-seqs 3 --context-len 40"
-    cmd = [sys.executable, str(SCRIPT), "--kv-dtype", kv_dtype, "--chunk-len", "24"]
-    cmd += [*tiny.split(), "--prefill-seqs", "2", "--iters", "2", "--json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True)
+    proc = run("--kv-dtype", kv_dtype, *TINY, "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     impls = {(r["batch"], r["impl"]) for r in report["results"]}
     expected = {"xla"} | ({"native"} if native_attention.unavailable_reason() is None else set())
-    assert impls == {(b, i) for b in ("decode-heavy", "prefill-heavy") for i in expected}
+    assert impls == {(b, i) for b in BATCHES for i in expected}
     assert all(r["ms"] > 0 and r["bytes_moved"] > 0 for r in report["results"])
+    # 3 decodes over the context lengths the script draws, each KV row 2 heads x 2 x 16 values.
+    row_bytes = 2 * 2 * 16 * (4 if kv_dtype == "f32" else 1) + (
+        2 * 2 * 4 if kv_dtype == "int8" else 0
+    )
+    decode_only = next(r for r in report["results"] if r["batch"] == "decode-only")
+    kv_bytes = report["rotation"]["decode_kv_bytes"]
+    assert kv_bytes % row_bytes == 0 and report["rotation"]["layers"] == 2
+    # The 3 new rows written, and q (3 tokens x 4 heads x 16, f32 with f32 KV, else bf16) read
+    # and its output written.
+    q_bytes = 3 * 4 * 16 * (4 if kv_dtype == "f32" else 2)
+    assert decode_only["bytes_moved"] == kv_bytes + 3 * row_bytes + 2 * q_bytes
+    assert report["host"]["cores"] >= 1
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(native_attention.unavailable_reason() is not None, reason="no native kernels")
+def test_read_ceiling_and_the_decode_kernel_fraction_of_it():
+    proc = run("--kv-dtype", "f32", *TINY, "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    ceiling = report["read_ceiling"]
+    assert ceiling["bytes"] == report["rotation"]["decode_kv_bytes"]
+    assert set(ceiling["gb_per_s"]) == {"1", "2"} and min(ceiling["gb_per_s"].values()) > 0
+    decode = next(
+        r for r in report["results"] if (r["batch"], r["impl"]) == ("decode-only", "native")
+    )
+    kv_gb_per_s = ceiling["bytes"] / (decode["ms"] / 1e3) / 1e9
+    assert ceiling["native_decode_kv_gb_per_s"] == pytest.approx(kv_gb_per_s)
+    for threads, rate in ceiling["gb_per_s"].items():
+        assert ceiling["fraction"][threads] == pytest.approx(kv_gb_per_s / rate)
+    text = run("--kv-dtype", "f32", *TINY)
+    assert text.returncode == 0, text.stderr[-2000:]
+    assert "host: " in text.stdout and "2 layer pools in turn" in text.stdout
+    fractions = [ln for ln in text.stdout.splitlines() if "native decode" in ln]
+    assert len(fractions) == 2 and all(" of it" in ln for ln in fractions)
+
+
+@pytest.mark.parametrize("flag", ["--layers", "--iters"])
+def test_bad_counts_are_one_line(flag):
+    proc = run(flag, "0")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == f"{flag} must be >= 1, got 0"
+    assert "Traceback" not in proc.stderr

@@ -22,7 +22,7 @@
 namespace claimbench {
 namespace {
 
-constexpr int kLanes = 64;              // independent f32 sums: four AVX-512 or eight AVX2 vectors
+constexpr int kLanes = 64;  // independent f32 sums: four AVX-512 or eight AVX2 vectors
 constexpr int64_t kBlock = int64_t{1} << 14;  // floats summed in f32 before joining the double
 
 double SumRange(const float* __restrict data, int64_t n) {
@@ -55,7 +55,7 @@ extern "C" double ClaimbenchReadSum(const float* data, int64_t n, int32_t thread
                                     double* seconds) {
   using claimbench::Partial;
   using Clock = std::chrono::steady_clock;
-  const int64_t num_threads = std::max<int64_t>(1, std::min<int64_t>(threads, std::max<int64_t>(n, 1)));
+  const int64_t num_threads = std::clamp<int64_t>(threads, 1, std::max<int64_t>(n, 1));
   // Shares start on whole vector groups (of kLanes floats) so each one's loads stay aligned
   // as the array's start is.
   const int64_t groups = (n + claimbench::kLanes - 1) / claimbench::kLanes;
