@@ -75,6 +75,7 @@ def test_read_ceiling_and_the_decode_kernel_fraction_of_it():
     assert len(fractions) == 2 and all(" of it" in ln for ln in fractions)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flag", ["--layers", "--iters"])
 def test_bad_counts_are_one_line(flag):
     proc = run(flag, "0")

@@ -46,6 +46,7 @@ def test_repeating_prompt_ends_on_a_token_boundary():
     assert speculative.block_continued(tokenizer, continuation[:3] + [0, 0]) == 3
 
 
+@pytest.mark.slow
 def test_verify_step_inputs_lay_out_decode_and_verify_chunks():
     verify_step = _load("verify_step")
     cfg = EngineConfig(

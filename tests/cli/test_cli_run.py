@@ -96,6 +96,7 @@ def test_ctrl_c_keeps_earlier_runs_and_leaves_no_partial_run(interrupting_projec
     assert not any(p.name.startswith(".tmp-") for p in (root / "results" / "runs").iterdir())
 
 
+@pytest.mark.slow
 def test_runs_are_append_only(project):
     for _ in range(2):
         assert invoke("--root", str(project), "run", "--claim", "fake-pass").exit_code == 0

@@ -16,6 +16,7 @@ def run_fakes(project) -> None:
     assert result.exit_code == 0, result.output
 
 
+@pytest.mark.slow
 def test_score_json(project):
     run_fakes(project)
     result = invoke("--root", str(project), "score", "--json")
@@ -57,6 +58,7 @@ def test_score_json(project):
     assert data["cost_usd"] == 0.0
 
 
+@pytest.mark.slow
 def test_score_table_and_parquet(project):
     run_fakes(project)
     result = invoke("--root", str(project), "score")
@@ -90,6 +92,7 @@ def test_score_with_no_runs(project):
     assert (project / "results" / "scores.parquet").is_file()
 
 
+@pytest.mark.slow
 def test_score_reports_and_skips_corrupt_and_foreign_files(project):
     run_fakes(project)
     runs = project / "results" / "runs"

@@ -64,6 +64,7 @@ def test_bad_since_is_one_line(project, command):
     assert_one_line_error(result, "--since 'yesterday-ish' is not a date")
 
 
+@pytest.mark.slow
 def test_select_runs_leaves_out_runs_without_origin_or_end(project):
     claim = load_claims(project)[0]
     store = project / "results"

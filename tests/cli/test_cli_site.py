@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from test_cli_claims import assert_one_line_error, invoke
 
 
+@pytest.mark.slow
 def test_site_default_out(project):
     assert invoke("--root", str(project), "run", "--claim", "fake-pass").exit_code == 0
     result = invoke("--root", str(project), "site")
@@ -15,6 +17,7 @@ def test_site_default_out(project):
     assert "fake-pass" in index.read_text()
 
 
+@pytest.mark.slow
 def test_site_out_and_results_dir(project, tmp_path):
     store = tmp_path / "store"
     args = ["--root", str(project), "run", "--claim", "fake-fail", "--results-dir", str(store)]
@@ -26,6 +29,7 @@ def test_site_out_and_results_dir(project, tmp_path):
     assert (out / "claims" / "fake-fail.html").is_file()
 
 
+@pytest.mark.slow
 def test_site_out_is_a_file(project):
     (project / "taken").write_text("")
     assert_one_line_error(

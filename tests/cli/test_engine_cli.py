@@ -85,6 +85,7 @@ def test_generate_bad_input_is_one_line_and_exit_2(checkpoint, args, message):
     assert not any(field in result.stderr for field in ("max_tokens", "top_p", "top_k"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, message",
     [

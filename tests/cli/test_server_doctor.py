@@ -20,6 +20,7 @@ def test_doctor_passes_on_the_shipped_model():
     assert engine_line.count(",") == GOLDEN_TOKENS - 1  # the token list was printed
 
 
+@pytest.mark.slow
 def test_doctor_names_a_bad_backend_in_one_line():
     result = runner.invoke(app, ["doctor", "--attention-backend", "gpu-magic"])
     assert result.exit_code == 2

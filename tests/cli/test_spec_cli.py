@@ -41,6 +41,7 @@ def test_generate_with_speculation_matches_plain_greedy(checkpoint, draft_dir, p
         assert payload["num_draft_tokens"] > 0 and 1 <= payload["mean_acceptance_length"] <= 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, message",
     [

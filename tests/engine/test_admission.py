@@ -131,6 +131,7 @@ def twice_capacity(num_steps=48):
     ]
 
 
+@pytest.mark.slow
 def test_bounded_admission_keeps_queueing_p99_below_unbounded_at_twice_the_load():
     engine = tiny_engine(max_num_seqs=4)
     p99, rejected = {}, {}

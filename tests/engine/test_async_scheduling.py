@@ -87,6 +87,7 @@ def _both(engines, prompts, sampling, abort_after=None):
     return results
 
 
+@pytest.mark.slow
 def test_greedy_and_seeded_outputs_match_with_stops_lengths_and_preemption(engines):
     prompts = _prompts(10)
     lengths = [5, 30, 12, 40, 3, 25, 18, 33, 9, 28]
@@ -238,6 +239,7 @@ def test_prefix_cache_hits_match(engines):
         assert (engines[mode].requests_frame()["prefix_hit_tokens"] > 0).any()
 
 
+@pytest.mark.slow
 def test_stop_strings_cut_the_same_text_and_nothing_follows():
     """The server's stop strings (OutputAssembler, abort on a match) over the shipped model
     and tokenizer: the same text is sent with async scheduling on and off, and no token of
@@ -312,6 +314,7 @@ def test_precompile_covers_the_token_merge_and_the_steps_it_feeds():
     assert compiles == []
 
 
+@pytest.mark.slow
 def test_precompile_with_prompt_logprobs_covers_their_merged_steps():
     """A request asking for prompt log-probs that arrives while others decode runs in a step
     whose ids were merged on the device: precompile(prompt_logprobs=True) compiled it."""

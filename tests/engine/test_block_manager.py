@@ -70,6 +70,7 @@ def test_kv_accounting_matches_allocated_arrays(dtype, per_layer_token):
         assert caches[0].scales.tolist() == [1.0, 1.0]
 
 
+@pytest.mark.slow
 def test_pool_too_small_and_max_concurrency():
     with pytest.raises(ValueError, match="need >= 2"):
         num_pages_for_pool(TINY_MODEL, jnp.float32, 16, 1000)

@@ -26,6 +26,7 @@ def model_dir(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_never_exiting_serves_the_ordinary_tokens(model_dir) -> None:
     plain_engine = tiny_engine()
     plain = plain_engine.generate(PROMPTS, GREEDY)
@@ -36,6 +37,7 @@ def test_never_exiting_serves_the_ordinary_tokens(model_dir) -> None:
         assert list(row.exit_layers) == [2] * row.num_scheduled_tokens
 
 
+@pytest.mark.slow
 def test_threshold_zero_exits_decode_tokens_only(model_dir) -> None:
     _, steps = _serve(model_dir, 0.0)
     decode = steps[steps.num_prefill_seqs == 0]
@@ -45,6 +47,7 @@ def test_threshold_zero_exits_decode_tokens_only(model_dir) -> None:
     assert all(set(layers) == {2} for layers in prefill.exit_layers)
 
 
+@pytest.mark.slow
 def test_bad_thresholds_are_refused() -> None:
     for bad in (-0.1, "0.5", True):
         with pytest.raises(ValueError, match="early_exit_threshold"):

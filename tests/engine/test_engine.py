@@ -117,6 +117,7 @@ def test_events_carry_monotonic_timestamps(engine):
     assert times == sorted(times) and len(set(times)) == 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kv_dtype", ["int8", "fp8"])
 def test_quantized_kv_cache_serves_close_to_f32(model, engine, kv_dtype):
     p = prompts([30], seed=9)[0]  # one chunk: one executable per cache dtype

@@ -38,6 +38,7 @@ def test_a_rejection_carries_its_retry_after_and_is_read_at_once():
         engine.rejection("req-99")
 
 
+@pytest.mark.slow
 def test_build_engine_unsharded_is_the_baseline_placement():
     cfg = EngineConfig(dtype="float32", max_num_seqs=8, max_num_batched_tokens=32, max_model_len=64)
     sharded = build_engine(cfg, model=tiny_model())

@@ -108,6 +108,7 @@ def gap_and_bound(run, w_in=1.0, w_out=2.0):
     return gap, bound
 
 
+@pytest.mark.slow
 def test_vtc_keeps_the_gap_within_its_bound_where_fcfs_lets_it_grow():
     engine = tiny_engine()
     gaps = {}

@@ -28,6 +28,7 @@ def _engine():
     return tiny_engine(prefix_caching="off", max_num_batched_tokens=64, async_scheduling=False)
 
 
+@pytest.mark.slow
 def test_paged_holds_the_pages_of_the_computed_tokens():
     engine = _engine()
     stats = _first_step(engine)
@@ -79,6 +80,7 @@ def test_reserve_request_takes_its_own_maximum_length_at_admission():
     assert engine.stats().num_used_pages == 0
 
 
+@pytest.mark.slow
 def test_reserve_max_rejects_what_the_pool_cannot_reserve():
     engine = tiny_engine(prefix_caching="off", num_pages=10, kv_allocation="reserve_max")
     request_id = engine.add_request(PROMPTS[0], SAMPLING)

@@ -70,6 +70,7 @@ def test_per_tenant_summaries_add_up(frame):
     assert by_tenant.loc["b", "mean_ttft_s"] == 0.5
 
 
+@pytest.mark.slow
 def test_frames_round_trip_through_parquet(frame, tmp_path):
     frame.to_parquet(tmp_path / "requests.parquet")
     back = pd.read_parquet(tmp_path / "requests.parquet")

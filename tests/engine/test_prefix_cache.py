@@ -182,6 +182,7 @@ OPS = st.lists(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "hash_fn",
     [hash_block_tokens, lambda parent, tokens, extra: bytes([sum(tokens) % 3])],

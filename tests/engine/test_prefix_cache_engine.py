@@ -53,6 +53,7 @@ def serve_in_waves(engine, prompts, waves: int = 3) -> list[list[int]]:
     return outputs
 
 
+@pytest.mark.slow
 def test_greedy_outputs_match_without_caching_through_evictions_and_preemption(model):
     prompts = shared_prefix_prompts(18, prefix_len=40, seed=0)
     expected = serve_in_waves(tiny_engine(model, prefix_caching="off"), prompts)

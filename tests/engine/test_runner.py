@@ -155,6 +155,7 @@ def test_constructing_a_runner_leaves_the_compilation_cache_config_alone(tmp_pat
     assert before["jax_compilation_cache_dir"] != str(tmp_path)
 
 
+@pytest.mark.slow
 def test_persistent_compilation_cache_is_written(tmp_path):
     previous = jax.config.jax_persistent_cache_min_compile_time_secs
     previous_dir = jax.config.jax_compilation_cache_dir

@@ -68,6 +68,7 @@ def test_sampling_follows_the_softmax():
     np.testing.assert_allclose(freq, probs, atol=0.015)  # ~4 standard errors
 
 
+@pytest.mark.slow
 def test_seeded_tokens_do_not_depend_on_batch_position_or_neighbours():
     logits = random_logits(1, vocab=50)[0]
     solo = sample(logits[None], batch(1, seeds=[7], index=[3]))[0][0]
@@ -94,6 +95,7 @@ def test_sampling_params_validation(kwargs, message):
         SamplingParams(**kwargs)
 
 
+@pytest.mark.slow
 def test_greedy_tokens_is_argmax_with_ties_to_the_first():
     from claimbench.engine.worker.sampler import greedy_tokens
 

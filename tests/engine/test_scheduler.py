@@ -1,3 +1,4 @@
+import pytest
 from engine_helpers import make_request
 
 from claimbench.engine.config import EngineConfig
@@ -93,6 +94,7 @@ def test_admit_rejects_requests_that_can_never_fit():
     assert s.admit(make_request(0)) == "empty prompt"
 
 
+@pytest.mark.slow
 def test_finish_frees_pages():
     s = make_scheduler()
     r = make_request(10)

@@ -1,5 +1,6 @@
 """The scheduler with tenants: ingress admission, KV quotas, VTC charges, service snapshots."""
 
+import pytest
 from engine_helpers import make_request
 
 from claimbench.engine.config import EngineConfig
@@ -91,6 +92,7 @@ def test_quota_preemption_takes_from_tenants_over_their_guarantee():
     assert [r for r, _ in out.scheduled] == [b, a]
 
 
+@pytest.mark.slow
 def test_vtc_charges_and_the_ledger_snapshots_each_step():
     s = make_scheduler(scheduling_policy="vtc", max_num_seqs=1)
     a1, a2, b1 = (

@@ -123,6 +123,7 @@ def test_check_tp_accepts_replicable_kv_heads() -> None:
     assert (kv_replicas(4, 2), kv_replicas(2, 2), kv_replicas(8, 1)) == (2, 1, 8)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("weights", ["bf16", "int8"])
 def test_replicated_kv_heads_compute_the_same_logits(weights: str) -> None:
     model = with_weight_format(tiny_model(), weights)

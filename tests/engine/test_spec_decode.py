@@ -66,6 +66,7 @@ def _total_variation(samples, dist):
     return 0.5 * np.abs(counts - dist).sum()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("proposer", ["draft", "one-hot", "draft-prefix"])
 def test_sampled_tokens_follow_the_target_distribution(proposer):
     # vLLM's rejection-sampler check: a known target p and draft q over 8 tokens; every

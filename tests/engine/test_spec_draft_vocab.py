@@ -58,6 +58,7 @@ def test_greedy_output_with_a_smaller_draft_vocabulary_is_plain_decodings():
     assert 0 < accepted < drafted
 
 
+@pytest.mark.slow
 def test_sampled_verification_reads_the_draft_as_zero_past_its_vocabulary():
     engine = prefix_engine()
     hot = SamplingParams(max_tokens=16, temperature=0.8, seed=7, ignore_eos=True)
@@ -68,6 +69,7 @@ def test_sampled_verification_reads_the_draft_as_zero_past_its_vocabulary():
     assert 0 < steps["num_accepted_tokens"].sum() <= steps["num_draft_tokens"].sum()
 
 
+@pytest.mark.slow
 def test_a_larger_or_foreign_draft_vocabulary_is_refused_in_one_line():
     larger = dataclasses.replace(TINY_MODEL, vocab_size=120)
     config = dataclasses.replace(tiny_engine().config, speculative="draft")

@@ -40,6 +40,7 @@ def spec_engine(speculative, draft_seed=None, **overrides):
 PROPOSERS = [("ngram", None), ("draft", 0), ("draft", 1)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("speculative", "draft_seed"), PROPOSERS)
 def test_greedy_output_is_identical_at_batch_1_and_mixed(plain, speculative, draft_seed):
     engine = spec_engine(speculative, draft_seed)
@@ -59,6 +60,7 @@ def test_greedy_output_is_identical_at_batch_1_and_mixed(plain, speculative, dra
     assert engine.block_manager.num_used_pages == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("speculative", "draft_seed"), PROPOSERS)
 def test_greedy_output_survives_preemption(plain, speculative, draft_seed):
     # 31 usable pages of 8 tokens; six requests of up to 15 pages each cannot all fit.

@@ -42,6 +42,7 @@ def test_bad_buckets_are_refused_by_name(buckets, problem):
         EngineConfig(max_num_seqs=8, max_num_batched_tokens=64, token_buckets=buckets)
 
 
+@pytest.mark.slow
 def test_an_engine_serves_at_its_configured_buckets_with_the_same_tokens():
     model = tiny_model()
     rng = np.random.default_rng(0)

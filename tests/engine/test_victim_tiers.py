@@ -27,12 +27,14 @@ def preemptions_by_tenant(victim_policy: str) -> dict[str, int]:
     return frame.groupby("tenant")["num_preemptions"].sum().to_dict()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tier_blind", ["newest", "fair-share"])
 def test_tier_blind_victims_preempt_the_top_tier_under_this_pressure(tier_blind):
     # The workload puts the top tier at risk: without tiers it loses work.
     assert preemptions_by_tenant(tier_blind)["top"] > 0
 
 
+@pytest.mark.slow
 def test_tier_fair_share_preempts_only_lower_tiers_while_they_run():
     counts = preemptions_by_tenant("tier-fair-share")
     assert counts["top"] == 0

@@ -46,6 +46,7 @@ def test_records_every_claim_metric_per_trial(frame):
         assert diff == pytest.approx(by["fp16"] - by["bf16"])
 
 
+@pytest.mark.slow
 def test_the_reference_and_the_two_engines_compute_in_their_own_dtypes(frame):
     for trial in (0, 1):
         rows = frame[(frame["trial"] == trial) & (frame["metric"] == "perplexity")]
@@ -64,6 +65,7 @@ def test_unknown_param_is_an_error(tmp_path):
         run_experiment("bf16-not-fp16", {**PARAMS, "decode_token": 4}, tmp_path)
 
 
+@pytest.mark.slow
 def test_decode_prompts_must_come_from_the_windows(tmp_path):
     with pytest.raises(ValueError, match="decode_batch"):
         run_experiment("bf16-not-fp16", {**PARAMS, "decode_batch": 3}, tmp_path)

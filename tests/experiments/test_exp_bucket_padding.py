@@ -57,6 +57,7 @@ def test_geometric_ratio_two_is_the_engines_powers_of_two():
     assert geometric_buckets(16, 64, 1.5) == (16, 24, 36, 54, 64)
 
 
+@pytest.mark.slow
 def test_engine_policy_reproduces_the_served_steps_buckets():
     # Tiny engine: token buckets (16, 32), seq buckets (8,); prompts chunk over several steps.
     engine = tiny_engine()

@@ -93,6 +93,7 @@ def test_tiny_run_times_three_fresh_processes(checkpoint):
     assert labels[("warm_first_ttft_s", None)] > 0
 
 
+@pytest.mark.slow
 def test_figure_reads_the_newest_runs_measurements(tmp_path):
     rows = [
         ("start_to_first_token_s", arm, v)

@@ -65,6 +65,7 @@ def _admission_steps(engine) -> list[int]:
     return np.searchsorted(starts, first).tolist()
 
 
+@pytest.mark.slow
 def test_static_waits_for_each_batch_longest_and_continuous_refills_a_freed_slot():
     serve = _experiment().serve
     outputs = [1, 2, 3, 9, 2, 2, 9, 1]
@@ -92,6 +93,7 @@ def test_static_waits_for_each_batch_longest_and_continuous_refills_a_freed_slot
     assert _experiment().drain_share(engine.requests_frame()) > 0.3
 
 
+@pytest.mark.slow
 def test_drain_share_is_the_tail_after_the_last_admission():
     drain_share = _experiment().drain_share
     frame = pd.DataFrame(
@@ -134,6 +136,7 @@ def test_tiny_run_drains_under_5_percent_and_alternates_the_arms():
     )
 
 
+@pytest.mark.slow
 def test_params_are_checked():
     with pytest.raises(ValueError, match="exceeds max_model_len=128"):
         _experiment().run(_ctx(TINY | {"output_len": {"kind": "fixed", "value": 127}}, trials=1))

@@ -95,6 +95,7 @@ def test_tiny_run_compares_each_batch_with_its_own_roofline(checkpoint):
         assert not steps["overlapped"].any()  # synchronous: device_s is the step's own
 
 
+@pytest.mark.slow
 def test_params_are_checked(checkpoint):
     with pytest.raises(ValueError, match="batches must be a list of positive integers"):
         run_tiny(CLAIM, checkpoint, trials=1, base=TINY, batches=[0])

@@ -53,6 +53,7 @@ def test_tiers_param_is_checked():
         check(tiers | {"premium": {"tier": 0}})
 
 
+@pytest.mark.slow
 def test_tiny_run_serves_the_same_requests_with_the_ladder_and_without(tmp_path):
     ctx = run_tiny(
         CLAIM,

@@ -72,6 +72,7 @@ def test_never_confident_runs_every_layer(checkpoint):
     assert _values(frame, "heldout_top1_agreement") == []  # no quality saved at 2.0
 
 
+@pytest.mark.slow
 def test_bad_threshold_is_refused(checkpoint):
     with pytest.raises(ValueError, match="threshold"):
         run_tiny(CLAIM, checkpoint, trials=1, base=TINY | {"threshold": -1})

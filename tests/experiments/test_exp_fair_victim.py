@@ -42,6 +42,7 @@ def pressured_run(victim_policy, prefix_caching):
     return engine, tr.serve(engine, requests, timeout_s=120.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("victim_policy", ["newest", "fair-share"])
 def test_recompute_is_the_work_preemptions_threw_away(victim_policy):
     # Without a prefix cache every lost token is computed again: the count from the
@@ -56,6 +57,7 @@ def test_recompute_is_the_work_preemptions_threw_away(victim_policy):
     assert 0 <= recomputed_cached <= sum(engine.scheduler.service.preempted_tokens.values())
 
 
+@pytest.mark.slow
 def test_recompute_refuses_a_run_cut_short():
     _, served = pressured_run("newest", "off")
     cut = dataclasses.replace(served, timed_out=True)
@@ -94,6 +96,7 @@ def test_tiny_run_compares_the_victim_policies_on_the_same_requests(tmp_path):
         assert list(rows["value"]) == expected
 
 
+@pytest.mark.slow
 def test_positive_control_fires_where_the_top_tier_is_at_risk():
     # Top-tier requests arrive last into a pool the lower tiers overflow: newest, blind to
     # tiers, preempts them, so a zero under fair-share here would mean something.

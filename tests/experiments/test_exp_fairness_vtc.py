@@ -43,6 +43,7 @@ def assert_same_requests(a: pd.DataFrame, b: pd.DataFrame) -> None:
     assert offsets[0].to_numpy() == pytest.approx(offsets[1].to_numpy(), abs=1e-9)
 
 
+@pytest.mark.slow
 def test_tiny_run_serves_one_episode_to_both_policies(tmp_path):
     ctx = run_tiny(
         CLAIM,

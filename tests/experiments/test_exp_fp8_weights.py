@@ -41,6 +41,7 @@ def test_bytes_ratio_is_analytic_once_for_llama_3_1_8b(frame):
     assert inputs["layout"]["head_dim"] == 128 and inputs["fp8_bytes"] == 8_037_058_560
 
 
+@pytest.mark.slow
 def test_quantized_weights_change_the_served_models_numbers(frame, model_dir):
     deltas = frame[frame["metric"] == "ppl_delta_pct"]["value"]
     assert (deltas != 0).all() and (deltas.abs() < 5).all()

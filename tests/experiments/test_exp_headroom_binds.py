@@ -74,6 +74,7 @@ def test_levels_are_multiples_of_the_pool_in_mean_requests():
     assert exp.concurrencies([0.01, 0.1, 1.0], 5.0) == [1, 5]  # at least 1, no duplicates
 
 
+@pytest.mark.slow
 def test_the_sweep_finds_the_level_that_overflows_the_pool(tmp_path):
     ctx = _ctx(FIXED)
     exp = _experiment()
@@ -100,11 +101,13 @@ def test_the_sweep_finds_the_level_that_overflows_the_pool(tmp_path):
     assert "KV headroom" in title and svg.startswith("<svg")
 
 
+@pytest.mark.slow
 def test_a_sweep_that_never_fills_the_pool_is_an_error():
     with pytest.raises(RuntimeError, match="KV headroom never reached zero"):
         _experiment().run(_ctx(FIXED | {"kv_fit_levels": [0.2, 0.4]}, trials=1))
 
 
+@pytest.mark.slow
 def test_bad_params():
     with pytest.raises(ValueError, match="kv_fit_levels must be >= 2 increasing"):
         _experiment().run(_ctx(FIXED | {"kv_fit_levels": [0.8, 0.4]}, trials=1))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 from engine_helpers import tiny_engine
 from tenant_exp_helpers import (
     arm_requests,
@@ -50,6 +51,7 @@ def test_window_tenant_alternates_equal_windows():
     assert window_tenant(order, 0.5, 1.7) == (3, "decode")
 
 
+@pytest.mark.slow
 def test_slicing_keeps_tenants_apart_and_resumes_paused_requests():
     engine = tiny_engine()
     window_s = 0.03
@@ -114,6 +116,7 @@ TINY = {
 }
 
 
+@pytest.mark.slow
 def test_tiny_run_serves_the_same_requests_together_and_sliced(tmp_path):
     ctx = run_tiny(CLAIM, write_checkpoint(tmp_path / "ckpt"), trials=2, base=TINY)
     assert_claim_metrics_recorded(ctx)

@@ -39,6 +39,7 @@ def test_shares_and_throughput_come_from_the_step_periods():
     assert arm.tokens_per_s(64) == pytest.approx(64 * 4 / 0.040)
 
 
+@pytest.mark.slow
 def test_tiny_run_alternates_the_arms_over_the_same_full_batch_decode(checkpoint):
     ctx = run_tiny(CLAIM, checkpoint, trials=2, base=TINY)
     frame = assert_claim_metrics_recorded(ctx)
@@ -61,6 +62,7 @@ def test_tiny_run_alternates_the_arms_over_the_same_full_batch_decode(checkpoint
     assert share.between(0, 100).all()
 
 
+@pytest.mark.slow
 def test_params_are_checked(checkpoint):
     with pytest.raises(ValueError, match="output_len must be >= 3"):
         run_tiny(CLAIM, checkpoint, trials=1, base=TINY, output_len=2)

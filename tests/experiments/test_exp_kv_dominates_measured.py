@@ -20,6 +20,7 @@ def frame(tmp_path_factory):
     return run_experiment("kv-dominates", PARAMS, model_dir)
 
 
+@pytest.mark.slow
 def test_served_model_bytes_are_side_metrics_recorded_once(frame):
     served = frame[frame["metric"].str.startswith("served_")]
     assert set(served["evidence"]) == {"cpu"}

@@ -42,6 +42,7 @@ def test_capacity_is_analytic_once_for_the_claims_model(frame):
     assert inputs["fp8"]["num_pages"] == 16383
 
 
+@pytest.mark.slow
 def test_calibrated_fp8_quantizes_and_calibration_is_recorded_once(frame):
     deltas = frame[frame["metric"] == "ppl_delta_pct"]["value"]
     assert (deltas != 0).all() and (deltas.abs() < 5).all()

@@ -45,6 +45,7 @@ def test_capacity_is_analytic_once_for_the_claims_model(ctx):
     assert not (frame["trial"] > 0)[frame["evidence"] == "analytic"].any()
 
 
+@pytest.mark.slow
 def test_quality_is_measured_on_engines_that_differ_only_in_kv_format(ctx):
     frame = ctx.measurements_frame("t")
     deltas = frame[frame["metric"] == "ppl_delta_pct"]["value"]
@@ -57,6 +58,7 @@ def test_quality_is_measured_on_engines_that_differ_only_in_kv_format(ctx):
     assert sorted(c["kv_dtype"] for c in ctx.engine_configs) == ["bf16", "int8"]
 
 
+@pytest.mark.slow
 def test_unknown_param_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="pool_byte"):
         run_experiment("kv-int8", {"pool_byte": 1}, tmp_path)

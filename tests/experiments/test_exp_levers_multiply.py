@@ -51,6 +51,7 @@ def test_multiply_ratio_is_pool_arithmetic_recorded_once(ctx):
     assert values["multiply_ratio"] == [gains["both"] / (gains["weights"] * gains["kv"])]
 
 
+@pytest.mark.slow
 def test_quality_arms_differ_only_in_the_levers(ctx):
     formats = {(c["weights"], c["kv_dtype"]) for c in ctx.engine_configs}
     assert formats == {("bf16", "bf16"), ("fp8", "bf16"), ("bf16", "int8"), ("fp8", "int8")}
@@ -60,6 +61,7 @@ def test_quality_arms_differ_only_in_the_levers(ctx):
     assert all(r == rest[0] for r in rest)
 
 
+@pytest.mark.slow
 def test_gap_is_the_combined_cost_over_the_sum_of_the_measured_ones(ctx):
     frame = ctx.measurements_frame("t")
     for trial in range(2):
@@ -71,6 +73,7 @@ def test_gap_is_the_combined_cost_over_the_sum_of_the_measured_ones(ctx):
         assert gap == pytest.approx(delta["both"] - (delta["weights"] + delta["kv"]))
 
 
+@pytest.mark.slow
 def test_weight_share_must_leave_room(tmp_path):
     with pytest.raises(ValueError, match="weight_share"):
         run_experiment("levers-multiply", {**PARAMS, "weight_share": 1.0}, tmp_path)

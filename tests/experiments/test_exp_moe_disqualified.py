@@ -77,6 +77,7 @@ def test_ratios_are_analytic_once_for_llama_3_1_8b_on_v6e(frame) -> None:
     assert room == 32e9 - 2 * 8_030_261_248
 
 
+@pytest.mark.slow
 def test_experts_touched_is_measured_per_step_from_the_router(frame) -> None:
     touched = frame[frame["metric"] == "experts_touched_pct_b32"]
     mean = frame[frame["metric"] == "experts_touched_mean_pct_b32"]["value"]
@@ -86,6 +87,7 @@ def test_experts_touched_is_measured_per_step_from_the_router(frame) -> None:
     assert (mean.to_numpy() >= touched["value"].to_numpy()).all()
 
 
+@pytest.mark.slow
 def test_a_collapsed_router_touches_two_of_eight_experts(tmp_path: Path) -> None:
     path = write_tiny_moe(tmp_path / "collapsed", collapsed=True)
     frame = run_experiment("moe-disqualified", {**PARAMS, "moe_model": str(path)}, path)

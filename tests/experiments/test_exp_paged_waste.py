@@ -85,6 +85,7 @@ def test_reservation_is_the_cap_while_the_answer_ends_at_its_length():
         serve_backlog(engine, prompts[:1], [9], "paged", caps=[8], **steps)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("params", "message"),
     [

@@ -49,6 +49,7 @@ def test_noisy_burst_and_quiet_recovery_are_in_service_units():
     assert fast_quiet.rate == pytest.approx(2 * quiet.rate)
 
 
+@pytest.mark.slow
 def test_tiny_run_serves_the_same_requests_in_every_arm(tmp_path):
     ctx = run_tiny(
         CLAIM,

@@ -85,6 +85,7 @@ def test_calibration_puts_the_threshold_between_the_hit_and_miss_clusters():
     assert 5e-3 < best(ttft, labels) < 11e-3
 
 
+@pytest.mark.slow
 def test_tiny_run_shares_the_system_prompt_only_when_shared():
     ctx = _ctx(TINY)
     _experiment().run(ctx)
@@ -142,6 +143,7 @@ def test_figure(tmp_path):
     assert "hits vs misses" in title and svg.startswith("<svg")
 
 
+@pytest.mark.slow
 def test_bad_params():
     with pytest.raises(ValueError, match="num_probes=10 needs 5 secrets, num_secrets=4"):
         _experiment().run(_ctx(TINY | {"num_probes": 10}, trials=1))

@@ -111,6 +111,7 @@ def test_aging_metrics_by_hand():
 # -- the experiment at a tiny size -----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tiny_run_serves_the_same_episode_in_each_arm(tmp_path):
     params = {
         "aging_requests": 4,
@@ -140,6 +141,7 @@ def test_tiny_run_serves_the_same_episode_in_each_arm(tmp_path):
     assert (measured["value"] >= 0).all()
 
 
+@pytest.mark.slow
 def test_manipulation_check_reads_the_high_tiers_queue_during_arrivals():
     steps = pd.DataFrame({"start_s": [0.0, 1.0, 2.0, 3.0], "backlogged.high": [1, 1, 0, 1]})
     served = tr.ServedRun(pd.DataFrame(), steps, duration_s=4.0, timed_out=False)

@@ -27,6 +27,7 @@ def test_tiny_run_records_speedup_exact_greedy_and_acceptance(draft_seed):
     assert len(throughput) == 4 and (throughput["value"] > 0).all()
 
 
+@pytest.mark.slow
 def test_bad_params_are_named():
     with pytest.raises(ValueError, match="param proposer must be draft or ngram, got 'medusa'"):
         run_tiny("spec-decode-gain", {**TINY, "proposer": "medusa"}, 0)

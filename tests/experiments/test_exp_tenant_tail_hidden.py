@@ -87,6 +87,7 @@ def test_a_clumped_small_tenant_has_the_tail_the_pooled_p99_hides():
 # -- the experiment at a tiny size -----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tiny_run_records_the_ratio_and_its_parts_each_trial(tmp_path):
     lengths = {
         f"{c}_{kind}": TINY_ENGINE_PARAMS[kind]

@@ -63,6 +63,7 @@ def test_params_override_defaults():
     assert ratio.tolist() == [pytest.approx(2048 * 32 * KV_PER_TOKEN / WEIGHT_BYTES)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("params", "message"),
     [

@@ -51,6 +51,7 @@ def test_admission_at_ingress_runs_over_http_and_limits_answer_429(tmp_path):
     assert rejected["first_scheduled_s"].isna().all()
 
 
+@pytest.mark.slow
 def test_serve_rejects_an_unknown_path():
     with pytest.raises(ValueError, match="via must be 'engine' or 'http'"):
         serve(None, [], 1.0, via="grpc")

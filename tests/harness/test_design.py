@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from claimbench.harness.design import design_modules, design_of
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,12 +60,14 @@ def test_design_hash_moves_with_a_helper_and_nothing_else(tmp_path):
     assert design_of(exp).hash != before.hash
 
 
+@pytest.mark.slow
 def test_every_shipped_experiment_has_a_design():
     for exp in sorted((REPO / "experiments").glob("*.py")):
         design = design_of(exp)
         assert len(design.hash) == 16 and f"experiments.{exp.stem}" in design.modules
 
 
+@pytest.mark.slow
 def test_design_hash_ignores_where_code_lives_and_how_it_is_described(tmp_path):
     def experiment(package: str, doc: str, flag: str = "") -> str:
         return (

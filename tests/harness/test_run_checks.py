@@ -3,6 +3,7 @@ draft hashes. Each failing run is listed with its reason and never decides a ver
 
 from __future__ import annotations
 
+import pytest
 from scoring_helpers import claim, design_hash, rows, store_run, write_experiment
 
 from claimbench.harness import run_checks, scoring
@@ -84,6 +85,7 @@ def test_a_speculative_run_without_its_draft_hash_is_not_scored(tmp_path):
     assert not run_checks.lacks_draft_hash({"engine_configs": [{"speculative": "none"}]})
 
 
+@pytest.mark.slow
 def test_every_scorer_checks_the_design(tmp_path):
     """The CLI, the site and the MCP runbook score with today's designs: a run of an earlier
     design is not scored by any of them."""

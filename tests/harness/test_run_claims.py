@@ -113,6 +113,7 @@ def test_ctrl_c_names_the_claim_and_the_runs_kept(interrupting_project: Path) ->
     assert len(runs) == 1  # fake-fail never started; fake-broken left nothing
 
 
+@pytest.mark.slow
 def test_each_claims_compiled_programs_are_freed_before_the_next(project: Path, monkeypatch):
     # A long `run --all` in one process kept every claim's executables and crashed on the
     # kernel's memory-map limit; each claim's programs now go when it ends, failed or not.

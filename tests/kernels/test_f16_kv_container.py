@@ -104,6 +104,7 @@ def test_kernel_rejects_a_raw_f16_pool():
         )
 
 
+@pytest.mark.slow
 def test_xla_io_reads_and_writes_a_container_pool_as_f16():
     # Early exit's KV propagation writes with paged_io on every backend, the Pallas one too.
     _, k, v, cache, md = make_step(

@@ -171,6 +171,7 @@ SPECS = [(9, 1), (2, 1), (0, 7), (5, 6), (13, 3)]  # 2 decodes, 1 prefill, 2 mix
 # Stated tolerances (max abs error of the attention output, unit-normal q/k/v, head_dim 16):
 # int8 per-token rows err <= absmax/254 (~0.015 here), which moves an output by ~1e-2 at most;
 # fp8 e4m3 keeps ~2^-4 relative error per value, a few times 1e-2 on the output.
+@pytest.mark.slow
 @pytest.mark.parametrize(("dtype", "tol"), [(jnp.int8, 0.03), (FP8_DTYPE, 0.12)])
 def test_quantized_attention_against_f32_reference(dtype, tol):
     q, k, v, md, (ck, cv, slots) = _step(SPECS, seed=3)

@@ -109,6 +109,7 @@ def decode_path(request, monkeypatch):
 
 
 # head_dim 16 takes the general decode loop, 64 the specialized one (native/decode_tiles.h).
+@pytest.mark.slow
 @pytest.mark.parametrize("storage", ["f32", "f16", "bf16", "bf16-bits", "int8", "fp8", "fp8-bits"])
 @pytest.mark.parametrize("head_dim", [16, 64])
 def test_matches_xla_decode_for_every_storage(storage, head_dim, decode_path):
@@ -118,6 +119,7 @@ def test_matches_xla_decode_for_every_storage(storage, head_dim, decode_path):
     assert np.all(native[len(LENS) :] == 0.0)  # padding slots
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_q_heads, rows", [(2, 4), (4, 4), (8, 4), (4, 8), (8, 2), (6, 4)])
 @pytest.mark.parametrize("head_dim", [8, 64, 80, 128])
 def test_gqa_groups_and_head_dims(num_q_heads, rows, head_dim, decode_path):
@@ -126,6 +128,7 @@ def test_gqa_groups_and_head_dims(num_q_heads, rows, head_dim, decode_path):
     np.testing.assert_allclose(native, xla, rtol=2e-4, atol=2e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("window", [1, 3, PAGE_SIZE, 9])
 @pytest.mark.parametrize("head_dim", [16, 64])
 def test_sliding_window_and_soft_cap(window, head_dim, decode_path):
@@ -197,6 +200,7 @@ cpu_paged = jax.jit(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prefill", native_attention.PREFILL_PATHS)
 @pytest.mark.parametrize("name", sorted(ref.CASES))
 @pytest.mark.parametrize("pad_tokens, pad_seqs", [(0, 0), (5, 3)])
@@ -215,6 +219,7 @@ def test_cpu_backend_matches_dense_attention(name, pad_tokens, pad_seqs, prefill
     np.testing.assert_array_equal(flat[slots][:, 0::2], k[:num_real])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "options, dtype",
     [
@@ -240,6 +245,7 @@ def test_cpu_backend_options_and_storages(options, dtype, prefill):
         np.testing.assert_allclose(out[: len(q) - 3], expected, rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("head_dim", [64, 128, 40])
 @pytest.mark.parametrize("num_q_heads, num_kv_heads", [(4, 2), (8, 1), (2, 2)])
 def test_native_prefill_tiles_head_dims_and_groups(head_dim, num_q_heads, num_kv_heads):
@@ -292,6 +298,7 @@ def test_prefill_path_follows_the_cpu_unless_forced(monkeypatch, isa, expected):
         native_attention.prefill_path()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prefill", native_attention.PREFILL_PATHS)
 def test_the_chosen_prefill_is_the_one_traced(monkeypatch, prefill):
     """The path not chosen is never called: each stand-in raises if it is traced."""

@@ -54,6 +54,7 @@ def test_pack_lays_out_panels_and_unpacks(n):
     assert not np.any(np.asarray(p).transpose(1, 0, 2).reshape(7, -1)[:, n:])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "m,k,n",
     [
@@ -111,6 +112,7 @@ def test_shapes_that_disagree_are_refused():
         jax.block_until_ready(call(x, p))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tied", [False, True])
 def test_packed_model_computes_the_models_logits(tied):
     cfg = dataclasses.replace(TINY_MODEL, tie_word_embeddings=tied)
@@ -127,6 +129,7 @@ def test_packed_model_computes_the_models_logits(tied):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tied", [False, True])
 def test_engine_greedy_tokens_match_on_either_matmul(monkeypatch, tied):
     rng = np.random.default_rng(0)
@@ -162,6 +165,7 @@ def test_dense_path_follows_the_cpu_unless_forced(monkeypatch, isa, expected):
         packed.dense_path(model)
 
 
+@pytest.mark.slow
 def test_only_f32_unquantized_models_on_one_device_are_packed(monkeypatch):
     monkeypatch.setenv(packed.DENSE_ENV, "native")
     from claimbench.models.llama import LlamaForCausalLM
@@ -175,6 +179,7 @@ def test_only_f32_unquantized_models_on_one_device_are_packed(monkeypatch):
     assert packed.dense_path(tiny_model()) == "xla"
 
 
+@pytest.mark.slow
 def test_packed_weights_count_the_head_copy_and_padding(monkeypatch):
     model = tiny_model()
     info = {}

@@ -163,6 +163,7 @@ def check_against_references(q, k, v, cache, md, out, new_cache, *, tol, **optio
     )
 
 
+@pytest.mark.slow
 def test_hand_computed_decode_and_prefill():
     # One query/KV head, head_dim 2, pages of 2 tokens, sm_scale 1.
     # Sequence 0 decodes its 3rd token: K rows k0 = k1 = [0, 0] are cached on page 1 and
@@ -275,6 +276,7 @@ def test_random_steps_match_references(step, knobs, options):
     check_against_references(q, k, v, cache, md, out, new_cache, tol=tol, **options)
 
 
+@pytest.mark.slow
 def test_fp8_under_jit_with_donated_cache_and_eager_dmas():
     # As the engine calls it: inside jit, the cache donated, metadata traced (so only the
     # static checks run). Eager DMAs complete at issue, the opposite extreme to "on_wait".
@@ -332,6 +334,7 @@ def test_race_detector_sees_an_unawaited_dma():
     assert tpu_interpreter.races.races_found
 
 
+@pytest.mark.slow
 def test_empty_step_leaves_cache_untouched():
     # The shapes and knobs of the first random case, so the compiled kernel is reused.
     step, knobs, options = CASES[0][1:]
@@ -351,6 +354,7 @@ def test_empty_step_leaves_cache_untouched():
     np.testing.assert_array_equal(as_f32(new_cache.pages), as_f32(cache.pages))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kv", ["bf16", "f16", "int8", "fp8"])
 def test_lowers_to_mosaic_for_tpu(kv):
     # Without a TPU the Mosaic compiler itself cannot run, but lowering to its MLIR dialect

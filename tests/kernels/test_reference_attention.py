@@ -130,6 +130,7 @@ naive = jax.jit(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_naive_paged_reference_matches_dense_attention(name):
     # The reference the backends are held to, itself held to attention on unpaged K/V.
@@ -141,6 +142,7 @@ def test_naive_paged_reference_matches_dense_attention(name):
     assert np.all(np.asarray(out[len(expected) :]) == 0.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 @pytest.mark.parametrize("pad_tokens, pad_seqs", [(0, 0), (5, 3)])
 def test_matches_dense_attention(name, pad_tokens, pad_seqs):
@@ -176,6 +178,7 @@ def test_quantized_caches_stay_close(dtype, tol):
     assert err < tol
 
 
+@pytest.mark.slow
 def test_random_ragged_batches():
     rng = np.random.default_rng(11)
     for trial in range(3):
@@ -189,6 +192,7 @@ def test_random_ragged_batches():
         np.testing.assert_allclose(out[: len(q) - 3], expected, rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("storage", [jnp.bfloat16, FP8_DTYPE])
 def test_bit_container_pages_match_value_pages(storage):
     """bf16/fp8 pages held as same-width integer bits write and attend exactly alike."""
@@ -207,6 +211,7 @@ def test_bit_container_pages_match_value_pages(storage):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "options, dtype",
     [({}, jnp.float32), ({"sliding_window": 5, "soft_cap": 2.0}, jnp.float32), ({}, jnp.int8)],

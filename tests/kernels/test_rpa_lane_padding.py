@@ -15,6 +15,7 @@ from claimbench.kernels.pallas_rpa import page_head_dim, ragged_paged_attention
 from claimbench.models.config import ModelConfig
 
 
+@pytest.mark.slow
 def test_page_head_dim_rounds_up_to_whole_lane_tiles() -> None:
     assert [page_head_dim(d) for d in (16, 64, 128, 192)] == [128, 128, 128, 256]
     cfg = ModelConfig(

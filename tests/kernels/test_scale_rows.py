@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax.experimental.pallas import tpu as pltpu
 
 from claimbench.kernels.kv_quant import int8_scales_shape, page_row_scales
@@ -73,6 +74,7 @@ def test_merge_puts_each_new_scale_at_its_position():
     assert changed.sum() == 16
 
 
+@pytest.mark.slow
 def test_write_back_matches_the_reference_in_place():
     scales, md, new = case()
     rows = gather_scale_rows_reference(scales, md.page_indices, md.kv_lens, PAGE_SIZE, 1.0)

@@ -49,6 +49,7 @@ def _check(out, q, k, v, cache, md, tol, **options):
     assert not np.any(as_f32(out[n:])), "rows of padded tokens must stay zero"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kv", ["f32", "bf16", "int8"])
 @pytest.mark.parametrize("options", options_cases)
 def test_kernel_matches_reference_on_verify_chunks(kv, options):
@@ -81,6 +82,7 @@ def test_kernel_matches_reference_on_verify_chunks(kv, options):
     assert not np.any(as_f32(got[:first_chunk])) and not np.any(as_f32(got[n:]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", options_cases)
 def test_xla_backend_with_verify_width_matches_reference(options):
     attention = get_backend("xla", verify_width=WIDTH)
@@ -108,6 +110,7 @@ def test_only_the_xla_backend_takes_a_verify_width():
         get_backend("xla", verify_width=1)
 
 
+@pytest.mark.slow
 def test_one_short_chunk_stays_on_the_prefill_path():
     q, k, v, cache, md = make_step(3, decode=[4, 9], prefill=[], mixed=[(5, 21)], **SHAPE, kv="f32")
     assert not takes_verify_path(md, WIDTH)

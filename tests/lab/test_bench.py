@@ -87,6 +87,7 @@ def result(tenants: list[str], host_share: float | None = None) -> BenchResult:
     return BenchResult(summary, frames(tenants), None, by_tenant)
 
 
+@pytest.mark.slow
 def test_the_report_lists_tenants_only_when_several(tmp_path: Path) -> None:
     one = result(["default"], host_share=12.34)
     assert one.to_json(tmp_path) == {

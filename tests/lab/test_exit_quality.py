@@ -55,6 +55,7 @@ def test_never_exiting_is_the_dense_model(model_and_heads) -> None:
     assert q.num_tokens == 3 * 20
 
 
+@pytest.mark.slow
 def test_threshold_zero_predicts_with_the_first_head(model_and_heads) -> None:
     """Every token exits after layer 1: its prediction is head 1's on layer 1, which attends
     only to layer-1 K/V (never propagated), so it equals the dense forward's head 1."""
@@ -68,6 +69,7 @@ def test_threshold_zero_predicts_with_the_first_head(model_and_heads) -> None:
     assert q.top1_agreement == pytest.approx(agree)
 
 
+@pytest.mark.slow
 def test_propagated_kv_changes_later_predictions(model_and_heads) -> None:
     """At a threshold where some tokens exit, tokens that run every layer attend to the
     propagated K/V of earlier exits: their predictions differ from the dense forward's."""
@@ -91,6 +93,7 @@ def test_teacher_forced_refuses_short_windows(model_and_heads) -> None:
         teacher_forced(model, heads, 0.5, WINDOWS[:, :1])
 
 
+@pytest.mark.slow
 def test_greedy_agreement() -> None:
     on = [[1, 2, 3, 4], [5, 6, 7, 8]]
     off = [[1, 2, 9, 4], [5, 6, 7, 8]]

@@ -111,6 +111,7 @@ def test_scoreboard_headline_row(project: Path) -> None:
     assert "Last attempt, 2026-11-04 03:00 UTC: not measured (vllm-tpu did not install)" in both
 
 
+@pytest.mark.slow
 def test_benchmark_records_a_peer_not_measured(tmp_path: Path) -> None:
     script = ROOT / "benchmarks" / "engine_vs_vllm.py"
     cmd = [sys.executable, str(script), "--store", str(tmp_path), "--not-measured", "no wheel"]

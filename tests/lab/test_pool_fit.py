@@ -37,6 +37,7 @@ def test_bounds_are_one_sequence_and_every_slot_at_max_model_len() -> None:
         pool_bounds(cfg, EngineConfig(tp=2))
 
 
+@pytest.mark.slow
 def test_off_a_tpu_the_engine_factory_refuses_in_one_line() -> None:
     ctx = RunContext(
         "c", "full", {"engine": {"hbm_utilization": 0.9}}, 1, 0, {"platform": "cpu"}, "bfloat16"

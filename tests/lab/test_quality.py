@@ -52,6 +52,7 @@ def test_summaries_hand_computed():
         top1_agreement_pct(cand, PromptPass(ref.logprobs[:, :1], ref.top1[:, :1]))
 
 
+@pytest.mark.slow
 def test_quantized_engine_costs_a_little_and_reports_real_weight_bytes(f32_pass):
     engine = tiny_engine(prefix_caching="off", weights="int8", kv_dtype="int8")
     quant = prompt_pass(engine, WINDOWS)
@@ -76,6 +77,7 @@ def test_quantized_kv_changes_the_shipped_models_perplexity(kv_dtype):
     assert not np.array_equal(quant.logprobs, ref.logprobs)
 
 
+@pytest.mark.slow
 def test_prompt_pass_refuses_a_prefix_cached_or_truncated_pass():
     with pytest.raises(ValueError, match="shape"):
         prompt_pass(tiny_engine(prefix_caching="off"), WINDOWS[0])

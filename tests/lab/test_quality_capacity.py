@@ -30,6 +30,7 @@ def _engine_page_bytes(head_dim: int, kv_dtype: str) -> int:
     return layout.page_bytes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("head_dim", "kv_dtype", "page_bytes"),
     [
@@ -91,6 +92,7 @@ def test_llama_3_1_8b_weight_bytes_by_hand():
         weight_layout_bytes(get_preset("mixtral-8x7b"), "fp8")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", [{}, {"tie_word_embeddings": False, "attention_bias": True}])
 def test_weight_quantization_shrinks_real_bytes_by_the_analytic_ratio(tmp_path, overrides):
     model_dir = write_tiny_model(tmp_path / "m", **overrides)

@@ -151,6 +151,7 @@ H200 = {
 }
 
 
+@pytest.mark.slow
 def test_an_unpriced_accelerator_runs_only_when_told_and_is_never_counted_free(
     project: Path, monkeypatch
 ) -> None:

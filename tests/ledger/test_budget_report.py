@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
 from ledger_helpers import row
 
 from claimbench.harness.claims import find_claim, load_claims
@@ -39,6 +40,7 @@ def test_spend_unpriced_runs_and_per_claim_rows(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_backfill_adds_the_stored_runs_the_ledger_lacks(project: Path) -> None:
     results = project / "results"
     claim = find_claim(load_claims(project), "fake-pass")

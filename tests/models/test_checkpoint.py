@@ -25,6 +25,7 @@ from claimbench.models.checkpoint import (
 IDS = jnp.asarray([[1, 5, 9, 33, 2, 7]])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", [TINY, QWEN_TINY], ids=["llama-untied", "qwen2-tied-bias"])
 def test_round_trip_f32(tmp_path: Path, cfg) -> None:
     model = make_model(cfg)

@@ -130,6 +130,7 @@ def test_random_checkpoint_logits_match(random_checkpoint: Path) -> None:
     assert diff < LOGITS_ATOL, diff
 
 
+@pytest.mark.slow
 def test_random_checkpoint_greedy_matches(random_checkpoint: Path) -> None:
     rng = np.random.default_rng(1)
     prompts = [rng.integers(3, 211, n).tolist() for n in (1, 7, 20, 45)]
@@ -144,6 +145,7 @@ def shipped(request) -> Path:
     return default_model_path() if request.param == "target" else default_draft_path()
 
 
+@pytest.mark.slow
 def test_shipped_logits_match(shipped: Path) -> None:
     tokenizer = Tokenizer.from_dir(shipped)
     ids = heldout_token_windows(tokenizer, 4, 256, seed=0)
@@ -164,6 +166,7 @@ def test_shipped_greedy_matches(shipped: Path) -> None:
     assert our_greedy(ours, prompts, GREEDY_TOKENS) == expected
 
 
+@pytest.mark.slow
 def test_shipped_tokenizer_matches_transformers() -> None:
     path = default_model_path()
     ours = Tokenizer.from_dir(path)

@@ -54,6 +54,7 @@ def random_mixtral(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_random_mixtral_logits_match(random_mixtral: Path) -> None:
     ids = np.random.default_rng(0).integers(0, VOCAB, (3, 100))
     ours, cfg = load_model(random_mixtral, "float32")
@@ -63,6 +64,7 @@ def test_random_mixtral_logits_match(random_mixtral: Path) -> None:
     assert diff < LOGITS_ATOL, diff
 
 
+@pytest.mark.slow
 def test_random_mixtral_greedy_matches(random_mixtral: Path) -> None:
     rng = np.random.default_rng(1)
     prompts = [rng.integers(3, VOCAB, n).tolist() for n in (1, 7, 20, 45)]

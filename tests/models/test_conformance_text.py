@@ -94,6 +94,7 @@ def test_prompt_ids_are_the_tokenizers_own(checkpoint: Checkpoint) -> None:
     assert ours.encode(TEXT).count(bos) == int(checkpoint.family.adds_bos)
 
 
+@pytest.mark.slow
 def test_stop_ids_are_generation_configs(checkpoint: Checkpoint) -> None:
     family = checkpoint.family
     cfg = read_config(checkpoint.path)
@@ -106,6 +107,7 @@ def test_stop_ids_are_generation_configs(checkpoint: Checkpoint) -> None:
     assert chat_reply[-1] == checkpoint.id_of(family.chat_stop) and len(chat_reply) < NUM_TOKENS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("add_generation_prompt", [True, False])
 def test_chat_template_renders_as_transformers(checkpoint: Checkpoint, add_generation_prompt):
     template = ChatTemplate.for_model(checkpoint.path)

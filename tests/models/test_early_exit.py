@@ -125,6 +125,7 @@ def test_threshold_above_one_is_the_ordinary_model(model_and_heads) -> None:
     np.testing.assert_array_equal(out.exit_layers, [4, 4, 4, 4] + [0] * 12)
 
 
+@pytest.mark.slow
 def test_threshold_zero_exits_first_and_propagates_kv(model_and_heads) -> None:
     model, heads = model_and_heads
     caches = _prefilled(model)
@@ -143,6 +144,7 @@ def test_threshold_zero_exits_first_and_propagates_kv(model_and_heads) -> None:
         np.testing.assert_allclose(got_v, v[:3], atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_prefill_steps_never_exit(model_and_heads) -> None:
     model, heads = model_and_heads
     shape = (NUM_PAGES, PAGE_SIZE, 2 * CFG.num_kv_heads, CFG.head_dim)
@@ -196,6 +198,7 @@ def _max_confidence(model, heads, seq: int, caches) -> float:
     return best
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rank", [1, 2, 3])
 def test_exit_layers_match_reference(model_and_heads, rank: int) -> None:
     model, heads = model_and_heads

@@ -194,6 +194,7 @@ def test_param_count_and_bytes() -> None:
     assert param_count(make_model(QWEN_TINY)) == expected - 97 * 32 + 2 * 64
 
 
+@pytest.mark.slow
 def test_bf16_model_tracks_f32_and_logits_are_f32() -> None:
     f32_model = make_model(TINY)
     bf16_model = LlamaForCausalLM(TINY, dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
@@ -208,6 +209,7 @@ def test_bf16_model_tracks_f32_and_logits_are_f32() -> None:
     np.testing.assert_allclose(logits, f32_model.forward_dense(ids), atol=0.02, rtol=0)
 
 
+@pytest.mark.slow
 def test_wrong_number_of_caches_raises() -> None:
     model = make_model(TINY)
     tokens, positions, md = build_step([([1], 0, [4, 5])], num_tokens_pad=4, num_seqs_pad=2)

@@ -69,6 +69,7 @@ def test_balance_loss_is_one_when_uniform_and_grows_when_collapsed() -> None:
     assert float(balance_loss(collapsed, valid, 4)) == pytest.approx(2.0, rel=1e-3)
 
 
+@pytest.mark.slow
 def test_ragged_dispatch_equals_every_expert_run_densely() -> None:
     experts = Experts(CFG, dtype=jnp.float32, rngs=nnx.Rngs(0))
     x = jax.random.normal(jax.random.PRNGKey(1), (37, CFG.hidden_size))
@@ -199,6 +200,7 @@ def moe_engine():
     return model, tiny_engine(model)
 
 
+@pytest.mark.slow
 def test_engine_greedy_tokens_are_the_moe_models_argmax(moe_engine) -> None:
     from engine_helpers import dense_logits
 

@@ -89,6 +89,7 @@ def test_every_matrix_quantized_and_bytes_counted(weights, tied):
     assert weight_bytes(reference) == values * 4 + norms
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("weights", "tied", "max_rel_err"),
     [
@@ -107,6 +108,7 @@ def test_quantized_logits_close_to_full_precision(weights, tied, max_rel_err):
     assert 0 < rel < max_rel_err
 
 
+@pytest.mark.slow
 def test_untied_head_quantized_logits_f32_and_jittable():
     cfg = dataclasses.replace(TINY_MODEL, tie_word_embeddings=False, attention_bias=True)
     reference, model = _quantized_pair("int8", cfg)
@@ -125,6 +127,7 @@ def test_untied_head_quantized_logits_f32_and_jittable():
     assert float(jnp.linalg.norm(out - ref) / jnp.linalg.norm(ref)) < 0.02
 
 
+@pytest.mark.slow
 def test_input_untouched_format_reported_and_bad_input_raises():
     model = tiny_model()
     assert quantize_weights(model, "bf16") is model

@@ -89,6 +89,7 @@ def test_the_tools_read_the_configured_server(project: Path, tmp_path: Path, ser
     assert "lacks scope 'check'" in ops.refused("reader", "server_metrics").message
 
 
+@pytest.mark.slow
 def test_without_a_configured_server_the_tools_say_how_to_set_one(
     project: Path, tmp_path: Path
 ) -> None:

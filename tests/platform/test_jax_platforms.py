@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from claimbench.platform import jax_platforms
 
 
@@ -30,6 +32,7 @@ def test_a_users_setting_is_kept(monkeypatch):
     assert os.environ["JAX_PLATFORMS"] == "tpu"
 
 
+@pytest.mark.slow
 def test_jax_imported_first_still_leaves_tpu_out():
     """A script that imports jax before setting the default (JAX reads JAX_PLATFORMS at its
     import) still starts only the host's platforms."""

@@ -40,6 +40,7 @@ def test_cpu_torch_is_fine():
     assert load_checker().problem(["torch", "numpy", "jax", "Jinja2"], None) is None
 
 
+@pytest.mark.slow
 def test_this_venv_has_the_cpu_build():
     done = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "check_torch_cpu.py")],

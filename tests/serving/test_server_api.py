@@ -45,6 +45,7 @@ def test_completion_usage_counts_the_tokens(server):
     assert result.model == MODEL and result.object == "text_completion"
 
 
+@pytest.mark.slow
 def test_streamed_completion_equals_the_whole_one(server):
     client = server.client()
     whole = greedy(client).choices[0].text
@@ -56,6 +57,7 @@ def test_streamed_completion_equals_the_whole_one(server):
     assert all(c.usage is None for c in chunks[:-1])
 
 
+@pytest.mark.slow
 def test_stop_string_cuts_the_text_streamed_and_not(server):
     client = server.client()
     whole = greedy(client).choices[0].text

@@ -28,6 +28,7 @@ def bench(server, tmp_path, *args: str):
     return CliRunner().invoke(app, args)
 
 
+@pytest.mark.slow
 def test_bench_over_http_spreads_requests_over_tenants_and_summarizes_them(server, tmp_path):
     before = server.call(tenant_counts)
     keys = [f"--api-key={t}={server.keys[t]}" for t in ("alice", "bob")]
@@ -48,6 +49,7 @@ def test_bench_over_http_spreads_requests_over_tenants_and_summarizes_them(serve
     assert all(t["num_completed"] == 3 for t in summary["tenants"].values())
 
 
+@pytest.mark.slow
 def test_bench_over_http_counts_429s_as_rejections(server, tmp_path):
     result = bench(server, tmp_path, f"--api-key=tight={server.keys['tight']}")
     assert result.exit_code == 0, result.output
@@ -71,6 +73,7 @@ def test_http_replay_sees_every_token_and_the_arrival_schedule(server):
         assert row["arrival_s"] <= row["first_token_s"] <= row["finish_s"]
 
 
+@pytest.mark.slow
 def test_bench_url_bad_input_is_one_line(server, tmp_path):
     result = CliRunner().invoke(app, ["--root", str(tmp_path), *BENCH, "--api-key", "k"])
     assert result.exit_code == 2 and "--api-key needs --url" in result.stderr

@@ -102,6 +102,7 @@ def test_chat_streams_from_the_callback_after_its_role_chunk(server, direct_writ
     assert content == result["choices"][0]["message"]["content"]
 
 
+@pytest.mark.slow
 def test_stop_strings_and_logprobs_keep_the_awaited_path(server, direct_writes):
     stream_events(server, "/v1/completions", completion_body(stop=["never-appears"]))
     stream_events(server, "/v1/completions", completion_body(logprobs=0))

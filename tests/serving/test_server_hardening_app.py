@@ -47,6 +47,7 @@ def test_ready_loops_share_one_golden_check_run_at_the_lowest_tier(server):
     assert engine == (HEALTH_TENANT, HEALTH_PRIORITY)  # below every tenant's tier
 
 
+@pytest.mark.slow
 def test_a_hung_engine_fails_readiness_within_its_timeout(server):
     state = server.state
     readiness = Readiness(cache_s=0.0, timeout_s=0.3)

@@ -44,6 +44,7 @@ def test_long_batches_are_detokenized_off_the_loop_to_the_same_text(monkeypatch,
     assert offloaded == ([len(ids) + 1] if len(ids) > OFFLOAD_EVENTS else [])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("add_bos", [True, False])
 def test_long_text_is_tokenized_off_the_loop_to_the_same_ids(monkeypatch, add_bos):
     tokenizer = Tokenizer.from_dir(default_model_path())

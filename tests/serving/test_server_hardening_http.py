@@ -27,6 +27,7 @@ def body(**fields) -> dict:
     return {"model": MODEL, "prompt": "def f():\n", "max_tokens": 4, **fields}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
 def test_top_k_past_int32_is_clamped_and_every_tenant_is_still_served(server, path):
     fields = {"top_k": 2147483648, "temperature": 1.0}

@@ -105,6 +105,7 @@ def test_serve_exits_1_when_the_engine_could_not_be_restarted(monkeypatch):
     assert "3 restarts failed" in result.output
 
 
+@pytest.mark.slow
 def test_sigterm_ends_live_requests_just_before_the_grace_period_does():
     ended = []
     engine = SimpleNamespace(fail_all=lambda message: ended.append((time.monotonic(), message)))

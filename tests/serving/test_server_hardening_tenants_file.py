@@ -7,9 +7,12 @@ from __future__ import annotations
 import os
 import stat
 
+import pytest
+
 from claimbench.serving.tenants import TenantKeys, add_tenant
 
 
+@pytest.mark.slow
 def test_a_planted_symlink_is_not_followed_and_the_mode_is_kept(tmp_path):
     path = tmp_path / "tenants.yaml"
     add_tenant(path, "alice", {})

@@ -46,6 +46,7 @@ def auth(server) -> dict[str, str]:
     return {"Authorization": f"Bearer {server.keys['alice']}"}
 
 
+@pytest.mark.slow
 def test_metrics_use_vllm_names_with_a_tenant_label(server):
     server.client("bob").completions.create(model=MODEL, prompt="y = 2", max_tokens=3)
     with server.http(tenant=None) as http:

@@ -21,6 +21,7 @@ def server():
     return shared_server()
 
 
+@pytest.mark.slow
 def test_stream_disconnect_frees_the_pages_at_once(server):
     start = free_pages(server)
     body = {"model": MODEL, "prompt": "class Parser:\n", "max_tokens": 100, "stream": True}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from engine_helpers import tiny_engine
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -22,6 +23,7 @@ def iteration_tokens(metrics: ServerMetrics) -> tuple[float, float]:
     raise AssertionError("vllm:iteration_tokens_total is not exposed")
 
 
+@pytest.mark.slow
 def test_iteration_tokens_counts_every_step_once_across_trimmed_records():
     engine = tiny_engine()
     metrics = ServerMetrics()

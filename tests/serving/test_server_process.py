@@ -56,6 +56,7 @@ def test_frames_split_anywhere_come_out_whole():
     assert FrameReader().read(reader_end.fileno()) == ([], True)  # the writer is gone
 
 
+@pytest.mark.slow
 def test_step_events_cross_the_pipe_as_tuples_and_come_back_equal():
     events = [
         TokenEvent("req-3", 17, 0, 1.5, None),

@@ -93,6 +93,7 @@ def test_the_wait_ends_at_its_deadline_when_nobody_replaces():
     to_core.close()
 
 
+@pytest.mark.slow
 def test_the_wait_reports_the_server_gone():
     engine = StubEngine(in_flight=True, device_s=60.0)
     core, to_core, _ = stub_core(engine)

@@ -76,6 +76,7 @@ def test_over_the_rate_limit_is_429_with_retry_after(server):
         assert http.post("/v1/completions", json=body).status_code == 200
 
 
+@pytest.mark.slow
 def test_prefix_cache_is_salted_per_tenant_and_by_cache_salt(server):
     complete(server, "alice", SHARED_PREFIX + "a")
     complete(server, "alice", SHARED_PREFIX + "b")

@@ -33,6 +33,7 @@ def rendered(project: Path) -> Path:
     return project / "site"
 
 
+@pytest.mark.slow
 def test_pages_exist_and_hold_the_table(rendered):
     index = (rendered / "index.html").read_text()
     assert '<table id="claims">' in index
@@ -45,6 +46,7 @@ def test_pages_exist_and_hold_the_table(rendered):
     assert "<svg" in index  # the calibration diagram, inline
 
 
+@pytest.mark.slow
 def test_claim_page(rendered):
     page = (rendered / "claims" / "fake-pass.html").read_text()
     assert "The fake score is at least 1." in page
@@ -60,6 +62,7 @@ def test_claim_page(rendered):
     assert "outside scope: indicative" in tpu
 
 
+@pytest.mark.slow
 def test_site_is_self_contained(rendered):
     for page in [rendered / "index.html", *(rendered / "claims").iterdir()]:
         text = page.read_text()
@@ -67,6 +70,7 @@ def test_site_is_self_contained(rendered):
         assert "<?xml" not in text and "<!DOCTYPE svg" not in text
 
 
+@pytest.mark.slow
 def test_figures_with_external_refs_or_errors_are_left_out(project):
     fake = project / "experiments" / "fake.py"
     fake.write_text(
@@ -88,6 +92,7 @@ def test_figures_with_external_refs_or_errors_are_left_out(project):
     assert "figures() failed" in page and "gone" in page
 
 
+@pytest.mark.slow
 def test_charts_are_inline_svg():
     svg = charts.calibration_svg(calibration.calibration([]))
     assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")

@@ -66,6 +66,7 @@ def site(tmp_path: Path) -> Path:
     return root / "site"
 
 
+@pytest.mark.slow
 def test_claim_page_shows_each_rule(site):
     page = (site / "claims" / "victim.html").read_text()
     # The cpu run's control beside the condition, and its failed trial.

@@ -115,6 +115,7 @@ def test_claim_page_badges_scope_constant_and_replications(site):
     assert "indicative: cpu evidence, outside the scope (tpu)" in chip
 
 
+@pytest.mark.slow
 def test_runs_stored_before_provenance_read_as_unknown(site):
     page = (site / "claims" / "stored-long-ago.html").read_text()
     assert "not-run" in page

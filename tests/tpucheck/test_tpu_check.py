@@ -120,6 +120,7 @@ def test_v6e_f16_pages_alias_in_place() -> None:
     assert bucket.full_cache_copies == 0
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_a_pool_larger_than_hbm_is_an_error_naming_the_sizes() -> None:
     name, model_cfg = tpu_check.resolve_model("claimbench-tiny")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from engine_helpers import tiny_model
 from rich.console import Console
 from typer.testing import CliRunner
@@ -22,6 +23,7 @@ def _kl(model, heads, tokens) -> float:
     return float((jnp.exp(log_p) * (log_p - log_q)).sum(-1).mean())
 
 
+@pytest.mark.slow
 def test_distillation_lowers_the_exit_heads_kl() -> None:
     model = tiny_model()
     heads = ExitHeads(model, (1,))
@@ -45,6 +47,7 @@ def test_heads_round_trip(tmp_path) -> None:
     np.testing.assert_array_equal(loaded.heads[0].adapter.kernel[...], want)
 
 
+@pytest.mark.slow
 def test_train_exits_refuses_bad_input(tmp_path) -> None:
     result = CliRunner().invoke(app, ["model", "train-exits", "--model", str(tmp_path)])
     assert result.exit_code == 2 and "tokenizer" in result.output

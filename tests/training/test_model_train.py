@@ -41,6 +41,7 @@ def _stream() -> np.ndarray:
     return np.tile(np.asarray([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8], np.int32), 200)
 
 
+@pytest.mark.slow
 def test_loss_falls_on_a_learnable_stream() -> None:
     tc = TrainConfig(steps=60, batch_size=4, seq_len=24, peak_lr=1e-2, warmup_steps=5, log_every=1)
     _, losses = train_model(TINY, tc, _stream(), console=Console(quiet=True))
@@ -50,6 +51,7 @@ def test_loss_falls_on_a_learnable_stream() -> None:
     assert max(losses[-5:]) < 0.3
 
 
+@pytest.mark.slow
 def test_training_is_seeded() -> None:
     tc = TrainConfig(steps=3, batch_size=2, seq_len=8, log_every=1)
     a, losses_a = train_model(TINY, tc, _stream(), console=Console(quiet=True))
@@ -93,6 +95,7 @@ def test_draft_is_at_most_an_eighth_of_target() -> None:
     assert DRAFT_CONFIG.vocab_size == TARGET_CONFIG.vocab_size
 
 
+@pytest.mark.slow
 def test_cli_train_rejects_bad_options(tmp_path: Path) -> None:
     runner = CliRunner()
     result = runner.invoke(app, ["model", "train", "--steps", "0"])
