@@ -567,13 +567,25 @@ def make_job(args) -> Job:
     )
 
 
+def start_worker(args, job_path: Path, log: Path) -> VllmWorker | str:
+    """The vLLM worker for the job at ``job_path``, or why vLLM refused its scheduling: its
+    platform overruled it, or (async scheduling asked for) vLLM failed to start with it."""
+    try:
+        return VllmWorker(args.vllm_python, job_path, log)
+    except VllmRefused as e:
+        return str(e)
+    except RuntimeError as e:
+        if not Job.read(job_path).async_scheduling:
+            raise
+        return str(e)
+
+
 def run_pair_alternating(args, job: Job, job_path: Path, log: Path, engine) -> dict:
     """One pair, A B A B: the vLLM worker started (and warmed up) with the job's scheduling,
     ours switched to it and warmed up, then --rounds timed rounds each, taking turns."""
-    try:
-        worker = VllmWorker(args.vllm_python, job_path, log)
-    except VllmRefused as e:
-        return {"refused": str(e)}
+    worker = start_worker(args, job_path, log)
+    if isinstance(worker, str):
+        return {"refused": worker}
     rounds: dict[str, list[dict]] = {"ours": [], "vllm": []}
     settled: dict[str, list[float]] = {"ours": [], "vllm": []}  # waits before rounds
     try:
@@ -591,10 +603,9 @@ def run_pair_alternating(args, job: Job, job_path: Path, log: Path, engine) -> d
 
 def run_vllm_alone(args, job_path: Path, log: Path) -> dict:
     """vLLM's warm-up and all its rounds, then its process exits (the chips are free again)."""
-    try:
-        worker = VllmWorker(args.vllm_python, job_path, log)
-    except VllmRefused as e:
-        return {"refused": str(e)}
+    worker = start_worker(args, job_path, log)
+    if isinstance(worker, str):
+        return {"refused": worker}
     try:
         return {"rounds": {"vllm": [worker.run_round() for _ in range(args.rounds)]}}
     finally:

@@ -182,6 +182,32 @@ def test_a_refusing_vllm_worker_is_reported_not_measured(tmp_path):
     assert run == {"refused": "asked for async_scheduling=True, its cpu platform set it to False"}
 
 
+def test_a_vllm_that_fails_to_start_refused_async_scheduling_but_fails_the_off_pair(tmp_path):
+    bench = load_benchmark()
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\necho 'ValueError: no async scheduling here' >&2\nexit 1\n")
+    python.chmod(0o755)
+    args = bench.parse_args(["--vllm-python", str(python)])
+    job = bench.Job(
+        model="/models/tiny",
+        dtype="float32",
+        prompts=[[0, 5]],
+        output_len=2,
+        max_num_seqs=1,
+        max_num_batched_tokens=8,
+        max_model_len=8,
+    )
+    for on in (False, True):
+        job_path = tmp_path / f"job-{on}.json"
+        bench.dataclasses.replace(job, async_scheduling=on).write(job_path)
+        if on:
+            reason = bench.start_worker(args, job_path, tmp_path / "vllm.log")
+            assert reason.startswith("vLLM worker failed: ValueError: no async scheduling here")
+        else:
+            with pytest.raises(RuntimeError, match="no async scheduling here"):
+                bench.start_worker(args, job_path, tmp_path / "vllm.log")
+
+
 def test_the_effective_vllm_setting_is_read_from_its_engine_config():
     from types import SimpleNamespace as NS
 
