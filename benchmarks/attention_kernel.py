@@ -18,8 +18,10 @@ is enough pools that the others' KV read between two uses of one is at least twi
 
 On CPU the decode kernel is measured against a read ceiling: a STREAM-like sum of floats
 (kernels/native_bandwidth.py) over the same number of bytes as the decode-only step's KV,
-in the same rotation over --layers buffers, on one and on two threads. Reported: the read
-GB/s of each, the native decode kernel's KV bytes/s, and that as a fraction of each.
+over --layers buffers in the same rotation, on one and on two threads, timed call by call
+beside the kernel (kernel, 1-thread read, 2-thread read, next pool) so both see the same
+load on the host. Reported: the read GB/s of each (medians), the native decode kernel's KV
+bytes/s (the KV bytes over its median time), and that as a fraction of each.
 
 JAX's shipped kernel (jax.experimental.pallas.ops.tpu.ragged_paged_attention) attends
 only: it does not write the new KV, takes the same interleaved page layout, and has no
@@ -136,43 +138,50 @@ def min_bytes_moved(args, q, md: AttentionMetadata) -> int:
     return (kv_rows + new_rows) * kv_row_bytes(args) + 2 * q.size * q.dtype.itemsize
 
 
+def timed_call(fn, step: list, *, carry_cache: bool) -> float:
+    """Seconds of one ``fn(*step)`` to its result; a returned cache is fed back to ``step``."""
+    start = time.perf_counter()
+    out = fn(*step)
+    jax.block_until_ready(out)
+    seconds = time.perf_counter() - start
+    if carry_cache:
+        step[3] = out[1]  # the donated cache comes back as that layer's next input
+    return seconds
+
+
 def median_seconds(fn, layers: list[list], iters: int, *, carry_cache: bool) -> float:
     """Median wall time of ``fn(*step)`` over ``iters`` calls, call i on layer i's step in
-    turn, after one warm-up call on each layer; a returned cache is fed back to its layer."""
-
-    def call(step: list):
-        out = fn(*step)
-        jax.block_until_ready(out)
-        if carry_cache:
-            step[3] = out[1]  # the donated cache comes back as that layer's next input
-
+    turn, after one warm-up call on each layer."""
     for step in layers:
-        call(step)
-    times = []
-    for i in range(iters):
-        start = time.perf_counter()
-        call(layers[i % len(layers)])
-        times.append(time.perf_counter() - start)
+        timed_call(fn, step, carry_cache=carry_cache)
+    times = [timed_call(fn, layers[i % len(layers)], carry_cache=carry_cache) for i in range(iters)]
     return float(np.median(times))
+
+
+def decode_against_ceiling(fn, layers: list[list], kv_bytes: int, iters: int):
+    """The decode kernel timed call by call with the read ceiling beside it: iteration i calls
+    the kernel on layer i's pool, then sums buffer i (of as many, each ``kv_bytes`` of random
+    f32) on each of CEILING_THREADS threads, so both see the same load on the host.
+    (median seconds of the kernel, {threads: median read bytes/s})."""
+    rng = np.random.default_rng(0)
+    # Random values: pages of zeros may all map the one zero page, which stays in cache.
+    buffers = [rng.random(max(1, kv_bytes // 4), np.float32) for _ in layers]
+    for step, buffer in zip(layers, buffers, strict=True):  # warm-up; faults the pages in
+        timed_call(fn, step, carry_cache=True)
+        for threads in CEILING_THREADS:
+            native_bandwidth.read_sum(buffer, threads)
+    times, rates = [], {t: [] for t in CEILING_THREADS}
+    for i in range(iters):
+        times.append(timed_call(fn, layers[i % len(layers)], carry_cache=True))
+        buffer = buffers[i % len(buffers)]
+        for threads in CEILING_THREADS:
+            rates[threads].append(buffer.nbytes / native_bandwidth.read_sum(buffer, threads)[1])
+    return float(np.median(times)), {t: float(np.median(r)) for t, r in rates.items()}
 
 
 def auto_layers(kv_bytes: int, l3_bytes: int) -> int:
     """Pools enough that the others' KV between two uses of one is >= twice the L3."""
     return min(MAX_LAYERS, 1 + max(1, math.ceil(2 * l3_bytes / max(kv_bytes, 1))))
-
-
-def read_ceiling(args, kv_bytes: int) -> dict:
-    """The native read's GB/s over ``kv_bytes`` per call, --layers buffers in turn, on each of
-    CEILING_THREADS threads; {"unavailable": reason} where the native read cannot run."""
-    reason = native_bandwidth.unavailable_reason()
-    if reason is not None:
-        return {"unavailable": reason}
-    count = max(1, kv_bytes // 4)
-    # Random values: pages of zeros could be mapped to one shared zero page and read from cache.
-    rng = np.random.default_rng(0)
-    buffers = [rng.random(count, np.float32) for _ in range(args.layers)]
-    rates = {t: native_bandwidth.read_ceiling(buffers, t, args.iters) for t in CEILING_THREADS}
-    return {"bytes": count * 4, "gb_per_s": {str(t): r / 1e9 for t, r in rates.items()}}
 
 
 def implementations(args, on_tpu: bool):
@@ -279,11 +288,18 @@ def main(argv: list[str] | None = None) -> None:
     args.layers = args.layers or auto_layers(decode_kv_bytes, l3_bytes)
     chip, bytes_per_s = spec_bandwidth()
     results = []
+    # Off TPU the ceiling is measured beside the native decode kernel, where there is one.
+    reason = native_attention.unavailable_reason() or "the native decode kernel was not timed"
+    ceiling = None if on_tpu else {"unavailable": reason}
     for seed, (batch, (q_lens, kv_lens)) in enumerate(batches.items()):
         for name, fn, carry in implementations(args, on_tpu):
             layers = build_layers(args, q_lens, kv_lens, seed)  # fresh: donated caches are gone
             moved = min_bytes_moved(args, layers[0][0], layers[0][4])
-            seconds = median_seconds(fn, layers, args.iters, carry_cache=carry)
+            if (batch, name) == ("decode-only", "native"):
+                seconds, rates = decode_against_ceiling(fn, layers, decode_kv_bytes, args.iters)
+                ceiling = ceiling_result(decode_kv_bytes, seconds, rates)
+            else:
+                seconds = median_seconds(fn, layers, args.iters, carry_cache=carry)
             del layers
             achieved = moved / seconds
             results.append(
@@ -291,14 +307,6 @@ def main(argv: list[str] | None = None) -> None:
                      bytes_moved=moved, gb_per_s=achieved / 1e9, chip=chip,
                      pct_of_spec=None if bytes_per_s is None else 100 * achieved / bytes_per_s)
             )  # fmt: skip
-    ceiling = None if on_tpu else read_ceiling(args, decode_kv_bytes)
-    native = next(
-        (r for r in results if (r["batch"], r["impl"]) == ("decode-only", "native")), None
-    )
-    if ceiling is not None and native is not None and "gb_per_s" in ceiling:
-        kv_gb_per_s = decode_kv_bytes / (native["ms"] / 1e3) / 1e9
-        ceiling["native_decode_kv_gb_per_s"] = kv_gb_per_s
-        ceiling["fraction"] = {t: kv_gb_per_s / r for t, r in ceiling["gb_per_s"].items()}
     rotation = dict(layers=args.layers, decode_kv_bytes=decode_kv_bytes, l3_bytes=l3_bytes)
     host = None if on_tpu else host_description()
     if args.json:
@@ -324,21 +332,32 @@ def main(argv: list[str] | None = None) -> None:
         print(ceiling_report(ceiling))
 
 
+def ceiling_result(kv_bytes: int, seconds: float, rates: dict[int, float]) -> dict:
+    """The read ceiling's GB/s on each thread count, the decode kernel's KV GB/s (the step's KV
+    bytes over its median time) and that as a fraction of each."""
+    kv_gb_per_s = kv_bytes / seconds / 1e9
+    return {
+        "bytes": kv_bytes,
+        "gb_per_s": {str(t): r / 1e9 for t, r in rates.items()},
+        "native_decode_kv_gb_per_s": kv_gb_per_s,
+        "fraction": {str(t): kv_gb_per_s * 1e9 / r for t, r in rates.items()},
+    }
+
+
 def ceiling_report(ceiling: dict) -> str:
     """The read ceiling and the native decode kernel's KV rate as a fraction of it."""
     if "unavailable" in ceiling:
         return f"read ceiling: not measured ({ceiling['unavailable']})"
-    lines = [f"read ceiling over the decode-only KV bytes ({ceiling['bytes'] / 1e6:.1f} MB):"]
-    kv = ceiling.get("native_decode_kv_gb_per_s")
+    kv = ceiling["native_decode_kv_gb_per_s"]
+    lines = [
+        f"read ceiling over the decode-only KV bytes ({ceiling['bytes'] / 1e6:.1f} MB a call), "
+        "timed call by call beside the native decode kernel:"
+    ]
     for threads, rate in ceiling["gb_per_s"].items():
-        line = f"  {threads} thread{'s' if threads != '1' else ' '} {rate:8.1f} GB/s"
-        if kv is not None:
-            line += (
-                f"   native decode {kv:.1f} GB/s of KV = {ceiling['fraction'][threads]:.2f} of it"
-            )
-        lines.append(line)
-    if kv is None:
-        lines.append("  (no native decode timed here: no fraction)")
+        lines.append(
+            f"  {threads} thread{'s' if threads != '1' else ' '} {rate:8.1f} GB/s   native "
+            f"decode {kv:.1f} GB/s of KV = {ceiling['fraction'][threads]:.2f} of it"
+        )
     return "\n".join(lines)
 
 

@@ -2,10 +2,10 @@
 
 Decode attention reads every KV row of a step once, so its speed is bounded by how fast the
 host can read that many bytes. ``read_sum`` sums an f32 array on 1, 2, ... threads and says
-how long the reads took; ``read_ceiling`` times it over several distinct buffers in turn, so
-that each read comes from memory and not from a cache the previous read filled, as each
-layer of the engine reads its own KV pool. benchmarks/attention_kernel.py reports the
-decode kernel's bytes/s as a fraction of it.
+how long the reads took. benchmarks/attention_kernel.py times it over as many bytes as a
+decode step's KV, several buffers in turn (so each read comes from memory, as each layer of
+the engine reads its own KV pool), and reports the decode kernel's bytes/s as a fraction of
+it; ``last_level_cache_bytes`` tells it how many buffers that takes.
 """
 
 from __future__ import annotations
@@ -60,21 +60,6 @@ def read_sum(data: np.ndarray, threads: int) -> tuple[float, float]:
     seconds = ctypes.c_double()
     total = _read_sum_fn()(data.ctypes.data, data.size, threads, ctypes.byref(seconds))
     return float(total), seconds.value
-
-
-def read_ceiling(buffers: list[np.ndarray], threads: int, iters: int) -> float:
-    """Median bytes/s of ``iters`` reads, each of the next buffer in turn (after one untimed
-    pass over all of them, which faults their pages in)."""
-    if not buffers or iters < 1:
-        raise ValueError(f"need buffers and iters >= 1, got {len(buffers)} and {iters}")
-    for buffer in buffers:
-        read_sum(buffer, threads)
-    rates = []
-    for i in range(iters):
-        buffer = buffers[i % len(buffers)]
-        _, seconds = read_sum(buffer, threads)
-        rates.append(buffer.nbytes / seconds)
-    return float(np.median(rates))
 
 
 def last_level_cache_bytes() -> int:
