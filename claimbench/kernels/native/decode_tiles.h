@@ -16,6 +16,10 @@
 #include <cstring>
 #include <limits>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include "vec_math.h"
 
 namespace claimbench {
@@ -23,6 +27,14 @@ namespace claimbench {
 typedef float Vec8 __attribute__((vector_size(8 * sizeof(float))));
 typedef float Vec4 __attribute__((vector_size(4 * sizeof(float))));
 
+// The sum of a vector's lanes, in registers. Written as halves copied out with memcpy, GCC 12
+// stored each score's vector to the stack and reloaded its halves (twice per token and query in
+// the score pass). With AVX-512's own reduction, on one core of a 2-core Zen 4 host (the kernel
+// alone, 64 sequences of 200-640 tokens, 27 MB of f32 KV in random page order, alternating call
+// by call): 0.88-0.94 of the time (four runs), 0.90 with the pages in L1.
+#if defined(__AVX512F__)
+inline float HorizontalSum(Vec16 v) { return _mm512_reduce_add_ps(reinterpret_cast<__m512>(v)); }
+#else
 inline float HorizontalSum(Vec16 v) {
   Vec8 lo, hi;
   std::memcpy(&lo, &v, sizeof(lo));
@@ -34,6 +46,7 @@ inline float HorizontalSum(Vec16 v) {
   const Vec4 b = a_lo + a_hi;
   return (b[0] + b[2]) + (b[1] + b[3]);
 }
+#endif
 
 inline Vec16 LoadVec(const float* p) {
   Vec16 v;
