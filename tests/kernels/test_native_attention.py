@@ -100,15 +100,16 @@ def test_the_kernel_builds_here():
 LENS = [1, PAGE_SIZE, PAGE_SIZE + 1, 2 * PAGE_SIZE - 1, PAGE_SIZE * PAGES_PER_SEQ, 7]
 
 
-@pytest.fixture(params=["tiled", "general"])
+@pytest.fixture(params=["tiled", "tiled-query", "general"])
 def decode_path(request, monkeypatch):
-    """Each decode loop forced in turn: head_dim 64 and 128 take the specialized (tiled) one
-    where it pays (AVX-512) and the general one elsewhere; other head_dims always the general."""
+    """Each decode loop forced in turn: head_dim 64 and 128 take a specialized one, the tiled
+    loop (all of a KV head's queries in registers; the default with AVX-512) or the tiled-query
+    loop (one query at a time; the default elsewhere); other head_dims always the general."""
     monkeypatch.setenv("CLAIMBENCH_NATIVE_DECODE", request.param)
     return request.param
 
 
-# head_dim 16 takes the general decode loop, 64 the specialized one (native/decode_tiles.h).
+# head_dim 16 takes the general decode loop, 64 the specialized ones (native/decode_tiles.h).
 @pytest.mark.slow
 @pytest.mark.parametrize("storage", ["f32", "f16", "bf16", "bf16-bits", "int8", "fp8", "fp8-bits"])
 @pytest.mark.parametrize("head_dim", [16, 64])

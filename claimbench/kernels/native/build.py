@@ -3,7 +3,8 @@
 The shared library is built once per source, compiler and machine into
 ``$CLAIMBENCH_NATIVE_DIR`` (default ``~/.cache/claimbench/native``), written
 under a temporary name and renamed into place, so concurrent first uses never
-load a half-written file. ``CLAIMBENCH_NATIVE=0`` turns the native kernels off.
+load a half-written file. ``CLAIMBENCH_NATIVE=0`` turns the native kernels off;
+``CLAIMBENCH_NATIVE_MARCH`` replaces ``-march=native`` (``compile_flags``).
 Failures are reported as ``NativeUnavailable`` with a one-line reason and the
 engine falls back to its XLA path.
 """
@@ -31,6 +32,19 @@ FLAGS = (
     "-fno-math-errno",
     "-fopenmp-simd",
 )
+
+
+MARCH_ENV = "CLAIMBENCH_NATIVE_MARCH"
+
+
+def compile_flags() -> tuple[str, ...]:
+    """FLAGS, with ``-march=$CLAIMBENCH_NATIVE_MARCH`` in place of ``-march=native`` when that
+    is set: ``znver3`` (or ``x86-64-v3``) builds the AVX2 kernels on an AVX-512 host, so that
+    both can be measured on one machine."""
+    march = os.environ.get(MARCH_ENV)
+    if not march:
+        return FLAGS
+    return tuple(f"-march={march}" if flag == "-march=native" else flag for flag in FLAGS)
 
 
 class NativeUnavailable(RuntimeError):
@@ -70,7 +84,8 @@ def library_path() -> Path:
     key = hashlib.sha256()
     for name in SOURCES + HEADERS:
         key.update((SOURCE_DIR / name).read_bytes())
-    key.update(" ".join((compiler, *FLAGS, include, _cpu_signature())).encode())
+    flags = compile_flags()
+    key.update(" ".join((compiler, *flags, include, _cpu_signature())).encode())
     target = cache_dir() / key.hexdigest()[:16] / "libclaimbench_native.so"
     if target.exists():
         return target
@@ -78,7 +93,7 @@ def library_path() -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     sources = [str(SOURCE_DIR / name) for name in SOURCES]
-    cmd = [compiler, *FLAGS, f"-I{include}", *sources, "-o", tmp]
+    cmd = [compiler, *flags, f"-I{include}", *sources, "-o", tmp]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as e:

@@ -6,7 +6,8 @@
 // page, not once per token. Scores are a dot product per token and query,
 // reduced across lanes at the end; the softmax is rescaled once per page (online softmax).
 // Rows are read in place from f32 pages (`stride` floats apart) or from a page's rows
-// dequantized once into a tile.
+// dequantized once into a tile. HeadState is sized for AVX-512's 32 registers; QueryState, for
+// targets with 16 (AVX2), attends a head's queries one at a time.
 
 #ifndef CLAIMBENCH_DECODE_TILES_H_
 #define CLAIMBENCH_DECODE_TILES_H_
@@ -16,7 +17,7 @@
 #include <cstring>
 #include <limits>
 
-#if defined(__AVX512F__)
+#if defined(__AVX__)
 #include <immintrin.h>
 #endif
 
@@ -47,6 +48,31 @@ inline float HorizontalSum(Vec16 v) {
   return (b[0] + b[2]) + (b[1] + b[3]);
 }
 #endif
+
+// The same for 8 lanes (one AVX2 register; QueryState's dots there).
+#if defined(__AVX__)
+inline float HorizontalSum(Vec8 v) {
+  const __m256 x = reinterpret_cast<__m256>(v);
+  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+  const Vec4 b = reinterpret_cast<Vec4>(h);
+  return (b[0] + b[2]) + (b[1] + b[3]);
+}
+#else
+inline float HorizontalSum(Vec8 v) {
+  Vec4 lo, hi;
+  std::memcpy(&lo, &v, sizeof(lo));
+  std::memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof(lo), sizeof(hi));
+  const Vec4 b = lo + hi;
+  return (b[0] + b[2]) + (b[1] + b[3]);
+}
+#endif
+
+template <typename V>
+inline V Load(const float* p) {
+  V v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
 
 inline Vec16 LoadVec(const float* p) {
   Vec16 v;
@@ -166,6 +192,92 @@ struct HeadState {
     for (int g = 0; g < G; ++g) {
       const float inv = 1.0f / (l[g] > 1e-30f ? l[g] : 1e-30f);
       for (int c = 0; c < kChunks; ++c) StoreVec(out + g * D + c * kLanes, acc[g][c] * inv);
+    }
+  }
+};
+
+// The online-softmax state of one KV head's G queries, attended one query at a time with
+// vectors one register wide (kRegLanes): for targets with 16 vector registers (AVX2), where
+// HeadState's G queries and accumulators (20 of AVX-512's 32 registers at D = 64, G = 2)
+// would spill. A query's score pass holds its D / kRegLanes query vectors and two partial
+// dots; its value pass, its accumulators; the G passes over a page's rows after the first
+// read them from L1.
+template <int D, int G>
+struct QueryState {
+  static constexpr int kChunks = D / kRegLanes;
+  // The value pass's accumulators held at once: at most 8 of the 16 registers.
+  static constexpr int kPart = kChunks < 8 ? kChunks : 8;
+  VecR q[G][kChunks];    // queries, pre-multiplied by the softmax scale
+  VecR acc[G][kChunks];  // unnormalized output
+  float m[G], l[G];      // running max and sum of exponentials
+
+  void Init(const float* queries, float sm_scale) {
+    for (int g = 0; g < G; ++g) {
+      for (int c = 0; c < kChunks; ++c) {
+        q[g][c] = Load<VecR>(queries + g * D + c * kRegLanes) * sm_scale;
+        acc[g][c] = VecR{};
+      }
+      m[g] = -std::numeric_limits<float>::infinity();
+      l[g] = 0.0f;
+    }
+  }
+
+  // HeadState::Attend's contract. The prefetches ride on the first query's 2n token passes.
+  void Attend(const float* k, const float* v, int64_t row_stride, int64_t n, float soft_cap,
+              float* scores, int64_t score_stride, const char* ahead = nullptr,
+              int64_t ahead_lines = 0) {
+    for (int g = 0; g < G; ++g) {
+      float* s = scores + g * score_stride;
+      VecR qg[kChunks];  // a local copy stays in registers: `s` may alias the members
+      for (int c = 0; c < kChunks; ++c) qg[c] = q[g][c];
+      for (int64_t t = 0; t < n; ++t) {
+        ahead = PrefetchLines(ahead, ahead_lines);
+        const float* kt = k + t * row_stride;
+        // Two partial dots: half the multiply-add chain's length.
+        VecR dot[2] = {qg[0] * Load<VecR>(kt), VecR{}};
+        if (kChunks > 1) dot[1] = qg[1] * Load<VecR>(kt + kRegLanes);
+        for (int c = 2; c < kChunks; ++c) dot[c % 2] += qg[c] * Load<VecR>(kt + c * kRegLanes);
+        s[t] = HorizontalSum(dot[0] + dot[1]);
+      }
+      if (soft_cap > 0.0f) {
+        for (int64_t t = 0; t < n; ++t) s[t] = soft_cap * std::tanh(s[t] / soft_cap);
+      }
+      float page_max = s[0];
+      for (int64_t t = 1; t < n; ++t) page_max = s[t] > page_max ? s[t] : page_max;
+      const int64_t padded = (n + kLanes - 1) / kLanes * kLanes;
+      for (int64_t t = n; t < padded; ++t) s[t] = -std::numeric_limits<float>::infinity();
+      const float m_new = m[g] > page_max ? m[g] : page_max;
+      const float rescale = std::exp(m[g] - m_new);
+      Vec16 sum = {};
+      for (int64_t c = 0; c < padded; c += kLanes) {
+        const Vec16 e = Exp16(LoadVec(s + c) - m_new);
+        StoreVec(s + c, e);
+        sum += e;
+      }
+      l[g] = l[g] * rescale + HorizontalSum(sum);
+      m[g] = m_new;
+      for (int part = 0; part < kChunks; part += kPart) {
+        VecR a[kPart];
+        for (int c = 0; c < kPart; ++c) a[c] = acc[g][part + c] * rescale;
+        for (int64_t t = 0; t < n; ++t) {
+          if (part == 0) ahead = PrefetchLines(ahead, ahead_lines);
+          const float* vt = v + t * row_stride + part * kRegLanes;
+          const float w = s[t];
+          for (int c = 0; c < kPart; ++c) a[c] += w * Load<VecR>(vt + c * kRegLanes);
+        }
+        for (int c = 0; c < kPart; ++c) acc[g][part + c] = a[c];
+      }
+      if (g == 0) ahead_lines = 0;
+    }
+  }
+
+  void Store(float* out) const {
+    for (int g = 0; g < G; ++g) {
+      const float inv = 1.0f / (l[g] > 1e-30f ? l[g] : 1e-30f);
+      for (int c = 0; c < kChunks; ++c) {
+        const VecR o = acc[g][c] * inv;
+        std::memcpy(out + g * D + c * kRegLanes, &o, sizeof(o));
+      }
     }
   }
 };

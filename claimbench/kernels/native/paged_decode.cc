@@ -136,10 +136,11 @@ void AttendSequence(const Decode& p, int64_t seq) {
 }
 
 // The specialized path (decode_tiles.h): page by page, each KV head's G queries attend the
-// page with their state in registers. A page is read whole and in order (all heads of a token
+// page with their state in registers (State: HeadState, all G at once, or QueryState, one at a
+// time). A page is read whole and in order (all heads of a token
 // are adjacent), and the next one is prefetched meanwhile; pages not stored as f32 are
 // dequantized one page and head at a time into a tile.
-template <int D, int G>
+template <int D, int G, template <int, int> class State>
 void AttendSequenceTiled(const Decode& p, int64_t seq) {
   const PagedKV& kv = p.kv;
   const int64_t page_size = kv.page_size, rows = kv.rows, num_kv_heads = rows / 2;
@@ -160,7 +161,7 @@ void AttendSequenceTiled(const Decode& p, int64_t seq) {
   float* v_tile = k_tile + page_size * D;
   const int64_t page_bytes = page_size * kv.token_bytes();
   const char* page_base = static_cast<const char*>(kv.pages);
-  std::vector<HeadState<D, G>> states(num_kv_heads);
+  std::vector<State<D, G>> states(num_kv_heads);
   for (int64_t h = 0; h < num_kv_heads; ++h) {
     states[h].Init(p.q + (seq * p.num_q_heads + h * G) * D, p.sm_scale);
   }
@@ -208,45 +209,63 @@ void AttendSequenceTiled(const Decode& p, int64_t seq) {
 
 using AttendFn = void (*)(const Decode&, int64_t);
 
-template <int D>
+template <int D, template <int, int> class State>
 AttendFn PickGroup(int64_t group) {
   switch (group) {
-    case 1: return AttendSequenceTiled<D, 1>;
-    case 2: return AttendSequenceTiled<D, 2>;
-    case 4: return AttendSequenceTiled<D, 4>;
-    case 8: return AttendSequenceTiled<D, 8>;
+    case 1: return AttendSequenceTiled<D, 1, State>;
+    case 2: return AttendSequenceTiled<D, 2, State>;
+    case 4: return AttendSequenceTiled<D, 4, State>;
+    case 8: return AttendSequenceTiled<D, 8, State>;
     default: return AttendSequence;
   }
 }
 
-// The tiled kernels keep a KV head's queries and accumulators in vector registers (D = 64,
-// G = 2: 20 512-bit ones). AVX-512 has 32 such registers; with AVX2's 16 of 256 bits every
-// Vec16 takes two and the state spills, and the tiled loop is slower than the general one
-// (Zen 3, benchmarks/attention_kernel.py decode-heavy f32: 6.3 ms against 3.9 ms), so
-// without AVX-512 the general loop is taken. CLAIMBENCH_NATIVE_DECODE=tiled or =general
-// overrides the choice (the tests run both paths on every host).
+// HeadState keeps a KV head's queries and accumulators in vector registers (D = 64, G = 2: 20
+// 512-bit ones). AVX-512 has 32 such registers; with AVX2's 16 of 256 bits every Vec16 takes
+// two and the state spills: that loop was slower than the general one (Zen 3,
+// benchmarks/attention_kernel.py decode-heavy f32: 6.3 ms against 3.9 ms). QueryState attends
+// one query at a time with vectors one register wide, and there it pays: built for AVX2
+// (CLAIMBENCH_NATIVE_MARCH=znver3) on a 2-core Zen 4 host, one core, 27 MB of f32 KV a call in
+// random page order, alternating call by call: 0.70 of the general loop's time at D = 64 and
+// 0.83 at D = 128 (0.55 and 0.59 with the pages in L2); through XLA with both threads, 0.74.
+// With AVX-512, HeadState stays: QueryState took 1.13-1.15 of its time. So the default is
+// HeadState with AVX-512, QueryState elsewhere; CLAIMBENCH_NATIVE_DECODE=tiled, =tiled-query or
+// =general forces one (the tests run all three on every host).
 #if defined(__AVX512F__)
 constexpr bool kTiledByDefault = true;
 #else
 constexpr bool kTiledByDefault = false;
 #endif
 
-bool UseTiled() {
+enum class Loop { kTiled, kTiledQuery, kGeneral };
+
+Loop ChosenLoop() {
   const char* forced = std::getenv("CLAIMBENCH_NATIVE_DECODE");
-  if (forced == nullptr || *forced == '\0') return kTiledByDefault;
-  if (std::strcmp(forced, "tiled") == 0) return true;
-  if (std::strcmp(forced, "general") == 0) return false;
-  return kTiledByDefault;
+  const Loop fallback = kTiledByDefault ? Loop::kTiled : Loop::kTiledQuery;
+  if (forced == nullptr || *forced == '\0') return fallback;
+  if (std::strcmp(forced, "tiled") == 0) return Loop::kTiled;
+  if (std::strcmp(forced, "tiled-query") == 0) return Loop::kTiledQuery;
+  if (std::strcmp(forced, "general") == 0) return Loop::kGeneral;
+  return fallback;
+}
+
+template <template <int, int> class State>
+AttendFn PickHeadDim(int64_t head_dim, int64_t group) {
+  switch (head_dim) {
+    case 64: return PickGroup<64, State>(group);
+    case 128: return PickGroup<128, State>(group);
+    default: return AttendSequence;
+  }
 }
 
 // The specialized kernel for this shape where it pays here, else the general one.
 AttendFn PickAttend(int64_t head_dim, int64_t group) {
-  if (!UseTiled()) return AttendSequence;
-  switch (head_dim) {
-    case 64: return PickGroup<64>(group);
-    case 128: return PickGroup<128>(group);
-    default: return AttendSequence;
+  switch (ChosenLoop()) {
+    case Loop::kTiled: return PickHeadDim<HeadState>(head_dim, group);
+    case Loop::kTiledQuery: return PickHeadDim<QueryState>(head_dim, group);
+    case Loop::kGeneral: return AttendSequence;
   }
+  return AttendSequence;
 }
 
 ffi::Error PagedDecodeImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::AnyBuffer pages,
