@@ -207,6 +207,7 @@ struct QueryState {
   static constexpr int kChunks = D / kRegLanes;
   // The value pass's accumulators held at once: at most 8 of the 16 registers.
   static constexpr int kPart = kChunks < 8 ? kChunks : 8;
+  static_assert(D % kRegLanes == 0 && kChunks % kPart == 0, "whole vectors, whole parts");
   VecR q[G][kChunks];    // queries, pre-multiplied by the softmax scale
   VecR acc[G][kChunks];  // unnormalized output
   float m[G], l[G];      // running max and sum of exponentials
