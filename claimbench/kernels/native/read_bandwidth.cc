@@ -9,8 +9,10 @@
 // load can be dropped by the compiler. The f32 lanes are added into a double after each
 // block of kBlock floats, so a long array's sum keeps its precision.
 //
-// Threads are started before the clock runs and released together; the time is from
-// their release to the last one's finish, so it holds the reads and not thread creation.
+// Threads are started before the clock runs and released together once every one of them
+// is running; the time is from their release to the last one's finish, so it holds the
+// reads and neither thread creation nor a helper scheduled late (on a virtual machine a
+// sleeping core can take a few hundred microseconds to wake, a good part of one read).
 
 #include <algorithm>
 #include <atomic>
@@ -62,6 +64,7 @@ extern "C" double ClaimbenchReadSum(const float* data, int64_t n, int32_t thread
   const int64_t per_thread = (groups + num_threads - 1) / num_threads * claimbench::kLanes;
   std::vector<Partial> partials(num_threads);
   std::atomic<bool> go{false};
+  std::atomic<int64_t> running{0};
   auto share = [&](int64_t t) {
     const int64_t begin = std::min(n, t * per_thread);
     const int64_t end = std::min(n, begin + per_thread);
@@ -71,10 +74,12 @@ extern "C" double ClaimbenchReadSum(const float* data, int64_t n, int32_t thread
   helpers.reserve(num_threads - 1);
   for (int64_t t = 1; t < num_threads; ++t) {
     helpers.emplace_back([&, t] {
+      running.fetch_add(1, std::memory_order_acq_rel);
       while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
       share(t);
     });
   }
+  while (running.load(std::memory_order_acquire) < num_threads - 1) std::this_thread::yield();
   const Clock::time_point start = Clock::now();
   go.store(true, std::memory_order_release);
   share(0);
