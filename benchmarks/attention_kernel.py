@@ -160,21 +160,26 @@ def median_seconds(fn, layers: list[list], iters: int, *, carry_cache: bool) -> 
 
 def decode_against_ceiling(fn, layers: list[list], kv_bytes: int, iters: int):
     """The decode kernel timed call by call with the read ceiling beside it: iteration i calls
-    the kernel on layer i's pool, then sums buffer i (of as many, each ``kv_bytes`` of random
-    f32) on each of CEILING_THREADS threads, so both see the same load on the host.
-    (median seconds of the kernel, {threads: median read bytes/s})."""
+    the kernel on layer i's pool, then, for each of CEILING_THREADS, sums that thread count's
+    buffer i (each ``kv_bytes`` of random f32), so both see the same load on the host.
+    (median seconds of the kernel, {threads: median read bytes/s}).
+
+    Each thread count has its own --layers buffers: read right after another read of the
+    same buffer, a buffer smaller than the L3 would come partly from it."""
     rng = np.random.default_rng(0)
     # Random values: pages of zeros may all map the one zero page, which stays in cache.
-    buffers = [rng.random(max(1, kv_bytes // 4), np.float32) for _ in layers]
-    for step, buffer in zip(layers, buffers, strict=True):  # warm-up; faults the pages in
+    buffers = {
+        t: [rng.random(max(1, kv_bytes // 4), np.float32) for _ in layers] for t in CEILING_THREADS
+    }
+    for i, step in enumerate(layers):  # warm-up; faults the pages in
         timed_call(fn, step, carry_cache=True)
         for threads in CEILING_THREADS:
-            native_bandwidth.read_sum(buffer, threads)
+            native_bandwidth.read_sum(buffers[threads][i], threads)
     times, rates = [], {t: [] for t in CEILING_THREADS}
     for i in range(iters):
         times.append(timed_call(fn, layers[i % len(layers)], carry_cache=True))
-        buffer = buffers[i % len(buffers)]
         for threads in CEILING_THREADS:
+            buffer = buffers[threads][i % len(layers)]
             rates[threads].append(buffer.nbytes / native_bandwidth.read_sum(buffer, threads)[1])
     return float(np.median(times)), {t: float(np.median(r)) for t, r in rates.items()}
 
