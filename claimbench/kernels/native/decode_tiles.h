@@ -100,6 +100,30 @@ inline const char* PrefetchLines(const char* from, int64_t lines) {
   return end;
 }
 
+// One query's scores of a page's n tokens, s[0, n) (room for n rounded up to kLanes):
+// soft-capped, exponentiated in place against the running max m (updated), their sum folded
+// into the running sum l. Returns the factor that rescales what was accumulated before.
+inline float PageSoftmax(float* s, int64_t n, float soft_cap, float& m, float& l) {
+  if (soft_cap > 0.0f) {
+    for (int64_t t = 0; t < n; ++t) s[t] = soft_cap * std::tanh(s[t] / soft_cap);
+  }
+  float page_max = s[0];
+  for (int64_t t = 1; t < n; ++t) page_max = s[t] > page_max ? s[t] : page_max;
+  const int64_t padded = (n + kLanes - 1) / kLanes * kLanes;
+  for (int64_t t = n; t < padded; ++t) s[t] = -std::numeric_limits<float>::infinity();
+  const float m_new = m > page_max ? m : page_max;
+  const float rescale = std::exp(m - m_new);
+  Vec16 sum = {};
+  for (int64_t c = 0; c < padded; c += kLanes) {
+    const Vec16 e = Exp16(LoadVec(s + c) - m_new);
+    StoreVec(s + c, e);
+    sum += e;
+  }
+  l = l * rescale + HorizontalSum(sum);
+  m = m_new;
+  return rescale;
+}
+
 // The online-softmax state of one KV head's G queries over one sequence.
 template <int D, int G>
 struct HeadState {
@@ -148,25 +172,7 @@ struct HeadState {
     }
     float weight_scale[G];
     for (int g = 0; g < G; ++g) {
-      float* s = scores + g * score_stride;
-      if (soft_cap > 0.0f) {
-        for (int64_t t = 0; t < n; ++t) s[t] = soft_cap * std::tanh(s[t] / soft_cap);
-      }
-      float page_max = s[0];
-      for (int64_t t = 1; t < n; ++t) page_max = s[t] > page_max ? s[t] : page_max;
-      const int64_t padded = (n + kLanes - 1) / kLanes * kLanes;
-      for (int64_t t = n; t < padded; ++t) s[t] = -std::numeric_limits<float>::infinity();
-      const float m_new = m[g] > page_max ? m[g] : page_max;
-      const float rescale = std::exp(m[g] - m_new);
-      Vec16 sum = {};
-      for (int64_t c = 0; c < padded; c += kLanes) {
-        const Vec16 e = Exp16(LoadVec(s + c) - m_new);
-        StoreVec(s + c, e);
-        sum += e;
-      }
-      l[g] = l[g] * rescale + HorizontalSum(sum);
-      m[g] = m_new;
-      weight_scale[g] = rescale;
+      weight_scale[g] = PageSoftmax(scores + g * score_stride, n, soft_cap, m[g], l[g]);
     }
     for (int g = 0; g < G; ++g) {
       if (weight_scale[g] != 1.0f) {
@@ -240,23 +246,7 @@ struct QueryState {
         for (int c = 2; c < kChunks; ++c) dot[c % 2] += qg[c] * Load<VecR>(kt + c * kRegLanes);
         s[t] = HorizontalSum(dot[0] + dot[1]);
       }
-      if (soft_cap > 0.0f) {
-        for (int64_t t = 0; t < n; ++t) s[t] = soft_cap * std::tanh(s[t] / soft_cap);
-      }
-      float page_max = s[0];
-      for (int64_t t = 1; t < n; ++t) page_max = s[t] > page_max ? s[t] : page_max;
-      const int64_t padded = (n + kLanes - 1) / kLanes * kLanes;
-      for (int64_t t = n; t < padded; ++t) s[t] = -std::numeric_limits<float>::infinity();
-      const float m_new = m[g] > page_max ? m[g] : page_max;
-      const float rescale = std::exp(m[g] - m_new);
-      Vec16 sum = {};
-      for (int64_t c = 0; c < padded; c += kLanes) {
-        const Vec16 e = Exp16(LoadVec(s + c) - m_new);
-        StoreVec(s + c, e);
-        sum += e;
-      }
-      l[g] = l[g] * rescale + HorizontalSum(sum);
-      m[g] = m_new;
+      const float rescale = PageSoftmax(s, n, soft_cap, m[g], l[g]);
       for (int part = 0; part < kChunks; part += kPart) {
         VecR a[kPart];
         for (int c = 0; c < kPart; ++c) a[c] = acc[g][part + c] * rescale;
