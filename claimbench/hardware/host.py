@@ -28,9 +28,10 @@ def isa_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
 
 
 def host_description() -> dict[str, Any]:
-    """cpu_model, vector_isa (the native kernels' build here: "avx512", "avx2" or None),
-    isa_flags (of ISA_FLAGS) and cores (usable by this process)."""
-    from claimbench.kernels.native_attention import vector_isa  # imports JAX
+    """cpu_model, vector_isa (what the native kernels here were built for: "avx512", "avx2" or
+    None; an AVX-512 host's build for CLAIMBENCH_NATIVE_MARCH=znver3 says "avx2"), isa_flags
+    (of ISA_FLAGS, the CPU's own) and cores (usable by this process)."""
+    from claimbench.kernels.native_attention import built_vector_isa  # imports JAX
 
     try:
         cores = len(os.sched_getaffinity(0))
@@ -38,7 +39,7 @@ def host_description() -> dict[str, Any]:
         cores = os.cpu_count() or 1
     return {
         "cpu_model": cpu_model(),
-        "vector_isa": vector_isa(),
+        "vector_isa": built_vector_isa(),
         "isa_flags": isa_flags(),
         "cores": cores,
     }

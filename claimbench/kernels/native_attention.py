@@ -168,6 +168,17 @@ def vector_isa() -> str | None:
     return "avx2" if {"avx2", "fma"} <= _cpu_flags() else None
 
 
+def built_vector_isa() -> str | None:
+    """The vector width the native library here was compiled for ("avx512", "avx2" or None):
+    what ``vector_isa`` says of the CPU, unless the library was built for another -march
+    (``CLAIMBENCH_NATIVE_MARCH``). Without the library, ``vector_isa()``."""
+    try:
+        bits = load_library().ClaimbenchVectorBits()
+    except NativeUnavailable:
+        return vector_isa()
+    return {512: "avx512", 256: "avx2"}.get(bits)
+
+
 def ragged_paged_attention(
     q: jax.Array,
     k: jax.Array,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from claimbench.hardware import host
 
 CPUINFO = """processor\t: 0
@@ -31,3 +33,15 @@ def test_host_description_and_its_line():
         {"cpu_model": "AMD EPYC", "vector_isa": "avx2", "isa_flags": ["avx2", "fma"], "cores": 2}
     )
     assert line == "AMD EPYC, avx2 (avx2 fma), 2 cores"
+
+
+def test_the_vector_isa_is_the_librarys_build(monkeypatch):
+    # The default build (-march=native) is for this CPU: the two agree here; a build for
+    # another -march says its own (tests/kernels/test_native_decode_march.py).
+    from claimbench.kernels import native_attention
+
+    if native_attention.unavailable_reason() is not None:
+        pytest.skip(native_attention.unavailable_reason())
+    assert native_attention.built_vector_isa() == native_attention.vector_isa()
+    monkeypatch.setattr(native_attention, "built_vector_isa", lambda: "avx2-build")
+    assert host.host_description()["vector_isa"] == "avx2-build"

@@ -46,6 +46,8 @@ from claimbench.kernels.metadata import NULL_PAGE, AttentionMetadata
 from claimbench.kernels.xla_decode import decode_attention
 
 assert native_attention.unavailable_reason() is None, native_attention.unavailable_reason()
+# The library says what it was built for, not what the CPU could run.
+assert native_attention.built_vector_isa() == "avx2", native_attention.built_vector_isa()
 rng = np.random.default_rng(0)
 page_size, pages_per_seq, num_pages = 16, 5, 64
 lens = [1, 15, 16, 17, 40, 80, 33]

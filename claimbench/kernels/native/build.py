@@ -21,7 +21,13 @@ import tempfile
 from pathlib import Path
 
 SOURCE_DIR = Path(__file__).parent
-SOURCES = ("dense.cc", "paged_decode.cc", "paged_prefill.cc", "read_bandwidth.cc")
+SOURCES = (
+    "dense.cc",
+    "paged_decode.cc",
+    "paged_prefill.cc",
+    "read_bandwidth.cc",
+    "vector_isa.cc",
+)
 HEADERS = ("decode_tiles.h", "paged_kv.h", "parallel.h", "vec_math.h")
 FLAGS = (
     "-O3",
