@@ -121,13 +121,19 @@ def _row(record: dict[str, Any]) -> HeadlineRow:
         evidence=hw.get("platform", "cpu"),
         hardware=hardware_label(hw),
         time=record["time"],
-        ours_tok_s=float(result["ours"]["mean_tok_s"]),
-        peer_tok_s=float(result["vllm"]["mean_tok_s"]),
+        ours_tok_s=_tok_s(result["ours"]),
+        peer_tok_s=_tok_s(result["vllm"]),
         ratio=float(result["ratio"]),
         model=str(result.get("model", "")),
         peer_version=str(result.get("vllm_version", "")),
         commit=(record.get("git") or {}).get("sha"),
     )
+
+
+def _tok_s(side: dict[str, Any]) -> float:
+    """A side's tokens/s as its ratio is taken: the median of the rounds (records since the
+    ratio became one of medians), else the mean older records carry."""
+    return float(side.get("median_tok_s", side["mean_tok_s"]))
 
 
 def hardware_label(hw: dict[str, Any]) -> str:

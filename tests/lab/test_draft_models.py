@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_cli_claims import invoke
+from cli_helpers import invoke
 
 from claimbench.engine.spec.draft_model import check_draft
 from claimbench.hardware.model_presets import get_preset, model_config, shape_from_config

@@ -124,3 +124,11 @@ def test_benchmark_records_a_peer_not_measured(tmp_path: Path) -> None:
         [sys.executable, str(script), "--not-measured", "x"], capture_output=True, text=True
     )
     assert alone.returncode == 2 and "--not-measured needs --store" in alone.stderr
+
+
+def test_a_ratio_of_medians_is_shown_beside_the_medians() -> None:
+    record = measured(CPU, 100.0, 50.0, 1)
+    record["result"]["ours"]["median_tok_s"] = 110.0
+    record["result"]["vllm"]["median_tok_s"] = 40.0
+    (row,) = peers.headline([record])
+    assert (row.ours_tok_s, row.peer_tok_s) == (110.0, 40.0)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import huggingface_hub
 import pytest
-from test_cli_claims import assert_one_line_error, invoke
+from cli_helpers import assert_one_line_error, invoke
 
 from claimbench.hardware.model_presets import get_preset, model_config, shape_from_config
 from claimbench.harness.project_config import load_project_config

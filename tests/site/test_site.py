@@ -24,7 +24,7 @@ EXTERNAL = re.compile(
 @pytest.fixture
 def rendered(project: Path) -> Path:
     """The fake project with two runs (fake-pass, fake-tpu), rendered to project/site."""
-    from test_cli_claims import invoke
+    from cli_helpers import invoke
 
     for claim_id in ("fake-pass", "fake-tpu"):
         assert invoke("--root", str(project), "run", "--claim", claim_id).exit_code == 0
@@ -78,7 +78,7 @@ def test_figures_with_external_refs_or_errors_are_left_out(project):
             "<text x='0' y='15'>", "<image href='https://example.org/x.png'/><text>"
         )
     )
-    from test_cli_claims import invoke
+    from cli_helpers import invoke
 
     assert invoke("--root", str(project), "run", "--claim", "fake-pass").exit_code == 0
     runs, _ = results.read_runs(project / "results")
