@@ -39,7 +39,8 @@ MOE_NAME = "claimbench-tiny-moe"
 # The topology libtpu is asked for: its smallest host-sized slice (4 chips); tp of them used.
 _TOPOLOGY = {"v5e": "v5e:2x2", "v6e": "v6e:2x2"}
 SLICE_CHIPS = 4
-# The full profile's model: the series' Llama-3.1-8B layout (model_presets), as shapes only.
+# The full profile's model where claims.yaml pins no preset (tpucheck.setup checks the pinned
+# one, qwen2.5-7b-instruct today): the series' Llama-3.1-8B layout, as shapes only.
 FULL_MODEL = "llama-3.1-8b"
 # The full profile's engine: the claims' full-profile serving shape, with a KV pool that
 # leaves a v6e room for bf16 weights (16 GB) and the step's temporaries.
