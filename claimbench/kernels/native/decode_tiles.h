@@ -124,24 +124,42 @@ inline float PageSoftmax(float* s, int64_t n, float soft_cap, float& m, float& l
   return rescale;
 }
 
-// The online-softmax state of one KV head's G queries over one sequence.
-template <int D, int G>
-struct HeadState {
-  static constexpr int kChunks = D / kLanes;
-  Vec16 q[G][kChunks];    // queries, pre-multiplied by the softmax scale
-  Vec16 acc[G][kChunks];  // unnormalized output
-  float m[G], l[G];       // running max and sum of exponentials
+// The online-softmax state of one KV head's G queries over one sequence, in vectors V of L
+// floats: what HeadState and QueryState share (they differ in how they attend a page).
+template <typename V, int L, int D, int G>
+struct SoftmaxState {
+  static constexpr int kChunks = D / L;
+  V q[G][kChunks];    // queries, pre-multiplied by the softmax scale
+  V acc[G][kChunks];  // unnormalized output
+  float m[G], l[G];   // running max and sum of exponentials
 
   void Init(const float* queries, float sm_scale) {
     for (int g = 0; g < G; ++g) {
       for (int c = 0; c < kChunks; ++c) {
-        q[g][c] = LoadVec(queries + g * D + c * kLanes) * sm_scale;
-        acc[g][c] = Vec16{};
+        q[g][c] = Load<V>(queries + g * D + c * L) * sm_scale;
+        acc[g][c] = V{};
       }
       m[g] = -std::numeric_limits<float>::infinity();
       l[g] = 0.0f;
     }
   }
+
+  void Store(float* out) const {
+    for (int g = 0; g < G; ++g) {
+      const float inv = 1.0f / (l[g] > 1e-30f ? l[g] : 1e-30f);
+      for (int c = 0; c < kChunks; ++c) {
+        const V o = acc[g][c] * inv;
+        std::memcpy(out + g * D + c * L, &o, sizeof(o));
+      }
+    }
+  }
+};
+
+// All G queries of a KV head attend each token together, in 16-lane vectors (AVX-512).
+template <int D, int G>
+struct HeadState : SoftmaxState<Vec16, kLanes, D, G> {
+  using Base = SoftmaxState<Vec16, kLanes, D, G>;
+  using Base::acc, Base::kChunks, Base::l, Base::m, Base::q;
 
   // Attend n (<= stride of `scores`, a multiple of kLanes) tokens whose K rows start at
   // `k` and V rows at `v`, `row_stride` floats from one token to the next. `scores` is
@@ -194,12 +212,6 @@ struct HeadState {
     }
   }
 
-  void Store(float* out) const {
-    for (int g = 0; g < G; ++g) {
-      const float inv = 1.0f / (l[g] > 1e-30f ? l[g] : 1e-30f);
-      for (int c = 0; c < kChunks; ++c) StoreVec(out + g * D + c * kLanes, acc[g][c] * inv);
-    }
-  }
 };
 
 // The online-softmax state of one KV head's G queries, attended one query at a time with
@@ -209,25 +221,12 @@ struct HeadState {
 // dots; its value pass, its accumulators; the G passes over a page's rows after the first
 // read them from L1.
 template <int D, int G>
-struct QueryState {
-  static constexpr int kChunks = D / kRegLanes;
+struct QueryState : SoftmaxState<VecR, kRegLanes, D, G> {
+  using Base = SoftmaxState<VecR, kRegLanes, D, G>;
+  using Base::acc, Base::kChunks, Base::l, Base::m, Base::q;
   // The value pass's accumulators held at once: at most 8 of the 16 registers.
   static constexpr int kPart = kChunks < 8 ? kChunks : 8;
   static_assert(D % kRegLanes == 0 && kChunks % kPart == 0, "whole vectors, whole parts");
-  VecR q[G][kChunks];    // queries, pre-multiplied by the softmax scale
-  VecR acc[G][kChunks];  // unnormalized output
-  float m[G], l[G];      // running max and sum of exponentials
-
-  void Init(const float* queries, float sm_scale) {
-    for (int g = 0; g < G; ++g) {
-      for (int c = 0; c < kChunks; ++c) {
-        q[g][c] = Load<VecR>(queries + g * D + c * kRegLanes) * sm_scale;
-        acc[g][c] = VecR{};
-      }
-      m[g] = -std::numeric_limits<float>::infinity();
-      l[g] = 0.0f;
-    }
-  }
 
   // HeadState::Attend's contract. The prefetches ride on the first query's 2n token passes.
   void Attend(const float* k, const float* v, int64_t row_stride, int64_t n, float soft_cap,
@@ -262,15 +261,6 @@ struct QueryState {
     }
   }
 
-  void Store(float* out) const {
-    for (int g = 0; g < G; ++g) {
-      const float inv = 1.0f / (l[g] > 1e-30f ? l[g] : 1e-30f);
-      for (int c = 0; c < kChunks; ++c) {
-        const VecR o = acc[g][c] * inv;
-        std::memcpy(out + g * D + c * kRegLanes, &o, sizeof(o));
-      }
-    }
-  }
 };
 
 }  // namespace claimbench
