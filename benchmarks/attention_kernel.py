@@ -158,30 +158,63 @@ def median_seconds(fn, layers: list[list], iters: int, *, carry_cache: bool) -> 
     return float(np.median(times))
 
 
-def decode_against_ceiling(fn, layers: list[list], kv_bytes: int, iters: int):
-    """The decode kernel timed call by call with the read ceiling beside it: iteration i calls
-    the kernel on layer i's pool, then, for each of CEILING_THREADS, sums that thread count's
-    buffer i (each ``kv_bytes`` of random f32), so both see the same load on the host.
-    (median seconds of the kernel, {threads: median read bytes/s}).
+def step_pages(step: list) -> np.ndarray:
+    """The pages a decode step reads, in the order the kernel reads them: sequence by
+    sequence, each sequence's pages in its page-table order."""
+    md = step[4]
+    page_size = step[3].pages.shape[1]
+    table, lens = np.asarray(md.page_indices), np.asarray(md.kv_lens)
+    rows = [table[s, : -(-int(n) // page_size)] for s, n in enumerate(lens)]
+    return np.concatenate(rows).astype(np.int32)
 
-    Each thread count has its own --layers buffers: read right after another read of the
-    same buffer, a buffer smaller than the L3 would come partly from it."""
+
+def decode_against_ceiling(fn, layers: list[list], kv_bytes: int, iters: int):
+    """The decode kernel timed call by call with the read ceilings beside it: iteration i
+    calls the kernel on layer i's pool, then, for each of CEILING_THREADS, sums that thread
+    count's buffer i (each ``kv_bytes`` of random f32) and reads that thread count's pool i
+    (random f32 pages of the KV pool's size) at the step's pages in the kernel's order, so all
+    see the same load on the host. (median seconds of the kernel, {threads: median contiguous
+    read bytes/s}, {threads: median paged read bytes/s}).
+
+    Each thread count has its own --layers buffers and pools: read right after another read of
+    the same memory, a buffer smaller than the L3 would come partly from it."""
     rng = np.random.default_rng(0)
     # Random values: pages of zeros may all map the one zero page, which stays in cache.
     buffers = {
         t: [rng.random(max(1, kv_bytes // 4), np.float32) for _ in layers] for t in CEILING_THREADS
     }
-    for i, step in enumerate(layers):  # warm-up; faults the pages in
-        timed_call(fn, step, carry_cache=True)
-        for threads in CEILING_THREADS:
-            native_bandwidth.read_sum(buffers[threads][i], threads)
-    times, rates = [], {t: [] for t in CEILING_THREADS}
-    for i in range(iters):
-        times.append(timed_call(fn, layers[i % len(layers)], carry_cache=True))
+    pool_pages = layers[0][3].pages
+    page_floats = pool_pages[0].nbytes // 4
+    pools = {
+        t: [rng.random((pool_pages.shape[0], page_floats), np.float32) for _ in layers]
+        for t in CEILING_THREADS
+    }
+    pages = [step_pages(step) for step in layers]
+    paged_bytes = pages[0].size * page_floats * 4
+
+    def reads(i: int, record: bool) -> None:
         for threads in CEILING_THREADS:
             buffer = buffers[threads][i % len(layers)]
-            rates[threads].append(buffer.nbytes / native_bandwidth.read_sum(buffer, threads)[1])
-    return float(np.median(times)), {t: float(np.median(r)) for t, r in rates.items()}
+            seconds = native_bandwidth.read_sum(buffer, threads)[1]
+            pool = pools[threads][i % len(layers)]
+            paged = native_bandwidth.read_pages(pool, pages[i % len(layers)], threads)[1]
+            if record:
+                rates[threads].append(buffer.nbytes / seconds)
+                paged_rates[threads].append(paged_bytes / paged)
+
+    times, rates, paged_rates = (
+        [],
+        {t: [] for t in CEILING_THREADS},
+        {t: [] for t in CEILING_THREADS},
+    )
+    for i, step in enumerate(layers):  # warm-up; faults the pages in
+        timed_call(fn, step, carry_cache=True)
+        reads(i, record=False)
+    for i in range(iters):
+        times.append(timed_call(fn, layers[i % len(layers)], carry_cache=True))
+        reads(i, record=True)
+    median = lambda r: {t: float(np.median(v)) for t, v in r.items()}  # noqa: E731
+    return float(np.median(times)), median(rates), median(paged_rates)
 
 
 def auto_layers(kv_bytes: int, l3_bytes: int) -> int:
@@ -301,8 +334,10 @@ def main(argv: list[str] | None = None) -> None:
             layers = build_layers(args, q_lens, kv_lens, seed)  # fresh: donated caches are gone
             moved = min_bytes_moved(args, layers[0][0], layers[0][4])
             if (batch, name) == ("decode-only", "native"):
-                seconds, rates = decode_against_ceiling(fn, layers, decode_kv_bytes, args.iters)
-                ceiling = ceiling_result(decode_kv_bytes, seconds, rates)
+                seconds, rates, paged = decode_against_ceiling(
+                    fn, layers, decode_kv_bytes, args.iters
+                )
+                ceiling = ceiling_result(decode_kv_bytes, seconds, rates, paged)
             else:
                 seconds = median_seconds(fn, layers, args.iters, carry_cache=carry)
             del layers
@@ -337,32 +372,45 @@ def main(argv: list[str] | None = None) -> None:
         print(ceiling_report(ceiling))
 
 
-def ceiling_result(kv_bytes: int, seconds: float, rates: dict[int, float]) -> dict:
-    """The read ceiling's GB/s on each thread count, the decode kernel's KV GB/s (the step's KV
-    bytes over its median time) and that as a fraction of each."""
+def ceiling_result(
+    kv_bytes: int, seconds: float, rates: dict[int, float], paged: dict[int, float]
+) -> dict:
+    """Each read ceiling's GB/s on each thread count (contiguous: ``gb_per_s``; the step's
+    pages in the kernel's order: ``paged_gb_per_s``), the decode kernel's KV GB/s (the step's
+    KV bytes over its median time) and that as a fraction of each."""
     kv_gb_per_s = kv_bytes / seconds / 1e9
     return {
         "bytes": kv_bytes,
         "gb_per_s": {str(t): r / 1e9 for t, r in rates.items()},
+        "paged_gb_per_s": {str(t): r / 1e9 for t, r in paged.items()},
         "native_decode_kv_gb_per_s": kv_gb_per_s,
         "fraction": {str(t): kv_gb_per_s * 1e9 / r for t, r in rates.items()},
+        "paged_fraction": {str(t): kv_gb_per_s * 1e9 / r for t, r in paged.items()},
     }
 
 
 def ceiling_report(ceiling: dict) -> str:
-    """The read ceiling and the native decode kernel's KV rate as a fraction of it."""
+    """The read ceilings and the native decode kernel's KV rate as a fraction of each."""
     if "unavailable" in ceiling:
         return f"read ceiling: not measured ({ceiling['unavailable']})"
     kv = ceiling["native_decode_kv_gb_per_s"]
     lines = [
-        f"read ceiling over the decode-only KV bytes ({ceiling['bytes'] / 1e6:.1f} MB a call), "
+        f"read ceilings over the decode-only KV bytes ({ceiling['bytes'] / 1e6:.1f} MB a call), "
         "timed call by call beside the native decode kernel:"
     ]
-    for threads, rate in ceiling["gb_per_s"].items():
-        lines.append(
-            f"  {threads} thread{'s' if threads != '1' else ' '} {rate:8.1f} GB/s   native "
-            f"decode {kv:.1f} GB/s of KV = {ceiling['fraction'][threads]:.2f} of it"
-        )
+    for name, rates, fractions in (
+        ("contiguous", ceiling["gb_per_s"], ceiling["fraction"]),
+        ("paged", ceiling["paged_gb_per_s"], ceiling["paged_fraction"]),
+    ):
+        for threads, rate in rates.items():
+            lines.append(
+                f"  {name:<10} {threads} thread{'s' if threads != '1' else ' '} {rate:8.1f} GB/s"
+                f"   native decode {kv:.1f} GB/s of KV = {fractions[threads]:.2f} of it"
+            )
+    lines.append(
+        "  (paged: the step's pages in the kernel's order, each front to back, the next one "
+        "prefetched)"
+    )
     return "\n".join(lines)
 
 

@@ -5,7 +5,11 @@ host can read that many bytes. ``read_sum`` sums an f32 array on 1, 2, ... threa
 how long the reads took. benchmarks/attention_kernel.py times it over as many bytes as a
 decode step's KV, several buffers in turn (so each read comes from memory, as each layer of
 the engine reads its own KV pool), and reports the decode kernel's bytes/s as a fraction of
-it; ``last_level_cache_bytes`` tells it how many buffers that takes.
+it; ``last_level_cache_bytes`` tells it how many buffers that takes. ``read_pages`` reads a
+pool's pages in a given order (a decode step's pages, sequence by sequence), each page front to
+back with the next one prefetched, as the decode kernel does: the host's read rate for the
+kernel's own access pattern, which on a host whose memory streams long runs faster than
+scattered pages is below the contiguous one.
 """
 
 from __future__ import annotations
@@ -37,6 +41,22 @@ def _read_sum_fn() -> ctypes._CFuncPtr:
     return fn
 
 
+@functools.cache
+def _read_pages_fn() -> ctypes._CFuncPtr:
+    lib = load_library()
+    fn = lib.ClaimbenchReadPages
+    fn.restype = ctypes.c_double
+    fn.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_int32,
+        ctypes.POINTER(ctypes.c_double),
+    ]
+    return fn
+
+
 def unavailable_reason() -> str | None:
     """None when the native read can be used here, else a one-line reason."""
     try:
@@ -59,6 +79,32 @@ def read_sum(data: np.ndarray, threads: int) -> tuple[float, float]:
         raise ValueError(f"threads must be >= 1, got {threads}")
     seconds = ctypes.c_double()
     total = _read_sum_fn()(data.ctypes.data, data.size, threads, ctypes.byref(seconds))
+    return float(total), seconds.value
+
+
+def read_pages(pool: np.ndarray, pages: np.ndarray, threads: int) -> tuple[float, float]:
+    """(sum, seconds) of reading the pages ``pool[pages[0]]``, ``pool[pages[1]]``, ... of the
+    f32[num_pages, page_floats] ``pool`` in that order on ``threads`` threads, each thread a
+    contiguous share of the list. A page listed twice is read twice."""
+    if pool.dtype != np.float32 or pool.ndim != 2 or not pool.flags.c_contiguous:
+        raise ValueError(
+            f"read_pages needs a contiguous f32[num_pages, page_floats] pool, "
+            f"got {pool.dtype}{list(pool.shape)}"
+        )
+    pages = np.ascontiguousarray(pages, np.int32)
+    if pages.ndim != 1:
+        raise ValueError(f"read_pages needs a 1-D list of page indices, got shape {pages.shape}")
+    if pages.size and (pages.min() < 0 or pages.max() >= pool.shape[0]):
+        raise ValueError(
+            f"page indices must be in [0, {pool.shape[0]}), got {pages.min()}..{pages.max()}"
+        )
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    seconds = ctypes.c_double()
+    total = _read_pages_fn()(
+        pool.ctypes.data, pool.shape[1], pages.ctypes.data, pages.size, threads,
+        ctypes.byref(seconds),
+    )  # fmt: skip
     return float(total), seconds.value
 
 

@@ -1,5 +1,6 @@
 """benchmarks/attention_kernel.py runs at a tiny size, times the XLA and native paths over rotating
-layer pools, and sets the native decode kernel against the read ceiling."""
+layer pools, and sets the native decode kernel against the read ceilings (contiguous, and the
+step's own pages in the kernel's order)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from claimbench.kernels import native_attention
@@ -68,11 +71,30 @@ def test_read_ceiling_and_the_decode_kernel_fraction_of_it():
     assert ceiling["native_decode_kv_gb_per_s"] == pytest.approx(kv_gb_per_s)
     for threads, rate in ceiling["gb_per_s"].items():
         assert ceiling["fraction"][threads] == pytest.approx(kv_gb_per_s / rate)
+    assert set(ceiling["paged_gb_per_s"]) == {"1", "2"}
+    for threads, rate in ceiling["paged_gb_per_s"].items():
+        assert ceiling["paged_fraction"][threads] == pytest.approx(kv_gb_per_s / rate)
     text = run("--kv-dtype", "f32", *TINY)
     assert text.returncode == 0, text.stderr[-2000:]
     assert "host: " in text.stdout and "2 layer pools in turn" in text.stdout
     fractions = [ln for ln in text.stdout.splitlines() if "GB/s of KV" in ln]
-    assert len(fractions) == 2 and all(" of it" in ln for ln in fractions)
+    assert len(fractions) == 4 and all(" of it" in ln for ln in fractions)
+    assert [ln.split()[0] for ln in fractions] == ["contiguous"] * 2 + ["paged"] * 2
+
+
+def test_the_paged_ceiling_reads_the_pages_a_decode_step_reads():
+    # Three sequences of 5, 16 and 17 tokens over 4-token pages: 2, 4 and 5 pages of their
+    # page-table rows, in row order; the rows' unused tails are not read.
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import attention_kernel
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    table = np.array([[9, 3, 0, 0, 0, 0], [1, 2, 8, 7, 0, 0], [4, 5, 6, 10, 11, 12]], np.int32)
+    md = SimpleNamespace(page_indices=table, kv_lens=np.array([5, 16, 17], np.int32))
+    cache = SimpleNamespace(pages=np.zeros((13, 4, 2, 8), np.float32))
+    pages = attention_kernel.step_pages([None, None, None, cache, md])
+    assert pages.tolist() == [9, 3, 1, 2, 8, 7, 4, 5, 6, 10, 11]
 
 
 @pytest.mark.slow

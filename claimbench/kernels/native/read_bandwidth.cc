@@ -9,6 +9,10 @@
 // load can be dropped by the compiler. The f32 lanes are added into a double after each
 // block of kBlock floats, so a long array's sum keeps its precision.
 //
+// The paged read sums a KV pool's pages in a given order (a decode step's pages, sequence by
+// sequence), each page front to back with the next one prefetched, as the decode kernel reads
+// them: the host's read rate for that access pattern, beside the contiguous one.
+//
 // Threads are started before the clock runs and released together once every one of them
 // is running; the time is from their release to the last one's finish, so it holds the
 // reads and neither thread creation nor a helper scheduled late (on a virtual machine a
@@ -43,33 +47,38 @@ double SumRange(const float* __restrict data, int64_t n) {
   return total;
 }
 
+// One page summed front to back while the same span of `next` (the page read after it; null
+// for none) is prefetched into the outer caches, a few lines per vector group, as the decode
+// kernel fetches its next page (decode_tiles.h, PrefetchLines).
+double SumPage(const float* __restrict page, const float* next, int64_t n) {
+  double total = 0.0;
+  float lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    if (next != nullptr) {
+      for (int64_t line = 0; line < kLanes; line += 16) __builtin_prefetch(next + i + line, 0, 1);
+    }
+#pragma omp simd
+    for (int j = 0; j < kLanes; ++j) lanes[j] += page[i + j];
+  }
+  for (; i < n; ++i) total += page[i];
+  for (int j = 0; j < kLanes; ++j) total += lanes[j];
+  return total;
+}
+
 // A thread's partial sum, on its own cache line so the threads never share one.
 struct alignas(64) Partial {
   double sum = 0.0;
 };
 
-}  // namespace
-}  // namespace claimbench
-
-// Sums data[0:n] over `threads` threads (the calling thread is one of them), each taking
-// one contiguous share; writes the seconds the reads took to *seconds. Returns the sum.
-extern "C" double ClaimbenchReadSum(const float* data, int64_t n, int32_t threads,
-                                    double* seconds) {
-  using claimbench::Partial;
+// Runs share(t) for t in [0, num_threads) on as many threads (the caller is thread 0), all
+// released together once every one is running; writes the seconds from their release to the
+// last one's end to *seconds.
+template <typename Share>
+void TimedShares(int64_t num_threads, Share share, double* seconds) {
   using Clock = std::chrono::steady_clock;
-  const int64_t num_threads = std::clamp<int64_t>(threads, 1, std::max<int64_t>(n, 1));
-  // Shares start on whole vector groups (of kLanes floats) so each one's loads stay aligned
-  // as the array's start is.
-  const int64_t groups = (n + claimbench::kLanes - 1) / claimbench::kLanes;
-  const int64_t per_thread = (groups + num_threads - 1) / num_threads * claimbench::kLanes;
-  std::vector<Partial> partials(num_threads);
   std::atomic<bool> go{false};
   std::atomic<int64_t> running{0};
-  auto share = [&](int64_t t) {
-    const int64_t begin = std::min(n, t * per_thread);
-    const int64_t end = std::min(n, begin + per_thread);
-    partials[t].sum = claimbench::SumRange(data + begin, end - begin);
-  };
   std::vector<std::thread> helpers;
   helpers.reserve(num_threads - 1);
   for (int64_t t = 1; t < num_threads; ++t) {
@@ -85,7 +94,62 @@ extern "C" double ClaimbenchReadSum(const float* data, int64_t n, int32_t thread
   share(0);
   for (std::thread& helper : helpers) helper.join();
   *seconds = std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double Total(const std::vector<Partial>& partials) {
   double total = 0.0;
   for (const Partial& p : partials) total += p.sum;
   return total;
+}
+
+}  // namespace
+}  // namespace claimbench
+
+// Sums data[0:n] over `threads` threads (the calling thread is one of them), each taking
+// one contiguous share; writes the seconds the reads took to *seconds. Returns the sum.
+extern "C" double ClaimbenchReadSum(const float* data, int64_t n, int32_t threads,
+                                    double* seconds) {
+  using claimbench::Partial;
+  const int64_t num_threads = std::clamp<int64_t>(threads, 1, std::max<int64_t>(n, 1));
+  // Shares start on whole vector groups (of kLanes floats) so each one's loads stay aligned
+  // as the array's start is.
+  const int64_t groups = (n + claimbench::kLanes - 1) / claimbench::kLanes;
+  const int64_t per_thread = (groups + num_threads - 1) / num_threads * claimbench::kLanes;
+  std::vector<Partial> partials(num_threads);
+  claimbench::TimedShares(
+      num_threads,
+      [&](int64_t t) {
+        const int64_t begin = std::min(n, t * per_thread);
+        const int64_t end = std::min(n, begin + per_thread);
+        partials[t].sum = claimbench::SumRange(data + begin, end - begin);
+      },
+      seconds);
+  return claimbench::Total(partials);
+}
+
+// Sums the pages pool[pages[0]], pool[pages[1]], ... (each `page_floats` floats; the caller
+// checks the indices) in that order over `threads` threads, each taking one contiguous share
+// of the list and prefetching its next page while it reads one; writes the seconds the reads
+// took to *seconds. Returns the sum.
+extern "C" double ClaimbenchReadPages(const float* pool, int64_t page_floats,
+                                      const int32_t* pages, int64_t count, int32_t threads,
+                                      double* seconds) {
+  using claimbench::Partial;
+  const int64_t num_threads = std::clamp<int64_t>(threads, 1, std::max<int64_t>(count, 1));
+  const int64_t per_thread = (count + num_threads - 1) / num_threads;
+  std::vector<Partial> partials(num_threads);
+  claimbench::TimedShares(
+      num_threads,
+      [&](int64_t t) {
+        const int64_t begin = std::min(count, t * per_thread);
+        const int64_t end = std::min(count, begin + per_thread);
+        double sum = 0.0;
+        for (int64_t i = begin; i < end; ++i) {
+          const float* next = i + 1 < end ? pool + pages[i + 1] * page_floats : nullptr;
+          sum += claimbench::SumPage(pool + pages[i] * page_floats, next, page_floats);
+        }
+        partials[t].sum = sum;
+      },
+      seconds);
+  return claimbench::Total(partials);
 }
