@@ -207,6 +207,49 @@ void AttendSequenceTiled(const Decode& p, int64_t seq) {
   for (int64_t h = 0; h < num_kv_heads; ++h) states[h].Store(out + h * G * D);
 }
 
+// PageState's loop (decode_tiles.h): every KV head of each f32 page together, in place. The
+// next page is prefetched as in AttendSequenceTiled, its lines spread over this page's 2n
+// token passes.
+template <int D, int H, int G>
+void AttendSequencePage(const Decode& p, int64_t seq) {
+  const PagedKV& kv = p.kv;
+  const int64_t page_size = kv.page_size, token_stride = kv.rows * D;
+  float* out = p.out + seq * p.num_q_heads * D;
+  const int64_t len = p.kv_lens[seq];
+  if (len <= 0) {
+    std::memset(out, 0, sizeof(float) * p.num_q_heads * D);
+    return;
+  }
+  const int64_t first = p.sliding_window > 0 ? std::max<int64_t>(0, len - p.sliding_window) : 0;
+  const int32_t* table = p.page_table + seq * p.pages_per_seq;
+  const int64_t score_stride = (page_size + kLanes - 1) / kLanes * kLanes;
+  std::vector<float> buffer(H * G * score_stride + kLanes);
+  float* scores =
+      reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buffer.data()) + 63) & ~uintptr_t{63});
+  const int64_t page_bytes = page_size * kv.token_bytes();
+  const int64_t page_lines = (page_bytes + kCacheLine - 1) / kCacheLine;
+  const char* page_base = static_cast<const char*>(kv.pages);
+  const float* pages = static_cast<const float*>(kv.pages);
+  PageState<D, H, G> state;
+  state.Init(p.q + seq * p.num_q_heads * D, p.sm_scale);
+  const int64_t first_start = first - first % page_size;
+  PrefetchLines(page_base + table[first_start / page_size] * page_bytes, page_lines);
+  for (int64_t start = first_start; start < len; start += page_size) {
+    const int64_t page = table[start / page_size];
+    const int64_t lo = std::max(start, first), hi = std::min(start + page_size, len);
+    const int64_t n = hi - lo;
+    const char* next = start + page_size < len
+                           ? page_base + table[start / page_size + 1] * page_bytes
+                           : nullptr;
+    const bool spread = next != nullptr && page_lines % (2 * n) == 0;
+    if (!spread) PrefetchLines(next, page_lines);
+    const int64_t slot0 = page * page_size + lo % page_size;
+    state.Attend(pages + slot0 * token_stride, token_stride, n, p.soft_cap, scores, score_stride,
+                 spread ? next : nullptr, spread ? page_lines / (2 * n) : 0);
+  }
+  state.Store(out);
+}
+
 using AttendFn = void (*)(const Decode&, int64_t);
 
 template <int D, template <int, int> class State>
@@ -229,24 +272,57 @@ AttendFn PickGroup(int64_t group) {
 // random page order, alternating call by call: 0.70 of the general loop's time at D = 64 and
 // 0.83 at D = 128 (0.55 and 0.59 with the pages in L2); through XLA with both threads, 0.74.
 // With AVX-512, HeadState stays: QueryState took 1.13-1.15 of its time. So the default is
-// HeadState with AVX-512, QueryState elsewhere; CLAIMBENCH_NATIVE_DECODE=tiled, =tiled-query or
-// =general forces one (the tests run all three on every host).
+// with AVX-512 the page loop (PageState: f32 pages of models with few query heads; its 16-lane
+// vectors would spill AVX2's registers as HeadState's do) and HeadState for the rest,
+// QueryState elsewhere; CLAIMBENCH_NATIVE_DECODE=page, =tiled, =tiled-query or =general forces
+// one (the tests run all four on every host; "page" takes HeadState where it does not apply).
 #if defined(__AVX512F__)
 constexpr bool kTiledByDefault = true;
 #else
 constexpr bool kTiledByDefault = false;
 #endif
 
-enum class Loop { kTiled, kTiledQuery, kGeneral };
+enum class Loop { kPage, kTiled, kTiledQuery, kGeneral };
 
 Loop ChosenLoop() {
   const char* forced = std::getenv("CLAIMBENCH_NATIVE_DECODE");
-  const Loop fallback = kTiledByDefault ? Loop::kTiled : Loop::kTiledQuery;
+  const Loop fallback = kTiledByDefault ? Loop::kPage : Loop::kTiledQuery;
   if (forced == nullptr || *forced == '\0') return fallback;
+  if (std::strcmp(forced, "page") == 0) return Loop::kPage;
   if (std::strcmp(forced, "tiled") == 0) return Loop::kTiled;
   if (std::strcmp(forced, "tiled-query") == 0) return Loop::kTiledQuery;
   if (std::strcmp(forced, "general") == 0) return Loop::kGeneral;
   return fallback;
+}
+
+// PageState's loop for f32 pages where every query fits 16 vectors (num_q_heads * head_dim <=
+// 256: the shipped model's 4 x 64), else nullptr.
+template <int D>
+AttendFn PickPageGroup(int64_t num_kv_heads, int64_t group) {
+  switch (num_kv_heads * 8 + group) {
+    case 1 * 8 + 1: return AttendSequencePage<D, 1, 1>;
+    case 1 * 8 + 2: return AttendSequencePage<D, 1, 2>;
+    case 2 * 8 + 1: return AttendSequencePage<D, 2, 1>;
+    default: break;
+  }
+  if constexpr (D == 64) {
+    switch (num_kv_heads * 8 + group) {
+      case 1 * 8 + 4: return AttendSequencePage<D, 1, 4>;
+      case 2 * 8 + 2: return AttendSequencePage<D, 2, 2>;
+      case 4 * 8 + 1: return AttendSequencePage<D, 4, 1>;
+      default: break;
+    }
+  }
+  return nullptr;
+}
+
+AttendFn PickPage(const PagedKV& kv, int64_t group) {
+  if (kv.storage != Storage::kF32) return nullptr;
+  switch (kv.head_dim) {
+    case 64: return PickPageGroup<64>(kv.rows / 2, group);
+    case 128: return PickPageGroup<128>(kv.rows / 2, group);
+    default: return nullptr;
+  }
 }
 
 template <template <int, int> class State>
@@ -258,9 +334,14 @@ AttendFn PickHeadDim(int64_t head_dim, int64_t group) {
   }
 }
 
-// The specialized kernel for this shape where it pays here, else the general one.
-AttendFn PickAttend(int64_t head_dim, int64_t group) {
+// The specialized kernel for this shape where it pays here, else the general one. The page
+// loop takes the shapes and storage it has (PickPage), HeadState's the rest.
+AttendFn PickAttend(const PagedKV& kv, int64_t group) {
+  const int64_t head_dim = kv.head_dim;
   switch (ChosenLoop()) {
+    case Loop::kPage:
+      if (AttendFn page = PickPage(kv, group)) return page;
+      return PickHeadDim<HeadState>(head_dim, group);
     case Loop::kTiled: return PickHeadDim<HeadState>(head_dim, group);
     case Loop::kTiledQuery: return PickHeadDim<QueryState>(head_dim, group);
     case Loop::kGeneral: return AttendSequence;
@@ -296,7 +377,7 @@ ffi::Error PagedDecodeImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::A
         CheckBlockTable("paged_decode", seq, p.kv_lens[seq], row, p.pages_per_seq, p.kv);
     if (error.failure()) return error;
   }
-  const AttendFn attend = PickAttend(p.kv.head_dim, p.num_q_heads / (p.kv.rows / 2));
+  const AttendFn attend = PickAttend(p.kv, p.num_q_heads / (p.kv.rows / 2));
   ParallelFor(pool, q_dims[0], [&p, attend](int64_t seq) { attend(p, seq); });
   return ffi::Error::Success();
 }
