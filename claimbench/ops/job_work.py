@@ -12,19 +12,14 @@ from typing import Any
 Emit = Callable[[dict[str, Any]], None]
 
 
-def _one_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
-
-
 def run_claims(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
-    """Run each claim of ``spec["claims"]`` as `claimbench run` does: the budget gate first
-    (refusing, never overriding), then each run stored atomically and appended to the ledger.
-    A failed claim is reported and the next one runs; Ctrl-C (cancel) stores nothing more."""
-    from claimbench.harness import registry
+    """Run each claim of ``spec["claims"]`` as `claimbench run` does (harness.run_claims): the
+    budget gate first (refusing, never overriding), then each run stored atomically, appended
+    to the ledger and its compiled programs released before the next claim. A failed claim is
+    reported and the next one runs; Ctrl-C (cancel) stores nothing more."""
+    from claimbench.harness import run_claims as batch
     from claimbench.harness.claims import find_claim, load_claims
-    from claimbench.harness.context import run_claim
-    from claimbench.ledger import ledger, spend_gate
+    from claimbench.ledger import spend_gate
 
     root, store = Path(spec["root"]), Path(spec["results_dir"])
     claims = load_claims(root)
@@ -36,43 +31,49 @@ def run_claims(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
         raise ValueError(plan.blocked)
     stored: list[dict[str, Any]] = []
     failed: list[dict[str, str]] = []
-    for index, claim in enumerate(selected):
+    started = 0
 
-        def on_progress(completed: int, total: int, claim_id: str = claim.id, i: int = index):
+    def on_start(claim) -> batch.Progress:
+        nonlocal started
+        started += 1
+
+        def on_progress(completed: int, total: int, index: int = started) -> None:
             emit(
                 {
                     "event": "progress",
-                    "claim": claim_id,
-                    "claim_index": i + 1,
+                    "claim": claim.id,
+                    "claim_index": index,
                     "num_claims": len(selected),
                     "trial": completed,
                     "num_trials": total,
                 }
             )
 
-        try:
-            module = registry.load_experiment(root, claim)
-            run_dir = run_claim(
-                claim,
-                module,
-                root=root,
-                results_dir=store,
-                profile=profile,
-                trials=trials,
-                seed=spec["seed"],
-                dtype=spec["dtype"],
-                model_option=Path(spec["model"]) if spec["model"] else None,
-                on_progress=on_progress,
-            )
-        except Exception as err:
-            failed.append({"claim": claim.id, "error": f"not stored: {_one_line(err)}"})
-            continue
-        try:
-            ledger.append_rows(store, [ledger.row_for_run(run_dir, plan.price)])
-        except (ledger.LedgerError, OSError) as err:
-            failed.append({"claim": claim.id, "error": f"stored, not in the ledger: {err}"})
-        stored.append({"claim": claim.id, "run_id": run_dir.name})
-        emit({"event": "stored", "claim": claim.id, "run_id": run_dir.name})
+        return on_progress
+
+    def on_outcome(outcome: batch.Outcome) -> None:
+        if outcome.run_dir is None:
+            failed.append({"claim": outcome.claim_id, "error": f"not stored: {outcome.error}"})
+            return
+        if outcome.error is not None:
+            error = f"stored, not in the ledger: {outcome.error}"
+            failed.append({"claim": outcome.claim_id, "error": error})
+        stored.append({"claim": outcome.claim_id, "run_id": outcome.run_dir.name})
+        emit({"event": "stored", "claim": outcome.claim_id, "run_id": outcome.run_dir.name})
+
+    batch.run_claims(
+        selected,
+        root=root,
+        store=store,
+        price=plan.price,
+        profile=profile,
+        trials=trials,
+        seed=spec["seed"],
+        dtype=spec["dtype"],
+        model_option=Path(spec["model"]) if spec["model"] else None,
+        on_start=on_start,
+        on_outcome=on_outcome,
+    )
     return {"stored": stored, "failed": failed, "usd_per_hour": plan.price.usd_per_hour}
 
 
