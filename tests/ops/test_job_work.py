@@ -32,6 +32,7 @@ def spec_for(project, claims: list[str]) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_each_claim_is_stored_or_reported_and_its_programs_released(project, released):
     events: list[dict] = []
     claims = ["fake-pass", "fake-broken", "fake-fail"]
