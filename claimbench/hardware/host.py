@@ -19,11 +19,9 @@ ISA_FLAGS = ("avx512f", "avx2", "fma")
 
 def isa_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
     """Which of ISA_FLAGS the host's first "flags" line lists; [] where there is none."""
-    try:
-        lines = cpuinfo.read_text().splitlines()
-    except OSError:
-        return []
-    flags = next((ln.partition(":")[2].split() for ln in lines if ln.startswith("flags")), [])
+    from claimbench.kernels.native_attention import read_cpu_flags  # imports JAX
+
+    flags = read_cpu_flags(cpuinfo)
     return [flag for flag in ISA_FLAGS if flag in flags]
 
 

@@ -147,17 +147,24 @@ def prefill_path() -> str:
     return "native" if vector_isa() else "xla"
 
 
-@functools.cache
-def _cpu_flags() -> frozenset[str]:
+def read_cpu_flags(cpuinfo: Path) -> frozenset[str]:
+    """The flags of ``cpuinfo``'s first "flags" line; empty where there is none."""
     try:
-        info = Path("/proc/cpuinfo").read_text()
+        lines = cpuinfo.read_text().splitlines()
     except OSError:
         return frozenset()
-    return frozenset(next((ln for ln in info.splitlines() if ln.startswith("flags")), "").split())
+    line = next((ln for ln in lines if ln.startswith("flags")), "")
+    return frozenset(line.partition(":")[2].split())
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """This host's CPU flags (/proc/cpuinfo, read once)."""
+    return read_cpu_flags(Path("/proc/cpuinfo"))
 
 
 def has_avx512() -> bool:
-    return "avx512f" in _cpu_flags()
+    return "avx512f" in cpu_flags()
 
 
 def vector_isa() -> str | None:
@@ -165,7 +172,7 @@ def vector_isa() -> str | None:
     (16-lane registers, 32 of them), "avx2" (with FMA: 8 lanes, 16 registers), or None."""
     if has_avx512():
         return "avx512"
-    return "avx2" if {"avx2", "fma"} <= _cpu_flags() else None
+    return "avx2" if {"avx2", "fma"} <= cpu_flags() else None
 
 
 def built_vector_isa() -> str | None:
