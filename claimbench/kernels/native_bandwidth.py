@@ -27,40 +27,31 @@ L3_SIZE_FILE = Path("/sys/devices/system/cpu/cpu0/cache/index3/size")
 DEFAULT_L3_BYTES = 32 * 2**20  # when the host does not say
 
 
-@functools.cache
-def _read_sum_fn() -> ctypes._CFuncPtr:
-    lib = load_library()
-    fn = lib.ClaimbenchReadSum
-    fn.restype = ctypes.c_double
-    fn.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_int64,
-        ctypes.c_int32,
-        ctypes.POINTER(ctypes.c_double),
-    ]
-    return fn
+# The native reads' arguments (pointers, sizes, the thread count, where the seconds go); both
+# return the sum as a double.
+_SECONDS = ctypes.POINTER(ctypes.c_double)
+_ARGTYPES = {
+    "ClaimbenchReadSum": [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, _SECONDS],
+    "ClaimbenchReadPages": [
+        *(ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64),
+        *(ctypes.c_int32, _SECONDS),
+    ],
+}
 
 
 @functools.cache
-def _read_pages_fn() -> ctypes._CFuncPtr:
-    lib = load_library()
-    fn = lib.ClaimbenchReadPages
+def _native(name: str) -> ctypes._CFuncPtr:
+    """The native library's read ``name`` (a key of _ARGTYPES), typed."""
+    fn = getattr(load_library(), name)
     fn.restype = ctypes.c_double
-    fn.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_int64,
-        ctypes.c_void_p,
-        ctypes.c_int64,
-        ctypes.c_int32,
-        ctypes.POINTER(ctypes.c_double),
-    ]
+    fn.argtypes = _ARGTYPES[name]
     return fn
 
 
 def unavailable_reason() -> str | None:
     """None when the native read can be used here, else a one-line reason."""
     try:
-        _read_sum_fn()
+        _native("ClaimbenchReadSum")
     except NativeUnavailable as e:
         return str(e)
     return None
@@ -78,7 +69,8 @@ def read_sum(data: np.ndarray, threads: int) -> tuple[float, float]:
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
     seconds = ctypes.c_double()
-    total = _read_sum_fn()(data.ctypes.data, data.size, threads, ctypes.byref(seconds))
+    read = _native("ClaimbenchReadSum")
+    total = read(data.ctypes.data, data.size, threads, ctypes.byref(seconds))
     return float(total), seconds.value
 
 
@@ -101,7 +93,7 @@ def read_pages(pool: np.ndarray, pages: np.ndarray, threads: int) -> tuple[float
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
     seconds = ctypes.c_double()
-    total = _read_pages_fn()(
+    total = _native("ClaimbenchReadPages")(
         pool.ctypes.data, pool.shape[1], pages.ctypes.data, pages.size, threads,
         ctypes.byref(seconds),
     )  # fmt: skip
