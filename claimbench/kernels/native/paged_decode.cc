@@ -37,6 +37,13 @@ struct Decode {
   int32_t sliding_window;     // 0 = off
 };
 
+// 64-byte-aligned scratch of `floats` floats, held by `buffer`.
+inline float* AlignedScratch(std::vector<float>& buffer, int64_t floats) {
+  buffer.resize(floats + kLanes);
+  return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buffer.data()) + 63) &
+                                  ~uintptr_t{63});
+}
+
 void AttendSequence(const Decode& p, int64_t seq) {
   const PagedKV& kv = p.kv;
   const int64_t d = kv.head_dim, page_size = kv.page_size;
@@ -53,9 +60,8 @@ void AttendSequence(const Decode& p, int64_t seq) {
 
   // Scores per query row, padded to whole vectors: [num_q, stride].
   const int64_t stride = (page_size + kLanes - 1) / kLanes * kLanes;
-  std::vector<float> buffer(num_q * stride + 2 * num_q + kLanes);
-  float* __restrict scores =
-      reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buffer.data()) + 63) & ~uintptr_t{63});
+  std::vector<float> buffer;
+  float* __restrict scores = AlignedScratch(buffer, num_q * stride + 2 * num_q);
   float* __restrict m = scores + num_q * stride;
   float* __restrict l = m + num_q;
   for (int64_t j = 0; j < num_q; ++j) {
@@ -135,6 +141,36 @@ void AttendSequence(const Decode& p, int64_t seq) {
   }
 }
 
+// One sequence's pages as the specialized loops walk them: from the page holding the window's
+// first token to the last, each with the slot of its first attended token, how many tokens it
+// attends and the page after it (null for the last), which the loops prefetch meanwhile.
+struct SequencePages {
+  const char* base;
+  const int32_t* table;
+  int64_t page_size, page_bytes, len, first;
+
+  SequencePages(const Decode& p, int64_t seq)
+      : base(static_cast<const char*>(p.kv.pages)),
+        table(p.page_table + seq * p.pages_per_seq),
+        page_size(p.kv.page_size),
+        page_bytes(p.kv.page_size * p.kv.token_bytes()),
+        len(p.kv_lens[seq]),
+        first(p.sliding_window > 0 ? std::max<int64_t>(0, len - p.sliding_window) : 0) {}
+
+  // The page holding token `token`.
+  const char* Page(int64_t token) const { return base + table[token / page_size] * page_bytes; }
+
+  // fn(slot0, n, next) for each page in order.
+  template <typename Fn>
+  void Walk(Fn&& fn) const {
+    for (int64_t start = first - first % page_size; start < len; start += page_size) {
+      const int64_t lo = std::max(start, first), hi = std::min(start + page_size, len);
+      const char* next = start + page_size < len ? Page(start + page_size) : nullptr;
+      fn(table[start / page_size] * page_size + lo % page_size, hi - lo, next);
+    }
+  }
+};
+
 // The specialized path (decode_tiles.h): page by page, each KV head's G queries attend the
 // page with their state in registers (State: HeadState, all G at once, or QueryState, one at a
 // time). A page is read whole and in order (all heads of a token
@@ -145,29 +181,24 @@ void AttendSequenceTiled(const Decode& p, int64_t seq) {
   const PagedKV& kv = p.kv;
   const int64_t page_size = kv.page_size, rows = kv.rows, num_kv_heads = rows / 2;
   float* out = p.out + seq * p.num_q_heads * D;
-  const int64_t len = p.kv_lens[seq];
-  if (len <= 0) {
+  const SequencePages walk(p, seq);
+  if (walk.len <= 0) {
     std::memset(out, 0, sizeof(float) * p.num_q_heads * D);
     return;
   }
-  const int64_t first = p.sliding_window > 0 ? std::max<int64_t>(0, len - p.sliding_window) : 0;
-  const int32_t* table = p.page_table + seq * p.pages_per_seq;
   const bool in_place = kv.storage == Storage::kF32;
   const int64_t score_stride = (page_size + kLanes - 1) / kLanes * kLanes;
-  std::vector<float> buffer(G * score_stride + (in_place ? 0 : 2 * page_size * D) + kLanes);
+  std::vector<float> buffer;
   float* scores =
-      reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buffer.data()) + 63) & ~uintptr_t{63});
+      AlignedScratch(buffer, G * score_stride + (in_place ? 0 : 2 * page_size * D));
   float* k_tile = scores + G * score_stride;
   float* v_tile = k_tile + page_size * D;
-  const int64_t page_bytes = page_size * kv.token_bytes();
-  const char* page_base = static_cast<const char*>(kv.pages);
   std::vector<State<D, G>> states(num_kv_heads);
   for (int64_t h = 0; h < num_kv_heads; ++h) {
     states[h].Init(p.q + (seq * p.num_q_heads + h * G) * D, p.sm_scale);
   }
-  const int64_t first_start = first - first % page_size;
   // The first page is fetched whole at once: nothing is read before it.
-  PrefetchLines(page_base + table[first_start / page_size] * page_bytes, page_bytes / kCacheLine);
+  PrefetchLines(walk.Page(walk.first), walk.page_bytes / kCacheLine);
   // While f32 pages are attended in place, the next page is fetched a few lines per token and
   // pass, each head's passes fetching an equal share. Measured on a 2-core Zen 4 host (the
   // kernel alone, 64 sequences of 256-512 tokens, 25 MB of f32 KV; the two ways alternating
@@ -176,18 +207,11 @@ void AttendSequenceTiled(const Decode& p, int64_t seq) {
   // until the memory system has taken them), pages in random order; 0.71-0.75 with each
   // sequence's pages in order. Our engine's rounds (benchmarks/engine_vs_vllm.py's workload,
   // six alternating pairs in one process): 1.17x output tokens/s by the median (1.11-1.21).
-  const int64_t share_lines = (page_bytes / num_kv_heads + kCacheLine - 1) / kCacheLine;
-  for (int64_t start = first_start; start < len; start += page_size) {
-    const int64_t page = table[start / page_size];
-    const int64_t lo = std::max(start, first), hi = std::min(start + page_size, len);
-    const int64_t n = hi - lo;
-    const char* next = start + page_size < len
-                           ? page_base + table[start / page_size + 1] * page_bytes
-                           : nullptr;
+  const int64_t share_lines = (walk.page_bytes / num_kv_heads + kCacheLine - 1) / kCacheLine;
+  walk.Walk([&](int64_t slot0, int64_t n, const char* next) {
     // Spread over this page's 2n token passes a head where its share divides evenly; else
     // (a partial first page, or pages not read in place) the share is fetched at once.
     const bool spread = next != nullptr && in_place && share_lines % (2 * n) == 0;
-    const int64_t slot0 = page * page_size + lo % page_size;
     for (int64_t h = 0; h < num_kv_heads; ++h) {
       const char* ahead = next == nullptr ? nullptr : next + h * share_lines * kCacheLine;
       if (!spread) PrefetchLines(ahead, share_lines);
@@ -203,7 +227,7 @@ void AttendSequenceTiled(const Decode& p, int64_t seq) {
         states[h].Attend(k_tile, v_tile, D, n, p.soft_cap, scores, score_stride);
       }
     }
-  }
+  });
   for (int64_t h = 0; h < num_kv_heads; ++h) states[h].Store(out + h * G * D);
 }
 
@@ -212,41 +236,27 @@ void AttendSequenceTiled(const Decode& p, int64_t seq) {
 // token passes.
 template <int D, int H, int G>
 void AttendSequencePage(const Decode& p, int64_t seq) {
-  const PagedKV& kv = p.kv;
-  const int64_t page_size = kv.page_size, token_stride = kv.rows * D;
+  const int64_t token_stride = p.kv.rows * D;
   float* out = p.out + seq * p.num_q_heads * D;
-  const int64_t len = p.kv_lens[seq];
-  if (len <= 0) {
+  const SequencePages walk(p, seq);
+  if (walk.len <= 0) {
     std::memset(out, 0, sizeof(float) * p.num_q_heads * D);
     return;
   }
-  const int64_t first = p.sliding_window > 0 ? std::max<int64_t>(0, len - p.sliding_window) : 0;
-  const int32_t* table = p.page_table + seq * p.pages_per_seq;
-  const int64_t score_stride = (page_size + kLanes - 1) / kLanes * kLanes;
-  std::vector<float> buffer(H * G * score_stride + kLanes);
-  float* scores =
-      reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buffer.data()) + 63) & ~uintptr_t{63});
-  const int64_t page_bytes = page_size * kv.token_bytes();
-  const int64_t page_lines = (page_bytes + kCacheLine - 1) / kCacheLine;
-  const char* page_base = static_cast<const char*>(kv.pages);
-  const float* pages = static_cast<const float*>(kv.pages);
+  const int64_t score_stride = (walk.page_size + kLanes - 1) / kLanes * kLanes;
+  std::vector<float> buffer;
+  float* scores = AlignedScratch(buffer, H * G * score_stride);
+  const int64_t page_lines = (walk.page_bytes + kCacheLine - 1) / kCacheLine;
+  const float* pages = static_cast<const float*>(p.kv.pages);
   PageState<D, H, G> state;
   state.Init(p.q + seq * p.num_q_heads * D, p.sm_scale);
-  const int64_t first_start = first - first % page_size;
-  PrefetchLines(page_base + table[first_start / page_size] * page_bytes, page_lines);
-  for (int64_t start = first_start; start < len; start += page_size) {
-    const int64_t page = table[start / page_size];
-    const int64_t lo = std::max(start, first), hi = std::min(start + page_size, len);
-    const int64_t n = hi - lo;
-    const char* next = start + page_size < len
-                           ? page_base + table[start / page_size + 1] * page_bytes
-                           : nullptr;
+  PrefetchLines(walk.Page(walk.first), page_lines);
+  walk.Walk([&](int64_t slot0, int64_t n, const char* next) {
     const bool spread = next != nullptr && page_lines % (2 * n) == 0;
     if (!spread) PrefetchLines(next, page_lines);
-    const int64_t slot0 = page * page_size + lo % page_size;
     state.Attend(pages + slot0 * token_stride, token_stride, n, p.soft_cap, scores, score_stride,
                  spread ? next : nullptr, spread ? page_lines / (2 * n) : 0);
-  }
+  });
   state.Store(out);
 }
 
