@@ -12,11 +12,12 @@ hardware class (``headline``).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from claimbench.platform.files import replace_text
 
 PEERS_SUBDIR = "peers"
 MEASURED = "measured"
@@ -64,9 +65,7 @@ def store_peer(results_dir: Path, record: dict[str, Any]) -> Path:
             break
     else:
         raise FileExistsError(f"100 peer records named {stamp}-{record['peer']} already")
-    tmp = folder / f".{path.name}.tmp"
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=True, default=str))
-    os.replace(tmp, path)
+    replace_text(path, json.dumps(record, indent=2, sort_keys=True, default=str))
     return path
 
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from claimbench.platform.files import replace_text
+
 GENESIS = "0" * 64
 DEFAULT_LOG = Path(".audit") / "mcp.jsonl"  # under the project root, outside results/
 REDACTED = "[redacted]"
@@ -103,10 +105,8 @@ class AuditLog:
             num_lines = int(head["num_lines"]) + 1
         else:
             num_lines = len(read_lines(self.path))
-        path = head_path(self.path)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps({"num_lines": num_lines, "sha": sha, "size_bytes": size_bytes}))
-        os.replace(tmp, path)
+        record = {"num_lines": num_lines, "sha": sha, "size_bytes": size_bytes}
+        replace_text(head_path(self.path), json.dumps(record), new_mode=0o600)  # as the log
 
 
 def head_path(log: Path) -> Path:

@@ -15,19 +15,16 @@ brute-force, unlike a password).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
-import os
 import re
 import secrets
-import stat
-import tempfile
 from pathlib import Path
 
 import yaml
 
 from claimbench.engine.sched.tenants import Tenant
+from claimbench.platform.files import replace_text
 
 KEY_PREFIX = "cb-"
 SETTINGS = tuple(f.name for f in dataclasses.fields(Tenant) if f.name != "id")
@@ -95,32 +92,9 @@ def add_tenant(path: Path, name: str, settings: dict[str, object]) -> str:
     entries.append(entry)
     if path.exists():
         TenantKeys.load(path)  # refuse to extend a file the server would reject
-    _write_atomically(path, yaml.safe_dump({"tenants": entries}, sort_keys=False))
+    # 0600 for a new file: it names every tenant's keys.
+    replace_text(path, yaml.safe_dump({"tenants": entries}, sort_keys=False), new_mode=0o600)
     return key
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text``, all or nothing. The temp file gets a fresh random name
-    (a planted symlink at a fixed name would be followed), keeps the file's mode (0600 for
-    a new one: it names every tenant's keys), and is synced before the rename."""
-    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o600
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fchmod(f.fileno(), mode)
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)  # the rename itself survives a crash
-    finally:
-        os.close(directory)
 
 
 def _read_entries(path: Path) -> list:

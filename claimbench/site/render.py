@@ -21,6 +21,7 @@ from claimbench.harness import calibration, registry, results, run_checks, scori
 from claimbench.harness.claims import Claim
 from claimbench.lab import peers
 from claimbench.ledger.run_info import RunInfo
+from claimbench.platform.files import replace_text
 from claimbench.site import charts, ledger_charts
 
 BUDGET_USD = 100.0
@@ -186,7 +187,8 @@ def render_site(
     (out_dir / CLAIMS_SUBDIR).mkdir(exist_ok=True)
 
     index = out_dir / "index.html"
-    index.write_text(
+    replace_text(
+        index,
         env.get_template("index.html").render(
             rows=rows,
             calibration=cal,
@@ -202,13 +204,13 @@ def render_site(
             peer_rows=peers.headline(peer_records or []),
             peer_last=peers.latest_attempt(peer_records or []),
         ),
-        encoding="utf-8",
     )
     for row in rows:
         claim = row["claim"]
         own = [run for run in runs if run.claim_id == claim.id]
         page = out_dir / CLAIMS_SUBDIR / f"{claim.id}.html"
-        page.write_text(
+        replace_text(
+            page,
             env.get_template("claim.html").render(
                 row=row,
                 conditions=_condition_items(row["score"]),
@@ -220,6 +222,5 @@ def render_site(
                 exclusion_help=EXCLUSION_HELP,
                 generated=generated,
             ),
-            encoding="utf-8",
         )
     return index

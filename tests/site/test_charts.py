@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from scoring_helpers import claim, rows, store_run
@@ -56,3 +58,18 @@ def test_axis_near_zero_shows_zero_rather_than_a_tiny_zoom():
     # 0.0008, "zoomed" with zero just out of view.
     left, right, zoomed = charts.axis_limits([1.0, 0.0878, 0.0749, 0.103])
     assert (left, zoomed) == (0.0, False) and right > 1.0
+
+
+def test_the_same_chart_gives_the_same_svg():
+    condition = Condition(metric="m", op=">=", value=1.0)
+    score = condition_scores.ConditionScore(
+        condition, (0.9, 1.1, 1.3), 1.1, 0.8, 1.4, "t", "cpu", True, "unclear"
+    )
+    first, second = (charts.condition_svg(condition, [("cpu", score)]) for _ in range(2))
+    assert 'clip-path="url(#' in first  # the ids a random salt would change
+    assert first == second
+    # Only ids something refers to are kept (matplotlib's figure_1, axes_1, ... would repeat
+    # on a page of several charts).
+    ids = re.findall(r'\sid="([^"]+)"', first)
+    assert ids and all(f"#{i}" in first for i in ids)
+    assert 'id="figure_1"' not in first

@@ -130,3 +130,45 @@ def test_site_loads_in_headless_chromium(rendered, tmp_path):
     assert 'id="claim-fake-pass"' in dom
     assert "confirmed" in dom
     assert "<svg" in dom
+
+
+_ID = re.compile(r'<(\w+)\b[^>]*\bid="([^"]+)"')
+
+
+def defined_ids(page: str) -> dict[str, set[str]]:
+    """Every element id in ``page`` -> the distinct texts of the elements defining it (the
+    opening tag through its closing tag, or the tag alone where it closes itself)."""
+    found: dict[str, set[str]] = {}
+    for match in _ID.finditer(page):
+        tag, start = match.group(1), match.start()
+        opening_end = page.index(">", start)
+        if page[opening_end - 1] == "/":
+            end = opening_end + 1
+        else:
+            end = page.index(f"</{tag}>", start) + len(f"</{tag}>")
+        found.setdefault(match.group(2), set()).add(page[start:end])
+    return found
+
+
+@pytest.mark.slow
+def test_a_rebuild_from_the_same_runs_writes_the_same_pages(rendered, project):
+    from datetime import UTC, datetime
+
+    import pandas as pd
+    from ledger_helpers import row
+
+    runs, _ = results.read_runs(project / "results")
+    now = datetime(2026, 1, 2, tzinfo=UTC)
+    # With a ledger the index holds two charts (calibration, spend).
+    ledger = pd.DataFrame([row("r1", "fake-pass"), row("r2", "fake-tpu", usd=1.5)])
+    first, second = project / "first", project / "second"
+    for out in (first, second):
+        render_site(project, load_claims(project), runs, out, now=now, ledger=ledger)
+    pages = sorted(p.relative_to(first) for p in first.rglob("*.html"))
+    assert pages == sorted(p.relative_to(second) for p in second.rglob("*.html"))
+    for page in pages:
+        text = (first / page).read_text()
+        assert text == (second / page).read_text(), page
+        # The page inlines several SVGs: an id two of them use must define the same thing.
+        clashes = {i: d for i, d in defined_ids(text).items() if len(d) > 1}
+        assert not clashes, (page, clashes)
