@@ -1,24 +1,25 @@
 """Run under the vLLM environment's python (scripts/setup_vllm.sh), not ours: vLLM's offline
-``LLM.generate`` from text on one checkpoint, greedy, its default stop ids.
+``LLM.generate`` from text on each of several checkpoints in turn, greedy, its default stop
+ids; one process for all of them, so vLLM is imported once.
 
-    python vllm_text_worker.py MODEL_DIR JOB.json OUT.json
+    python vllm_text_worker.py JOB.json OUT.json
 
-JOB.json: {"prompts": [text, ...], "max_tokens": N, "max_model_len": M}. OUT.json: per
-prompt, the prompt ids vLLM's tokenizer gave, the output ids, the text and the finish
-reason. Offline, because ``vllm serve`` dies importing on some AVX2 hosts (vLLM 0.32).
+JOB.json: {"models": [dir, ...], "prompts": [text, ...], "max_tokens": N, "max_model_len":
+M}. OUT.json: {dir: per prompt, the prompt ids vLLM's tokenizer gave, the output ids, the
+text and the finish reason}. Offline, because ``vllm serve`` dies importing on some AVX2 hosts
+(vLLM 0.32).
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 
 
-def main(model: str, job_path: str, out_path: str) -> None:
+def generate(model: str, job: dict) -> list[dict]:
     from vllm import LLM, SamplingParams
 
-    with open(job_path) as f:
-        job = json.load(f)
     llm = LLM(
         model=model,
         dtype="float32",
@@ -37,9 +38,20 @@ def main(model: str, job_path: str, out_path: str) -> None:
         }
         for out in outs
     ]
+    # The next checkpoint gets a fresh engine: this one's engine process is stopped first.
+    llm.llm_engine.engine_core.shutdown()
+    del llm
+    gc.collect()
+    return rows
+
+
+def main(job_path: str, out_path: str) -> None:
+    with open(job_path) as f:
+        job = json.load(f)
+    results = {model: generate(model, job) for model in job["models"]}
     with open(out_path, "w") as f:
-        json.dump(rows, f)
+        json.dump(results, f)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:3])

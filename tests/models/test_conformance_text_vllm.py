@@ -55,29 +55,43 @@ pytestmark = [
 ]
 
 
-def vllm_generate(model: Path, tmp_path: Path) -> list[dict]:
-    job, out = tmp_path / "job.json", tmp_path / "out.json"
+ARCHES = {"llama": LLAMA3, "qwen2": QWEN2, "mixtral": QWEN2}  # arch -> the tokenizer family
+
+
+@pytest.fixture(scope="module")
+def checkpoints_and_vllm(tmp_path_factory) -> dict[str, tuple[Path, list[dict]]]:
+    """arch -> (its checkpoint, vLLM's outputs on it): one vLLM process for all three, so
+    vLLM is imported once, not per checkpoint."""
+    root = tmp_path_factory.mktemp("text-vllm")
+    models = {arch: write_checkpoint(root / arch, arch, family) for arch, family in ARCHES.items()}
+    job, out = root / "job.json", root / "out.json"
     job.write_text(
-        json.dumps({"prompts": PROMPTS, "max_tokens": NUM_TOKENS, "max_model_len": MAX_MODEL_LEN})
+        json.dumps(
+            {
+                "models": [str(m) for m in models.values()],
+                "prompts": PROMPTS,
+                "max_tokens": NUM_TOKENS,
+                "max_model_len": MAX_MODEL_LEN,
+            }
+        )
     )
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}  # GiB; these requests need kilobytes
     proc = subprocess.run(
-        [str(VLLM_PYTHON), str(WORKER), str(model), str(job), str(out)],
+        [str(VLLM_PYTHON), str(WORKER), str(job), str(out)],
         capture_output=True,
         text=True,
         env=env,
-        timeout=900,
+        timeout=1800,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(out.read_text())
+    theirs = json.loads(out.read_text())
+    return {arch: (model, theirs[str(model)]) for arch, model in models.items()}
 
 
-@pytest.mark.parametrize(
-    ("arch", "family"), [("llama", LLAMA3), ("qwen2", QWEN2), ("mixtral", QWEN2)]
-)
-def test_vllm_offline_gives_our_prompt_ids_and_greedy_text(arch, family, tmp_path) -> None:
-    model = write_checkpoint(tmp_path / arch, arch, family)
-    theirs = vllm_generate(model, tmp_path)
+@pytest.mark.parametrize("arch", list(ARCHES))
+def test_vllm_offline_gives_our_prompt_ids_and_greedy_text(arch, checkpoints_and_vllm) -> None:
+    model, theirs = checkpoints_and_vllm[arch]
+    assert theirs[0]["finish_reason"] == "stop"  # TEXT's reply ends on a stop id (checkpoints)
     config = EngineConfig(
         model_path=model,
         dtype="float32",
@@ -104,4 +118,3 @@ def same_text(ours: str, theirs: str, finish_reason: str) -> bool:
         return True
     tail = ours[len(theirs) :]
     return finish_reason == "length" and ours.startswith(theirs) and set(tail) == {"\ufffd"}
-    assert theirs[0]["finish_reason"] == "stop"  # TEXT's reply ends on a stop id (checkpoints)
