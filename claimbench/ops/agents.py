@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import re
 import secrets
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from claimbench.ops.scopes import DEFAULT_SCOPES, check_scopes
+from claimbench.platform.files import replace_text
 
 TOKEN_PREFIX = "cba-"
 TOKEN_ENV_VAR = "CLAIMBENCH_AGENT_TOKEN"  # the agent's token over stdio
@@ -87,14 +87,8 @@ def add_agent(path: Path, name: str, scopes: list[str] | None) -> str:
     }
     _parse_entry(path, entry)  # the same validation a server start applies
     entries.append(entry)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(yaml.safe_dump({"agents": entries}, sort_keys=False))
-        # The file holds only hashes, but who may act is still nobody else's business.
-        tmp.chmod(0o600)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    # The file holds only hashes, but who may act is still nobody else's business: 0600 when new.
+    replace_text(path, yaml.safe_dump({"agents": entries}, sort_keys=False), new_mode=0o600)
     return token
 
 

@@ -3,6 +3,7 @@ bad agents file or token stops `claimbench mcp` at start-up with one line and ex
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,17 @@ def test_add_stores_only_the_hash_and_the_default_scope_is_read(tmp_path: Path) 
     assert agents.agent_for(writer).scopes == ("read", "run")
     assert agents.agent_for("cba-wrong") is None and agents.agent_for(None) is None
     assert path.stat().st_mode & 0o077 == 0
+
+
+def test_a_symlink_planted_at_the_old_temp_name_is_not_followed(tmp_path: Path) -> None:
+    path = tmp_path / "agents.yaml"
+    add_agent(path, "reader", None)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched")
+    (tmp_path / f".agents.yaml.tmp-{os.getpid()}").symlink_to(victim)  # the name used before
+    add_agent(path, "writer", ["run"])
+    assert victim.read_text() == "untouched"
+    assert {a.name for a in Agents.load(path).agents} == {"reader", "writer"}
 
 
 @pytest.mark.parametrize(
