@@ -3,16 +3,16 @@
 A row says what a run cost and what it served: hardware class, chip type and count, device
 seconds, the price per chip-hour with its source and date, dollars, and the tokens it served
 (from the run's per-request records). Appending writes the whole new table to a temporary file
-beside the ledger and renames it over the old one (os.replace), under an exclusive lock, so a
-reader sees the old ledger or the new one, two runs appending at once both land, and no row
-once written is changed or lost. A ledger that cannot be read is reported, never rewritten.
+beside the ledger and renames it over the old one (platform/files.replace_file), under an
+exclusive lock, so a reader sees the old ledger or the new one, two runs appending at once both
+land, and no row once written is changed or lost. A ledger that cannot be read is reported,
+never rewritten.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -24,10 +24,10 @@ import pandas as pd
 from claimbench.harness.project_config import DeclaredPrice
 from claimbench.harness.results import read_runs
 from claimbench.ledger.prices import MachinePrice, UnpricedError, machine_price, unpriced
+from claimbench.platform.files import replace_file
 
 LEDGER_FILE = "ledger.parquet"
 LOCK_FILE = ".ledger.lock"
-_TMP_SUFFIX = ".tmp"
 SOURCES = ("run", "backfill")  # appended by `run` / added later from a stored run's meta.json
 COLUMNS = {
     "run_id": "string",
@@ -167,14 +167,7 @@ def append_rows(results_dir: Path, rows: list[dict[str, Any]]) -> int:
             return 0
         added = pd.DataFrame(new, columns=list(COLUMNS)).astype(COLUMNS)
         table = added if old.empty else pd.concat([old, added], ignore_index=True)
-        path = ledger_path(results_dir)
-        tmp = path.with_name(f".{LEDGER_FILE}{_TMP_SUFFIX}-{os.getpid()}")
-        try:
-            table.to_parquet(tmp, index=False)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        replace_file(ledger_path(results_dir), lambda tmp: table.to_parquet(tmp, index=False))
     return len(new)
 
 

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from claimbench.platform.files import replace_text
+from claimbench.platform.files import replace_file, replace_text
 
 
 def test_a_new_file_gets_new_mode_and_an_old_one_keeps_its_own(tmp_path):
@@ -39,3 +39,17 @@ def test_a_symlink_at_a_predictable_temp_name_is_not_followed(tmp_path):
     replace_text(tmp_path / "a.txt", "new")
     assert victim.read_text() == "untouched"
     assert (tmp_path / "a.txt").read_text() == "new"
+
+
+def test_a_writer_that_fails_leaves_the_old_file_and_no_temp_file(tmp_path):
+    path = tmp_path / "a.bin"
+    path.write_bytes(b"kept")
+
+    def half_then_fail(tmp):
+        tmp.write_bytes(b"half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        replace_file(path, half_then_fail)
+    assert path.read_bytes() == b"kept"
+    assert [p.name for p in tmp_path.iterdir()] == ["a.bin"]
