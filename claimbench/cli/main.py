@@ -40,17 +40,30 @@ def _one_line_usage_errors() -> Iterator[None]:
         raise
 
 
+def os_error_line(err: OSError) -> str:
+    """An OSError as one line naming the file(s) and the problem."""
+    files = [str(f) for f in (err.filename, err.filename2) if f is not None]
+    what = err.strerror or str(err)
+    return f"{' -> '.join(files)}: {what}" if files else what
+
+
 class OneLineErrorsGroup(TyperGroup):
     """The app's command group: usage errors (an unknown option, a value outside an option's
-    choices, a number that does not parse) print one line and exit 2."""
+    choices, a number that does not parse) print one line and exit 2; so does a file or
+    directory a command cannot read or write (an --out under /proc, a store that is a file)."""
 
     def make_context(self, *args: Any, **kwargs: Any) -> Any:
         with _one_line_usage_errors():
             return super().make_context(*args, **kwargs)
 
     def invoke(self, ctx: Any) -> Any:
-        with _one_line_usage_errors():
-            return super().invoke(ctx)
+        try:
+            with _one_line_usage_errors():
+                return super().invoke(ctx)
+        except BrokenPipeError:
+            raise  # the reader went away (`| head`): nothing to say to it
+        except OSError as err:
+            fail(os_error_line(err))
 
 
 app = typer.Typer(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from claimbench.cli.common import err_console, fail
@@ -20,9 +21,25 @@ def open_claims(root: Path) -> list[Claim]:
         fail(str(err))
 
 
-def results_dir(root: Path, option: Path | None) -> Path:
-    """``--results-dir`` if given, else ``<root>/results``."""
+def results_dir(root: Path, option: Path | None, *, must_exist: bool = True) -> Path:
+    """``--results-dir`` if given, else ``<root>/results``. Where ``must_exist``, a
+    ``--results-dir`` that names no directory exits 2 (a mistyped store would otherwise score
+    and publish no runs); the default may be missing (a project with no runs yet)."""
+    if must_exist and option is not None and not option.is_dir():
+        fail(f"--results-dir {option} is not a directory")
     return (option if option is not None else root / RESULTS_DIR).resolve()
+
+
+def writable_store(store: Path) -> Path:
+    """``store``, created if missing; exit 2 with one line if it cannot be written, before
+    anything runs (a run would otherwise be measured and then not stored)."""
+    try:
+        (store / results.RUNS_DIR).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        fail(f"cannot create the results store {store}: {err.strerror}")
+    if not os.access(store / results.RUNS_DIR, os.W_OK | os.X_OK):
+        fail(f"the results store {store} is not writable")
+    return store
 
 
 def read_results(path: Path) -> list[results.StoredRun]:

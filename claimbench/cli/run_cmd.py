@@ -98,7 +98,8 @@ def run(
     if not selection.claims:
         console.print("nothing to run: no claim has an experiment yet")
         return
-    store = project.results_dir(opts.root, results_dir)
+    # A new --results-dir is created: run starts a store where the others read one.
+    store = project.writable_store(project.results_dir(opts.root, results_dir, must_exist=False))
     try:  # a corrupt ledger or claims.yaml stops the run first
         plan = spend_gate.plan_spend(opts.root, store, selection.claims, profile.value, trials)
         admission = admit(plan, over_budget)

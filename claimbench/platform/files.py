@@ -19,7 +19,10 @@ def replace_file(path: Path, write: Callable[[Path], None], *, new_mode: int = 0
     it was.
     """
     mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else new_mode
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as err:  # name the file asked for, not the temp name
+        raise OSError(err.errno, err.strerror, str(path)) from err
     os.close(fd)
     tmp = Path(name)
     try:
