@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from claimbench.models.config import ModelConfig
@@ -110,6 +111,18 @@ def hf_name(path: tuple) -> tuple[str, bool]:
     return (name if parts[0] == "lm_head" else f"model.{name}"), transpose
 
 
+@contextlib.contextmanager
+def _open_weights(file: Path) -> Iterator[Any]:
+    """``safe_open`` on ``file``, a file that is not safetensors (truncated, overwritten, a
+    stray download page) a ModelLoadError naming it."""
+    try:
+        with safe_open(file, framework="numpy") as f:
+            yield f
+    except SafetensorError as e:
+        reason = (str(e).strip().splitlines() or ["unreadable"])[0]
+        raise ModelLoadError(f"{file} is not a readable safetensors file: {reason}") from e
+
+
 def _weight_files(path: Path) -> dict[str, Path]:
     """Tensor name -> safetensors file holding it (single file or sharded index)."""
     single, index = path / SINGLE_FILE, path / INDEX_FILE
@@ -124,7 +137,7 @@ def _weight_files(path: Path) -> dict[str, Path]:
                 raise ModelLoadError(f"{shard} (listed in {INDEX_FILE}) is missing")
         return files
     if single.is_file():
-        with safe_open(single, framework="numpy") as f:
+        with _open_weights(single) as f:
             return {name: single for name in f.keys()}  # noqa: SIM118 (safe_open has no iter)
     raise ModelLoadError(f"{path} has neither {SINGLE_FILE} nor {INDEX_FILE}")
 
@@ -132,7 +145,7 @@ def _weight_files(path: Path) -> dict[str, Path]:
 def _read_tensor(
     file: Path, name: str, shape: tuple[int, ...], transpose: bool, dtype
 ) -> np.ndarray:
-    with safe_open(file, framework="numpy") as f:
+    with _open_weights(file) as f:
         tensor_slice = f.get_slice(name)
         stored_dtype = tensor_slice.get_dtype()
         if stored_dtype not in STORED_DTYPES:

@@ -21,8 +21,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
+from claimbench.models.checkpoint import ModelLoadError
 from claimbench.models.llama import LlamaForCausalLM, RMSNorm
 
 HEADS_FILE = "exit_heads.safetensors"
@@ -98,19 +100,37 @@ def read_exit_config(path: Path) -> dict[str, Any]:
             f"no exit heads in {path} (expected {HEADS_FILE} and {CONFIG_FILE}; "
             "train them with `claimbench model train-exits`)"
         )
-    return json.loads(config_path.read_text())
+    try:
+        config = json.loads(config_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ModelLoadError(f"{config_path} is not valid JSON: {e}") from e
+    if not isinstance(config, dict):
+        raise ModelLoadError(f"{config_path} must hold a JSON object")
+    return config
 
 
 def load_exit_heads(path: Path, model: LlamaForCausalLM) -> ExitHeads:
-    """The exit heads saved in model directory ``path``, in the model's dtype."""
+    """The exit heads saved in model directory ``path``, in the model's dtype; a file that is
+    not what ``save_exit_heads`` writes is a ModelLoadError naming it."""
     config = read_exit_config(path)
-    heads = ExitHeads(model, tuple(config["exit_layers"]))
-    tensors = load_file(str(Path(path) / HEADS_FILE))
+    layers = config.get("exit_layers")
+    if not isinstance(layers, list) or not all(isinstance(n, int) for n in layers):
+        raise ModelLoadError(f"{Path(path) / CONFIG_FILE}: exit_layers must be a list of ints")
+    heads = ExitHeads(model, tuple(layers))
+    file = Path(path) / HEADS_FILE
+    try:
+        tensors = load_file(str(file))
+    except SafetensorError as e:
+        reason = (str(e).strip().splitlines() or ["unreadable"])[0]
+        raise ModelLoadError(f"{file} is not a readable safetensors file: {reason}") from e
     for n, head in zip(heads.layers, heads.heads, strict=True):
-        norm = tensors[f"exit_heads.{n}.norm.weight"]
-        adapter = tensors[f"exit_heads.{n}.adapter.weight"].T
+        names = (f"exit_heads.{n}.norm.weight", f"exit_heads.{n}.adapter.weight")
+        missing = [name for name in names if name not in tensors]
+        if missing:
+            raise ModelLoadError(f"{file} lacks {missing}")
+        norm, adapter = tensors[names[0]], tensors[names[1]].T
         if norm.shape != head.norm.weight.shape or adapter.shape != head.adapter.kernel.shape:
-            raise ValueError(
+            raise ModelLoadError(
                 f"exit head {n} in {path} has shapes {norm.shape}, {adapter.shape}; "
                 f"the model needs {head.norm.weight.shape}, {head.adapter.kernel.shape}"
             )

@@ -158,3 +158,48 @@ def test_cli_info_bad_model_exits_2(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "does not exist" in result.output
     assert "Traceback" not in result.output
+
+
+def _truncated(data: bytes) -> bytes:
+    return data[: len(data) // 2]
+
+
+def _header_only(data: bytes) -> bytes:
+    return data[: 8 + int.from_bytes(data[:8], "little")]  # the data region cut off
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        _truncated,
+        _header_only,
+        lambda data: b"",
+        lambda data: b"\0" * 64,
+        lambda data: b"<!doctype html><title>Sign in</title>",  # a saved download page
+        lambda data: (10**9).to_bytes(8, "little") + data[8:],  # a header length past the end
+    ],
+    ids=["half", "header-only", "empty", "zeros", "html", "huge-header"],
+)
+def test_a_damaged_weights_file_is_one_load_error(saved: Path, damage) -> None:
+    file = saved / SINGLE_FILE
+    file.write_bytes(damage(file.read_bytes()))
+    with pytest.raises(ModelLoadError, match=r"model.safetensors is not a readable safetensors"):
+        load_model(saved)
+
+
+def test_a_damaged_shard_is_one_load_error(saved: Path) -> None:
+    names = list(hf_state_dict(make_model(TINY)))
+    (saved / INDEX_FILE).write_text(json.dumps({"weight_map": dict.fromkeys(names, SINGLE_FILE)}))
+    file = saved / SINGLE_FILE
+    file.write_bytes(_truncated(file.read_bytes()))
+    with pytest.raises(ModelLoadError, match=r"model.safetensors is not a readable safetensors"):
+        load_model(saved)
+
+
+def test_cli_damaged_weights_exit_2_in_one_line(saved: Path) -> None:
+    file = saved / SINGLE_FILE
+    file.write_bytes(_truncated(file.read_bytes()))
+    result = CliRunner().invoke(app, ["--model", str(saved), "model", "info"])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert "is not a readable safetensors file" in result.output
