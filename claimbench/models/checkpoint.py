@@ -23,6 +23,7 @@ from safetensors.numpy import save_file
 
 from claimbench.models.config import ModelConfig
 from claimbench.models.generation_config import read_stop_token_ids
+from claimbench.models.json_files import ModelLoadError, read_json_object
 from claimbench.models.llama import LlamaForCausalLM
 from claimbench.models.moe import build_model, expert_tensor_names
 
@@ -38,10 +39,6 @@ DTYPES = {
 STORED_DTYPES = ("F32", "BF16", "F16")
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
-
-
-class ModelLoadError(ValueError):
-    """A checkpoint that cannot be loaded; the message is one line naming why."""
 
 
 def default_model_path() -> Path:
@@ -84,10 +81,9 @@ def read_config(path: Path) -> ModelConfig:
     config_file = path / "config.json"
     if not config_file.is_file():
         raise ModelLoadError(f"{config_file} is missing")
+    hf = read_json_object(config_file)
     try:
-        cfg = ModelConfig.from_hf(json.loads(config_file.read_text()))
-    except json.JSONDecodeError as e:
-        raise ModelLoadError(f"{config_file} is not valid JSON: {e}") from e
+        cfg = ModelConfig.from_hf(hf)
     except (KeyError, TypeError, ValueError) as e:
         detail = f"missing field {e}" if isinstance(e, KeyError) else str(e)
         raise ModelLoadError(f"{config_file}: {detail}") from e
@@ -127,10 +123,11 @@ def _weight_files(path: Path) -> dict[str, Path]:
     """Tensor name -> safetensors file holding it (single file or sharded index)."""
     single, index = path / SINGLE_FILE, path / INDEX_FILE
     if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError) as e:
-            raise ModelLoadError(f"{index} has no valid weight_map") from e
+        weight_map = read_json_object(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not all(
+            isinstance(v, str) for v in weight_map.values()
+        ):
+            raise ModelLoadError(f"{index} has no valid weight_map (tensor name -> file)")
         files = {name: path / shard for name, shard in weight_map.items()}
         for shard in sorted(set(files.values())):
             if not shard.is_file():

@@ -24,7 +24,7 @@ from flax import nnx
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
-from claimbench.models.checkpoint import ModelLoadError
+from claimbench.models.json_files import ModelLoadError, read_json_object
 from claimbench.models.llama import LlamaForCausalLM, RMSNorm
 
 HEADS_FILE = "exit_heads.safetensors"
@@ -100,13 +100,7 @@ def read_exit_config(path: Path) -> dict[str, Any]:
             f"no exit heads in {path} (expected {HEADS_FILE} and {CONFIG_FILE}; "
             "train them with `claimbench model train-exits`)"
         )
-    try:
-        config = json.loads(config_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ModelLoadError(f"{config_path} is not valid JSON: {e}") from e
-    if not isinstance(config, dict):
-        raise ModelLoadError(f"{config_path} must hold a JSON object")
-    return config
+    return read_json_object(config_path)
 
 
 def load_exit_heads(path: Path, model: LlamaForCausalLM) -> ExitHeads:

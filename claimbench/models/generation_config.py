@@ -9,10 +9,10 @@ first), and from config.json's ``eos_token_id`` otherwise. Sampling defaults in 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from claimbench.models.config import stop_token_ids
+from claimbench.models.json_files import read_json_object
 
 GENERATION_CONFIG_FILE = "generation_config.json"
 
@@ -24,11 +24,8 @@ def read_stop_token_ids(path: Path, vocab_size: int) -> tuple[int, ...] | None:
     file = Path(path) / GENERATION_CONFIG_FILE
     if not file.is_file():
         return None
-    try:
-        config = json.loads(file.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{file} is not valid JSON: {e}") from e
-    if not isinstance(config, dict) or config.get("eos_token_id") is None:
+    config = read_json_object(file)
+    if config.get("eos_token_id") is None:
         return None
     value = config["eos_token_id"]
     try:

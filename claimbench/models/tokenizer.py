@@ -15,10 +15,11 @@ per token: the streamed server calls it for every token of every stream.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
+
+from claimbench.models.json_files import read_json_object
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
@@ -58,7 +59,7 @@ class Tokenizer:
         eos_id = None
         config = path / "config.json"
         if config.is_file():
-            eos_id = json.loads(config.read_text()).get("eos_token_id")
+            eos_id = read_json_object(config).get("eos_token_id")
             if isinstance(eos_id, list):
                 eos_id = eos_id[0] if eos_id else None
         return cls(tokenizer, bos_id, eos_id)
@@ -114,7 +115,7 @@ def _add_bos_token_id(tokenizer: HFTokenizer, config_file: Path) -> int | None:
     """``bos_token``'s id when tokenizer_config.json sets ``add_bos_token``, else None."""
     if not config_file.is_file():
         return None
-    config = json.loads(config_file.read_text())
+    config = read_json_object(config_file)
     if not config.get("add_bos_token"):
         return None
     token = config.get("bos_token")

@@ -22,6 +22,7 @@ from jinja2 import TemplateError, nodes
 from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from claimbench.models.json_files import read_json_object
 from claimbench.serving.protocol import ChatMessage
 
 DEFAULT_TEMPLATE = (
@@ -64,7 +65,7 @@ class ChatTemplate:
         ``chat_template``), or the default; ValueError naming the file if it does not
         compile."""
         config_file = Path(model_dir) / TOKENIZER_CONFIG_FILE
-        config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+        config = read_json_object(config_file) if config_file.is_file() else {}
         bos, eos = _token_text(config.get("bos_token")), _token_text(config.get("eos_token"))
         template_file = Path(model_dir) / TEMPLATE_FILE
         if template_file.is_file():
