@@ -19,6 +19,7 @@ import yaml
 
 from claimbench.ops.scopes import DEFAULT_SCOPES, check_scopes
 from claimbench.platform.files import replace_text
+from claimbench.platform.yaml_file import load_yaml
 
 TOKEN_PREFIX = "cba-"
 TOKEN_ENV_VAR = "CLAIMBENCH_AGENT_TOKEN"  # the agent's token over stdio
@@ -93,12 +94,7 @@ def add_agent(path: Path, name: str, scopes: list[str] | None) -> str:
 
 
 def _read_entries(path: Path) -> list:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise ValueError(f"cannot read agents file {path}: {e.strerror}") from e
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from e
+    data = load_yaml(path, "agents file")
     if not isinstance(data, dict) or not isinstance(data.get("agents"), list):
         raise ValueError(f"{path} must hold a mapping with an 'agents' list")
     return data["agents"]

@@ -25,6 +25,7 @@ import yaml
 
 from claimbench.engine.sched.tenants import Tenant
 from claimbench.platform.files import replace_text
+from claimbench.platform.yaml_file import load_yaml
 
 KEY_PREFIX = "cb-"
 SETTINGS = tuple(f.name for f in dataclasses.fields(Tenant) if f.name != "id")
@@ -98,12 +99,7 @@ def add_tenant(path: Path, name: str, settings: dict[str, object]) -> str:
 
 
 def _read_entries(path: Path) -> list:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise ValueError(f"cannot read tenants file {path}: {e.strerror}") from e
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from e
+    data = load_yaml(path, "tenants file")
     if not isinstance(data, dict) or not isinstance(data.get("tenants"), list):
         raise ValueError(f"{path} must hold a mapping with a 'tenants' list")
     return data["tenants"]

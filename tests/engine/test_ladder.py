@@ -120,20 +120,40 @@ def test_load_ladder_reads_a_file_and_names_the_file_when_it_is_bad(tmp_path):
         ("- {action: cap_max_tokens, tier: 1, signal: kv_usage, engage: 0.9, release: 0.5}",
          "ladder rung cap_max_tokens needs max_tokens"),
         ("ladder: {action: disable_speculation}", "a ladder must be a list of rungs"),
-        ("ladder: [", "not valid YAML"),
+        ("ladder: [", "not valid YAML at line 1"),
+        ("\udcff", "is not UTF-8 text"),
     ],
 )  # fmt: skip
 def test_serve_with_a_bad_ladder_file_fails_in_one_line_before_loading_anything(
     tmp_path, text, words
 ):
     file = tmp_path / "ladder.yaml"
-    file.write_text(text)
+    file.write_bytes(text.encode("utf-8", "surrogateescape"))  # "\udcff": the byte 0xff
     result = CliRunner().invoke(app, ["serve", "--ladder", str(file)])
     assert result.exit_code == 2, result.output
     assert words in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
     result = CliRunner().invoke(app, ["serve", "--ladder", str(tmp_path)])
     assert result.exit_code == 2 and "cannot read the ladder file" in result.output
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("", "declares no rungs"),
+        ("[]", "declares no rungs"),
+        ("ladder: []", "declares no rungs"),
+        ("rungs: 3", "a mapping must have the one key 'ladder', got ['rungs']"),
+        ("tenants: [{name: a}]", "a mapping must have the one key 'ladder', got ['tenants']"),
+    ],
+)
+def test_a_file_that_declares_no_ladder_is_refused(tmp_path, text, words):
+    # Each of these once loaded as no rungs at all: `serve --ladder` then ran without one.
+    file = tmp_path / "ladder.yaml"
+    file.write_text(text)
+    with pytest.raises(ValueError) as info:
+        load_ladder(file)
+    assert str(info.value).startswith(str(file)) and words in str(info.value)
 
 
 def test_engine_knobs_lists_the_ladder_as_a_runtime_option():

@@ -39,7 +39,8 @@ def test_a_symlink_planted_at_the_old_temp_name_is_not_followed(tmp_path: Path) 
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
-        ("agents: [", "not valid YAML"),
+        ("agents: [", "not valid YAML at line 1"),
+        ("\udcff", "is not UTF-8 text"),  # the byte 0xff
         ("- name: x", "must hold a mapping with an 'agents' list"),
         ("agents: []", "no agents"),
         ("agents: [{name: x, token_sha256: abc}]", "token_sha256 must be sha256 hex"),
@@ -50,13 +51,13 @@ def test_a_symlink_planted_at_the_old_temp_name_is_not_followed(tmp_path: Path) 
 )
 def test_malformed_agents_files_are_one_line(tmp_path: Path, text: str, fragment: str) -> None:
     path = tmp_path / "agents.yaml"
-    path.write_text(text)
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
     with pytest.raises(ValueError, match=fragment):
         Agents.load(path)
-    before = path.read_text()
+    before = path.read_bytes()
     with pytest.raises(ValueError):
         add_agent(path, "new", None)
-    assert path.read_text() == before  # a file the server would reject is not extended
+    assert path.read_bytes() == before  # a file the server would reject is not extended
 
 
 def test_cli_add_prints_the_token_once_and_list_never_shows_it(tmp_path: Path) -> None:

@@ -53,7 +53,8 @@ def test_add_refuses_a_duplicate_or_a_bad_setting_and_leaves_the_file(tmp_path: 
 @pytest.mark.parametrize(
     ("text", "words"),
     [
-        ("tenants: [", "not valid YAML"),
+        ("tenants: [", "not valid YAML at line 1"),
+        ("\udcff", "is not UTF-8 text"),  # the byte 0xff
         ("- alice", "'tenants' list"),
         ("tenants: []", "no tenants"),
         ("tenants: [{name: a}]", "key_sha256"),
@@ -69,7 +70,7 @@ def test_add_refuses_a_duplicate_or_a_bad_setting_and_leaves_the_file(tmp_path: 
 )
 def test_bad_tenants_files_are_one_clear_error(tmp_path: Path, text: str, words: str):
     file = tmp_path / "tenants.yaml"
-    file.write_text(text)
+    file.write_bytes(text.encode("utf-8", "surrogateescape"))
     with pytest.raises(ValueError, match=words) as e:
         TenantKeys.load(file)
     assert str(file) in str(e.value)

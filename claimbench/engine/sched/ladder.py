@@ -32,6 +32,8 @@ from enum import Enum, StrEnum
 from pathlib import Path
 from typing import Any
 
+from claimbench.platform.yaml_file import load_yaml
+
 
 class Action(StrEnum):
     SHED_TIER_AT_INGRESS = "shed_tier_at_ingress"
@@ -155,21 +157,22 @@ def check_ladder(rungs: tuple[Rung, ...], max_num_batched_tokens: int) -> None:
 
 
 def load_ladder(path: Path) -> tuple[Rung, ...]:
-    """A ladder from a YAML (or JSON) file: a list of rungs, or a mapping with key ``ladder``."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except OSError as e:
-        raise ValueError(f"cannot read the ladder file {path}: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    """A ladder from a YAML (or JSON) file: a list of rungs, or a mapping whose one key is
+    ``ladder``. A file that declares no rung is refused (a server asked for a ladder would
+    otherwise run without one, silently), as is a mapping with any other key."""
+    data = load_yaml(path, "the ladder file")
     if isinstance(data, Mapping):
-        data = data.get("ladder")
+        if set(data) != {"ladder"}:
+            keys = sorted(str(k) for k in data)
+            raise ValueError(f"{path}: a mapping must have the one key 'ladder', got {keys}")
+        data = data["ladder"]
     try:
-        return as_ladder(data if data is not None else ())
+        rungs = as_ladder(data if data is not None else ())
     except (TypeError, ValueError) as e:
         raise ValueError(f"{path}: {e}") from None
+    if not rungs:
+        raise ValueError(f"{path} declares no rungs (leave the ladder out for none)")
+    return rungs
 
 
 @dataclass(frozen=True)
