@@ -12,6 +12,7 @@ from claimbench.cli.common import fail, global_options
 from claimbench.cli.project import RESULTS_DIR
 from claimbench.ops.agents import TOKEN_ENV_VAR
 from claimbench.ops.audit import DEFAULT_LOG
+from claimbench.serving.urls import check_http_url
 
 
 def mcp(
@@ -59,8 +60,11 @@ def mcp(
         fail(f"--audit-log {log} is inside {RESULTS_DIR}/: the log of who acted lives apart")
     if log.is_dir():
         fail(f"--audit-log {log} is a directory")
-    if server_url is not None and not server_url.startswith(("http://", "https://")):
-        fail(f"--server-url {server_url!r} must start with http:// or https://")
+    if server_url is not None:
+        try:
+            check_http_url(server_url, "--server-url")
+        except ValueError as e:
+            fail(str(e))
     stdio_token = None
     if not http:
         stdio_token = os.environ.get(TOKEN_ENV_VAR)

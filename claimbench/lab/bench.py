@@ -27,6 +27,7 @@ from claimbench.lab.serving_summary import (
 )
 from claimbench.models.tokenizer import Tokenizer
 from claimbench.serving.replay import WorkItem, benchmark_items, replay
+from claimbench.serving.urls import check_http_url
 from claimbench.workload.corpus import heldout_prompts
 
 Slos = dict[str, float | None]  # slo_ttft_s, slo_tpot_s, slo_e2el_s in seconds; None = none
@@ -106,8 +107,8 @@ def check_options(
     if api_keys and url is None:
         raise ValueError("--api-key needs --url (the in-process engine has no keys)")
     keys = tenant_keys(api_keys)
-    if url is not None and not url.startswith(("http://", "https://")):
-        raise ValueError(f"--url must start with http:// or https://, got {url!r}")
+    if url is not None:
+        check_http_url(url, "--url")
     return BenchTarget(slos, keys)
 
 
