@@ -99,6 +99,7 @@ def serve(
     from claimbench.models.checkpoint import ModelLoadError, default_model_path
     from claimbench.serving.engine_client import EngineProcessError
     from claimbench.serving.serve_setup import (
+        check_listen,
         check_serve_limits,
         serve_engine_config,
         serve_until_stopped,
@@ -117,7 +118,14 @@ def serve(
     engine |= dict(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
     engine |= dict(scheduling_policy=scheduling_policy, victim_policy=victim_policy)
     try:
-        check_serve_limits(port=port, **limits)
+        check_serve_limits(
+            port=port,
+            shutdown_timeout_s=shutdown_timeout_s,
+            kv_pool_mb=kv_pool_mb,
+            model_name=served_model_name,
+            **limits,
+        )
+        check_listen(host, port)
         options = ServeOptions(
             model_dir=opts.model or default_model_path(),
             engine=serve_engine_config(

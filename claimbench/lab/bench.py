@@ -98,8 +98,8 @@ def check_options(
         )
     if not w.rate > 0 or not w.burstiness > 0:
         raise ValueError(f"--rate and --burstiness must be > 0, got {w.rate}, {w.burstiness}")
-    if not kv_pool_mb * 2**20 >= 1:
-        raise ValueError(f"--kv-pool-mb must be > 0, got {kv_pool_mb}")
+    if not math.isfinite(kv_pool_mb) or not kv_pool_mb * 2**20 >= 1:
+        raise ValueError(f"--kv-pool-mb must be a number > 0, got {kv_pool_mb}")
     if any(v is not None and not v > 0 for v in slo_ms):
         raise ValueError(f"--slo-* must be > 0 ms, got {', '.join(map(str, slo_ms))}")
     names = ("slo_ttft_s", "slo_tpot_s", "slo_e2el_s")

@@ -5,6 +5,8 @@ reporting an engine that died and could not be replaced (a supervisor above must
 
 from __future__ import annotations
 
+import math
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +27,17 @@ def check_serve_limits(
     max_header_bytes: int,
     header_timeout_s: float,
     max_engine_restarts: int,
+    shutdown_timeout_s: float = 0.0,
+    kv_pool_mb: float = 1.0,
+    model_name: str | None = None,
 ) -> None:
     """ValueError (one line naming the option) for the first limit out of range."""
     if not 0 < port < 65536:
         raise ValueError(f"--port {port} is not a TCP port")
+    if not math.isfinite(kv_pool_mb) or not kv_pool_mb * 2**20 >= 1:
+        raise ValueError(f"--kv-pool-mb must be a number > 0, got {kv_pool_mb}")
+    if model_name is not None and not model_name.strip():
+        raise ValueError("--served-model-name must not be empty: clients send it as the model")
     if stream_interval < 1:
         raise ValueError(f"--stream-interval must be >= 1, got {stream_interval}")
     if max_request_bytes < 1:
@@ -41,6 +50,26 @@ def check_serve_limits(
         raise ValueError(f"--header-timeout-s must be > 0, got {header_timeout_s}")
     if max_engine_restarts < 0:
         raise ValueError(f"--max-engine-restarts must be >= 0, got {max_engine_restarts}")
+    if not (math.isfinite(shutdown_timeout_s) and shutdown_timeout_s >= 0):
+        raise ValueError(f"--shutdown-timeout-s must be a number >= 0, got {shutdown_timeout_s}")
+
+
+def check_listen(host: str, port: int) -> None:
+    """ValueError (one line) unless this process can listen on ``host``:``port`` now: an
+    address that does not resolve or is not this machine's, or a port in use, is refused
+    before the model loads rather than by the server after it."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as e:
+        raise ValueError(f"--host {host!r}: {e.strerror}") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as e:
+            raise ValueError(f"cannot listen on {host}:{port}: {e.strerror}") from None
 
 
 def serve_engine_config(

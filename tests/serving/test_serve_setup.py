@@ -31,13 +31,25 @@ LIMITS = dict(
         ({"max_header_bytes": 1023}, "--max-header-bytes must be >= 1024, got 1023"),
         ({"header_timeout_s": 0.0}, "--header-timeout-s must be > 0, got 0.0"),
         ({"max_engine_restarts": -1}, "--max-engine-restarts must be >= 0, got -1"),
+        ({"kv_pool_mb": float("nan")}, "--kv-pool-mb must be a number > 0, got nan"),
+        ({"kv_pool_mb": float("inf")}, "--kv-pool-mb must be a number > 0, got inf"),
+        ({"kv_pool_mb": 0.0}, "--kv-pool-mb must be a number > 0, got 0.0"),
+        ({"shutdown_timeout_s": -1.0}, "--shutdown-timeout-s must be a number >= 0, got -1.0"),
+        (
+            {"shutdown_timeout_s": float("nan")},
+            "--shutdown-timeout-s must be a number >= 0, got nan",
+        ),
+        (
+            {"model_name": " "},
+            "--served-model-name must not be empty: clients send it as the model",
+        ),
         # Two limits out of range: the first in the option order is the one named.
         ({"port": 0, "stream_interval": 0}, "--port 0 is not a TCP port"),
     ],
 )
 def test_each_limit_at_its_edge(change, message) -> None:
     check_serve_limits(**LIMITS)  # every limit at its smallest allowed value
-    with pytest.raises(ValueError, match=f"^{message}$"):
+    with pytest.raises(ValueError, match=f"^{message}"):
         check_serve_limits(**LIMITS | change)
 
 
@@ -66,3 +78,19 @@ def test_engine_failure_is_the_supervisor_s_reason_else_the_engine_s_error() -> 
     assert engine_failure(state(None, RuntimeError("the engine process died"))) == (
         "the engine process died"
     )
+
+
+def test_listening_is_checked_before_the_model_loads() -> None:
+    import socket
+
+    from claimbench.serving.serve_setup import check_listen
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ValueError, match=f"^cannot listen on 127.0.0.1:{port}: "):
+            check_listen("127.0.0.1", port)
+    check_listen("127.0.0.1", port)  # free again
+    with pytest.raises(ValueError, match="^--host 'no-such-host.invalid': "):
+        check_listen("no-such-host.invalid", 8000)
