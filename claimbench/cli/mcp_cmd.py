@@ -65,6 +65,13 @@ def mcp(
             check_http_url(server_url, "--server-url")
         except ValueError as e:
             fail(str(e))
+    if http:
+        from claimbench.serving.serve_setup import check_listen
+
+        try:  # before anything is built: where uvicorn would fail only once it starts
+            check_listen(host, port)
+        except ValueError as e:
+            fail(str(e))
     stdio_token = None
     if not http:
         stdio_token = os.environ.get(TOKEN_ENV_VAR)

@@ -96,3 +96,19 @@ def test_mcp_refuses_to_start_on_a_bad_file_or_token(
     )
     assert_one_line_error(inside, "is inside results/")
     assert not (project / ".audit").exists() and not (project / "results").exists()
+
+
+def test_mcp_over_http_refuses_a_place_it_cannot_listen_in_one_line(project, tmp_path) -> None:
+    import socket
+
+    path = tmp_path / "agents.yaml"
+    add_agent(path, "ops", None)
+    root = ("--root", str(project))
+    bad_host = invoke(*root, "mcp", "--agents", str(path), "--http", "--host", "no.such.invalid")
+    assert_one_line_error(bad_host, "--host 'no.such.invalid': ")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        in_use = invoke(*root, "mcp", "--agents", str(path), "--http", "--port", port)
+    assert_one_line_error(in_use, f"cannot listen on 127.0.0.1:{port}: Address already in use")
