@@ -54,7 +54,8 @@ def budget_command(
     million generated tokens per claim and hardware."""
     opts = global_options(ctx)
     config = open_project_config(opts.root)
-    store = project.results_dir(opts.root, results_dir)
+    # A store not made yet has spent nothing: the nightly asks before its first run.
+    store = project.results_dir(opts.root, results_dir, must_exist=False)
     try:
         report = budget_report(store, config.budget.usd, config.budget.prices, backfill=backfill)
     except (ledger.LedgerError, UnpricedError) as err:  # a corrupt ledger is left as it is

@@ -22,10 +22,11 @@ def open_claims(root: Path) -> list[Claim]:
 
 
 def results_dir(root: Path, option: Path | None, *, must_exist: bool = True) -> Path:
-    """``--results-dir`` if given, else ``<root>/results``. Where ``must_exist``, a
-    ``--results-dir`` that names no directory exits 2 (a mistyped store would otherwise score
-    and publish no runs); the default may be missing (a project with no runs yet)."""
-    if must_exist and option is not None and not option.is_dir():
+    """``--results-dir`` if given, else ``<root>/results``. A ``--results-dir`` that is a file
+    exits 2; so does one that does not exist where ``must_exist`` (a mistyped store would
+    otherwise score and publish no runs). The default may be missing (no runs yet), and so may
+    the option where a command starts a store or reads an empty one (run, budget)."""
+    if option is not None and not option.is_dir() and (must_exist or option.exists()):
         fail(f"--results-dir {option} is not a directory")
     return (option if option is not None else root / RESULTS_DIR).resolve()
 

@@ -54,3 +54,12 @@ def test_a_new_results_dir_is_created_by_run(project, tmp_path):
         == 0
     )
     assert len(list((store / "runs").iterdir())) == 1
+
+
+def test_budget_reads_a_store_not_made_yet_as_nothing_spent_but_refuses_a_file(project, blocked):
+    # The nightly asks for the budget before its first run has made the store.
+    fresh = invoke("--root", str(project), "budget", "--results-dir", str(blocked.parent / "new"))
+    assert fresh.exit_code == 0 and "spent $0.00" in fresh.output
+    assert not (blocked.parent / "new").exists()
+    a_file = invoke("--root", str(project), "budget", "--results-dir", str(blocked))
+    assert_one_line_error(a_file, f"--results-dir {blocked} is not a directory")
