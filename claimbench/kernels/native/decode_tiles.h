@@ -8,7 +8,8 @@
 // Rows are read in place from f32 pages (`stride` floats apart) or from a page's rows
 // dequantized once into a tile. HeadState is sized for AVX-512's 32 registers; QueryState, for
 // targets with 16 (AVX2), attends a head's queries one at a time; PageState, for models with
-// few query heads, attends every KV head of an f32 page together.
+// few query heads, attends every KV head of an f32 page together, and PageRowState does the
+// same with vectors one register wide and its state in L1 (AVX2).
 
 #ifndef CLAIMBENCH_DECODE_TILES_H_
 #define CLAIMBENCH_DECODE_TILES_H_
@@ -328,6 +329,59 @@ struct PageState : SoftmaxState<Vec16, kLanes, D, H * G> {
     }
     for (int j = 0; j < kQueries; ++j) {
       for (int c = 0; c < kChunks; ++c) acc[j][c] = a[j][c];
+    }
+  }
+};
+
+// PageState's walk (every KV head of an f32 page, token by token, each pass front to back
+// once) with vectors one register wide and the queries and accumulators in memory (L1): for
+// targets with 16 vector registers (AVX2), where PageState's 16-lane state spills. A token's
+// K (or V) row of a head is loaded into registers once and used by the head's G queries.
+template <int D, int H, int G>
+struct PageRowState : SoftmaxState<VecR, kRegLanes, D, H * G> {
+  using Base = SoftmaxState<VecR, kRegLanes, D, H * G>;
+  using Base::acc, Base::kChunks, Base::l, Base::m, Base::q;
+  static constexpr int kQueries = H * G;
+
+  // PageState::Attend's contract.
+  void Attend(const float* tokens, int64_t token_stride, int64_t n, float soft_cap,
+              float* scores, int64_t score_stride, const char* ahead = nullptr,
+              int64_t ahead_lines = 0) {
+    for (int64_t t = 0; t < n; ++t) {
+      ahead = PrefetchLines(ahead, ahead_lines);
+      const float* token = tokens + t * token_stride;
+      for (int h = 0; h < H; ++h) {
+        VecR kr[kChunks];
+        for (int c = 0; c < kChunks; ++c) kr[c] = Load<VecR>(token + 2 * h * D + c * kRegLanes);
+        for (int g = 0; g < G; ++g) {
+          const int j = h * G + g;
+          VecR dot[2] = {q[j][0] * kr[0], VecR{}};
+          if (kChunks > 1) dot[1] = q[j][1] * kr[1];
+          for (int c = 2; c < kChunks; ++c) dot[c % 2] += q[j][c] * kr[c];
+          scores[j * score_stride + t] = HorizontalSum(dot[0] + dot[1]);
+        }
+      }
+    }
+    for (int j = 0; j < kQueries; ++j) {
+      const float rescale = PageSoftmax(scores + j * score_stride, n, soft_cap, m[j], l[j]);
+      if (rescale != 1.0f) {
+        for (int c = 0; c < kChunks; ++c) acc[j][c] *= rescale;
+      }
+    }
+    for (int64_t t = 0; t < n; ++t) {
+      ahead = PrefetchLines(ahead, ahead_lines);
+      const float* token = tokens + t * token_stride;
+      for (int h = 0; h < H; ++h) {
+        VecR vr[kChunks];
+        for (int c = 0; c < kChunks; ++c) {
+          vr[c] = Load<VecR>(token + (2 * h + 1) * D + c * kRegLanes);
+        }
+        for (int g = 0; g < G; ++g) {
+          const int j = h * G + g;
+          const float w = scores[j * score_stride + t];
+          for (int c = 0; c < kChunks; ++c) acc[j][c] += w * vr[c];
+        }
+      }
     }
   }
 };

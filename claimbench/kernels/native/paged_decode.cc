@@ -231,10 +231,10 @@ void AttendSequenceTiled(const Decode& p, int64_t seq) {
   for (int64_t h = 0; h < num_kv_heads; ++h) states[h].Store(out + h * G * D);
 }
 
-// PageState's loop (decode_tiles.h): every KV head of each f32 page together, in place. The
-// next page is prefetched as in AttendSequenceTiled, its lines spread over this page's 2n
-// token passes.
-template <int D, int H, int G>
+// The page loop (decode_tiles.h: PageState or PageRowState): every KV head of each f32 page
+// together, in place. The next page is prefetched as in AttendSequenceTiled, its lines spread
+// over this page's 2n token passes.
+template <int D, int H, int G, template <int, int, int> class State>
 void AttendSequencePage(const Decode& p, int64_t seq) {
   const int64_t token_stride = p.kv.rows * D;
   float* out = p.out + seq * p.num_q_heads * D;
@@ -248,7 +248,7 @@ void AttendSequencePage(const Decode& p, int64_t seq) {
   float* scores = AlignedScratch(buffer, H * G * score_stride);
   const int64_t page_lines = (walk.page_bytes + kCacheLine - 1) / kCacheLine;
   const float* pages = static_cast<const float*>(p.kv.pages);
-  PageState<D, H, G> state;
+  State<D, H, G> state;
   state.Init(p.q + seq * p.num_q_heads * D, p.sm_scale);
   PrefetchLines(walk.Page(walk.first), page_lines);
   walk.Walk([&](int64_t slot0, int64_t n, const char* next) {
@@ -281,56 +281,69 @@ AttendFn PickGroup(int64_t group) {
 // (CLAIMBENCH_NATIVE_MARCH=znver3) on a 2-core Zen 4 host, one core, 27 MB of f32 KV a call in
 // random page order, alternating call by call: 0.70 of the general loop's time at D = 64 and
 // 0.83 at D = 128 (0.55 and 0.59 with the pages in L2); through XLA with both threads, 0.74.
-// With AVX-512, HeadState stays: QueryState took 1.13-1.15 of its time. So the default is
-// with AVX-512 the page loop (PageState: f32 pages of models with few query heads; its 16-lane
-// vectors would spill AVX2's registers as HeadState's do) and HeadState for the rest,
-// QueryState elsewhere; CLAIMBENCH_NATIVE_DECODE=page, =tiled, =tiled-query or =general forces
-// one (the tests run all four on every host; "page" takes HeadState where it does not apply).
+// With AVX-512, HeadState stays: QueryState took 1.13-1.15 of its time.
+//
+// The page loop walks each f32 page front to back once a pass, every KV head of a token
+// together, for models with few query heads (PickPageGroup's shapes: the shipped model's 4
+// queries of D = 64): PageState with AVX-512 (its queries and accumulators in 16-lane
+// registers), PageRowState without (one register wide, the queries and accumulators in L1,
+// where PageState's state would spill AVX2's 16 registers). Built for AVX2 on the 2-core Zen 4
+// host, the decode kernel alone at the shipped model's shape (64 sequences of 300-600 tokens,
+// 30 MB of f32 KV a call in random page order, four pools in turn, both threads; alternating
+// pass by pass in one process): PageRowState 0.79 of QueryState's time (23.7 against 18.8
+// GB/s of KV); built for AVX-512, 1.17 of PageState's.
+//
+// So the default is the page loop where it applies and else HeadState with AVX-512, QueryState
+// without. CLAIMBENCH_NATIVE_DECODE forces one: page (this build's page loop, else its default
+// fallback), page-row (PageRowState on any build, else QueryState), tiled (HeadState),
+// tiled-query (QueryState) or general; the tests run each on every host.
 #if defined(__AVX512F__)
-constexpr bool kTiledByDefault = true;
+constexpr bool kAvx512 = true;
 #else
-constexpr bool kTiledByDefault = false;
+constexpr bool kAvx512 = false;
 #endif
 
-enum class Loop { kPage, kTiled, kTiledQuery, kGeneral };
+enum class Loop { kPage, kPageRow, kTiled, kTiledQuery, kGeneral };
 
 Loop ChosenLoop() {
   const char* forced = std::getenv("CLAIMBENCH_NATIVE_DECODE");
-  const Loop fallback = kTiledByDefault ? Loop::kPage : Loop::kTiledQuery;
-  if (forced == nullptr || *forced == '\0') return fallback;
-  if (std::strcmp(forced, "page") == 0) return Loop::kPage;
+  if (forced == nullptr || *forced == '\0') return Loop::kPage;
+  if (std::strcmp(forced, "page-row") == 0) return Loop::kPageRow;
   if (std::strcmp(forced, "tiled") == 0) return Loop::kTiled;
   if (std::strcmp(forced, "tiled-query") == 0) return Loop::kTiledQuery;
   if (std::strcmp(forced, "general") == 0) return Loop::kGeneral;
-  return fallback;
+  return Loop::kPage;
 }
 
-// PageState's loop for f32 pages where every query fits 16 vectors (num_q_heads * head_dim <=
-// 256: the shipped model's 4 x 64), else nullptr.
-template <int D>
+// The page loop with State for f32 pages where every query fits 16 vectors (num_q_heads *
+// head_dim <= 256: the shipped model's 4 x 64), else nullptr.
+template <int D, template <int, int, int> class State>
 AttendFn PickPageGroup(int64_t num_kv_heads, int64_t group) {
   switch (num_kv_heads * 8 + group) {
-    case 1 * 8 + 1: return AttendSequencePage<D, 1, 1>;
-    case 1 * 8 + 2: return AttendSequencePage<D, 1, 2>;
-    case 2 * 8 + 1: return AttendSequencePage<D, 2, 1>;
+    case 1 * 8 + 1: return AttendSequencePage<D, 1, 1, State>;
+    case 1 * 8 + 2: return AttendSequencePage<D, 1, 2, State>;
+    case 2 * 8 + 1: return AttendSequencePage<D, 2, 1, State>;
     default: break;
   }
   if constexpr (D == 64) {
     switch (num_kv_heads * 8 + group) {
-      case 1 * 8 + 4: return AttendSequencePage<D, 1, 4>;
-      case 2 * 8 + 2: return AttendSequencePage<D, 2, 2>;
-      case 4 * 8 + 1: return AttendSequencePage<D, 4, 1>;
+      case 1 * 8 + 4: return AttendSequencePage<D, 1, 4, State>;
+      case 2 * 8 + 2: return AttendSequencePage<D, 2, 2, State>;
+      case 4 * 8 + 1: return AttendSequencePage<D, 4, 1, State>;
       default: break;
     }
   }
   return nullptr;
 }
 
-AttendFn PickPage(const PagedKV& kv, int64_t group) {
-  if (kv.storage != Storage::kF32) return nullptr;
+// PageRowState is taken at D = 64 only: at 128 a token's K row alone is AVX2's 16 registers
+// (not measured there; QueryState is).
+template <template <int, int, int> class State>
+AttendFn PickPage(const PagedKV& kv, int64_t group, int64_t max_head_dim) {
+  if (kv.storage != Storage::kF32 || kv.head_dim > max_head_dim) return nullptr;
   switch (kv.head_dim) {
-    case 64: return PickPageGroup<64>(kv.rows / 2, group);
-    case 128: return PickPageGroup<128>(kv.rows / 2, group);
+    case 64: return PickPageGroup<64, State>(kv.rows / 2, group);
+    case 128: return PickPageGroup<128, State>(kv.rows / 2, group);
     default: return nullptr;
   }
 }
@@ -344,14 +357,21 @@ AttendFn PickHeadDim(int64_t head_dim, int64_t group) {
   }
 }
 
-// The specialized kernel for this shape where it pays here, else the general one. The page
-// loop takes the shapes and storage it has (PickPage), HeadState's the rest.
+// The specialized kernel for this shape where it pays here, else the general one.
 AttendFn PickAttend(const PagedKV& kv, int64_t group) {
   const int64_t head_dim = kv.head_dim;
   switch (ChosenLoop()) {
     case Loop::kPage:
-      if (AttendFn page = PickPage(kv, group)) return page;
-      return PickHeadDim<HeadState>(head_dim, group);
+      if constexpr (kAvx512) {
+        if (AttendFn page = PickPage<PageState>(kv, group, 128)) return page;
+        return PickHeadDim<HeadState>(head_dim, group);
+      } else {
+        if (AttendFn page = PickPage<PageRowState>(kv, group, 64)) return page;
+        return PickHeadDim<QueryState>(head_dim, group);
+      }
+    case Loop::kPageRow:
+      if (AttendFn page = PickPage<PageRowState>(kv, group, 64)) return page;
+      return PickHeadDim<QueryState>(head_dim, group);
     case Loop::kTiled: return PickHeadDim<HeadState>(head_dim, group);
     case Loop::kTiledQuery: return PickHeadDim<QueryState>(head_dim, group);
     case Loop::kGeneral: return AttendSequence;
