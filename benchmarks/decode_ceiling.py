@@ -4,9 +4,9 @@ The kernel is timed alone, as the engine's layers call it inside one compiled st
 pass calls it on each layer's pool in turn, each call's queries depending on the last call's
 output so the calls run in order, with nothing else of the layer (the KV write, the prefill
 path) and no Python dispatch between them. Timed per call through the whole layer from Python
-instead, as the script's table does, the fixed cost of each call (about 0.1-0.15 ms on a 2-core
-Zen 4 host) is counted as reading time: the kernel alone read 30.5 GB/s of KV where the table's
-row gave 24.0 (the engine's shape, four pools, the same hour).
+instead, as the script's table does, the fixed cost of each call is counted as reading time:
+on a 2-core Zen 4 host at the engine's shape (four pools), the kernel alone took 1.06-1.13 ms a
+call (26-28 GB/s of KV) where the whole layer call took 1.09-1.24 ms in the same runs.
 
 Beside the kernel: the read ceilings (kernels/native_bandwidth.py) on one and two threads over
 the same bytes, a contiguous sum and the step's own pages in the kernel's order, and the
