@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from claimbench.cli.common import err_console, fail, flag_message, global_options, option_flags
+from claimbench.cli.extras import require_extra
 from claimbench.cli.spec_options import (
     DraftModelOption,
     NumSpecTokensOption,
@@ -127,6 +128,8 @@ def bench(
     from claimbench.engine.worker.sharding import check_model_tp
     from claimbench.lab.bench import BenchWorkload, bench_engine_config, check_options
 
+    if url is not None:
+        require_extra("claimbench bench --url", "serve", ("httpx",))
     opts = global_options(ctx)
     workload = BenchWorkload(requests, input_len, output_len, range_ratio, rate, burstiness, seed)
     slo_ms = (slo_ttft_ms, slo_tpot_ms, slo_e2el_ms)

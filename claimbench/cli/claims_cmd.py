@@ -42,7 +42,7 @@ def list_claims(ctx: typer.Context, as_json: JsonOption = False) -> None:
     for column in ("id", "part", "title", "confidence", "scope", "status"):
         table.add_column(column, overflow="fold", no_wrap=column in ("id", "status"))
     for row in rows:
-        table.add_row(*(escape(str(row[c])) for c in row))
+        table.add_row(*(str(row[c]) for c in row))
     console.print(table)
 
 
@@ -69,13 +69,16 @@ def show_claim(
         typer.echo(json.dumps(data, indent=2))
         return
     console.print(
-        f"[bold]{claim.id}[/]  part {claim.part} · {escape(claim.title)}", highlight=False
+        f"[bold]{escape(claim.id)}[/]  part {claim.part} · {escape(claim.title)}",
+        markup=True,
+        highlight=False,
     )
     plain = {"markup": False, "highlight": False}
     console.print(claim.statement, **plain)
     console.print(
         f"confidence {claim.confidence:g} · scope {claim.scope} · "
-        f"status [bold]{project.claim_status(root, score)}[/]",
+        f"status [bold]{escape(project.claim_status(root, score))}[/]",
+        markup=True,
         highlight=False,
     )
     if claim.scope_reason:
@@ -101,8 +104,9 @@ def show_claim(
             else "none may be scored (see each run's reason)"
         )
         console.print(
-            f"\n[bold]{group.evidence}[/] evidence{scope_note}: {len(group.runs)} run(s), "
+            f"\n[bold]{escape(group.evidence)}[/] evidence{scope_note}: {len(group.runs)} run(s), "
             f"{agreement}",
+            markup=True,
             highlight=False,
         )
         for run in group.runs:

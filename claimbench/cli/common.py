@@ -12,12 +12,16 @@ from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 # Piped output (| less, > file, CI logs) gets no terminal width and rich would wrap the
 # claim tables at 80 columns; give it room unless COLUMNS says otherwise.
 _PIPED_WIDTH = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160
-console = Console(width=_PIPED_WIDTH)
-err_console = Console(stderr=True)
+# Markup off: what is printed (paths, names, claim text, generated text, error messages) may
+# hold "[...]", which rich would read as a style tag ("[/x]" a traceback). A line that styles
+# literal text of its own passes markup=True and escapes whatever it interpolates.
+console = Console(width=_PIPED_WIDTH, markup=False)
+err_console = Console(stderr=True, markup=False)
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,9 @@ def global_options(ctx: typer.Context) -> GlobalOptions:
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print one line naming the problem to stderr and exit non-zero, never a traceback."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(
+        f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True
+    )
     raise typer.Exit(code)
 
 

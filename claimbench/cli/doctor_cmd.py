@@ -34,6 +34,9 @@ def doctor(
     console.print(f"engine:    {check.engine_tokens} {check.engine_text!r}", highlight=False)
     console.print(f"reference: {check.reference_tokens} {check.reference_text!r}", highlight=False)
     if not check.ok:
-        console.print("[bold red]FAIL[/]: the engine's golden completion differs from the model's")
+        console.print(
+            "[bold red]FAIL[/]: the engine's golden completion differs from the model's",
+            markup=True,
+        )
         raise typer.Exit(1)
-    console.print("[green]PASS[/]: golden completion matches the dense reference")
+    console.print("[green]PASS[/]: golden completion matches the dense reference", markup=True)

@@ -85,7 +85,7 @@ def generate(
         sys.stdout.write(json.dumps(head | done.timing) + "\n")
         return
     _write("\n" if sys.stdout.isatty() else "")
-    err_console.print(f"[dim]{timing_line(done.timing, done.finish_reason)}[/]", highlight=False)
+    err_console.print(timing_line(done.timing, done.finish_reason), style="dim", highlight=False)
 
 
 def _load_model(model: Path | None) -> tuple[Path, ModelConfig, Tokenizer]:

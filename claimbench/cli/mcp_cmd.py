@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from claimbench.cli.common import fail, global_options
+from claimbench.cli.extras import require_extra
 from claimbench.cli.project import RESULTS_DIR
 from claimbench.ops.agents import TOKEN_ENV_VAR
 from claimbench.ops.audit import DEFAULT_LOG
@@ -40,10 +41,7 @@ def mcp(
     """Serve the runbook (claims, scores, runs, budget, doctor, tpu-check, run, score, site,
     warm cache) as MCP tools. Over stdio the agent's token is $CLAIMBENCH_AGENT_TOKEN in the
     environment the client launches this with; over --http, each request's bearer token."""
-    try:
-        import mcp as _sdk  # noqa: F401
-    except ImportError:
-        fail("claimbench mcp needs the MCP SDK: pip install 'claimbench[ops]'")
+    require_extra("claimbench mcp", "ops")
     from claimbench.ops.agents import Agents
     from claimbench.ops.audit import AuditLog
     from claimbench.ops.jobs import JobManager

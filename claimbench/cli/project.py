@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from rich.markup import escape
+
 from claimbench.cli.common import err_console, fail
 from claimbench.harness import registry, results, scoring
 from claimbench.harness.claims import Claim, ClaimsError, load_claims
@@ -48,7 +50,10 @@ def read_results(path: Path) -> list[results.StoredRun]:
     runs, skipped = results.read_runs(path)
     for item in skipped:
         err_console.print(
-            f"[yellow]skipped[/] {item.path}: {item.reason}", highlight=False, soft_wrap=True
+            f"[yellow]skipped[/] {escape(str(item.path))}: {escape(item.reason)}",
+            markup=True,
+            highlight=False,
+            soft_wrap=True,
         )
     return runs
 

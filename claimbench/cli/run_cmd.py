@@ -144,8 +144,9 @@ def _run_with_bars(selected: list[Claim], **options: Any) -> list[Outcome]:
         except RunInterrupted as stop:
             progress.stop()
             console.print(
-                f"[red]interrupted[/] during {stop.claim_id}: that run was not stored; "
+                f"[red]interrupted[/] during {escape(stop.claim_id)}: that run was not stored; "
                 f"{stop.num_stored} finished run(s) kept",
+                markup=True,
                 highlight=False,
             )
             raise typer.Exit(130) from None
@@ -175,15 +176,18 @@ class ProgressReport:
         if outcome.run_dir is None:
             self.progress.remove_task(self.task)
             out.print(
-                f"[red]error:[/] {outcome.claim_id} failed, not stored: {escape(outcome.error)}",
+                f"[red]error:[/] {escape(outcome.claim_id)} failed, not stored: "
+                f"{escape(outcome.error)}",
+                markup=True,
                 highlight=False,
             )
         else:
             out.print(f"stored {outcome.run_dir}", highlight=False, markup=False)
             if outcome.error is not None:
                 out.print(
-                    f"[red]error:[/] {outcome.claim_id}: stored, but not in the ledger: "
+                    f"[red]error:[/] {escape(outcome.claim_id)}: stored, but not in the ledger: "
                     f"{escape(outcome.error)}",
+                    markup=True,
                     highlight=False,
                 )
         self.progress.advance(self.overall)

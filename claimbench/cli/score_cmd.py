@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from claimbench.cli import project, score_json
 from claimbench.cli.common import console, global_options
@@ -28,7 +28,7 @@ def _evidence_cell(s: scoring.ClaimScore) -> str:
     """Where the row's values come from, and the replications behind them."""
     not_scored = [f"{n} run(s) {reason}, not scored" for reason, n in s.exclusion_counts().items()]
     if s.shown is None:
-        return "\n".join(escape(line) for line in ["-", *not_scored])
+        return "\n".join(["-", *not_scored])
     lines = [s.shown.evidence + ("" if s.headline or s.shown.in_scope else " (indicative)")]
     lines.append(score_json.run_label(s.shown.info))
     group = s.group(s.shown.evidence)
@@ -36,7 +36,7 @@ def _evidence_cell(s: scoring.ClaimScore) -> str:
         lines.append(f"{group.num_agree} of {len(group.current_runs)} current run(s) agree")
     lines.extend(f"{g.evidence} (in scope) says {g.scored.verdict}" for g in s.disagreements)
     lines.extend(not_scored)
-    return "\n".join(escape(line) for line in lines)
+    return "\n".join(lines)
 
 
 def _condition_line(cs: scoring.ConditionScore) -> str:
@@ -49,10 +49,7 @@ def _condition_line(cs: scoring.ConditionScore) -> str:
         status += f" ({cs.num_trials} of {cs.min_trials})"
     if cs.control_values:
         status += f" (control fired in {cs.num_control_fired} of {cs.num_trials} trials)"
-    return (
-        f"{escape(str(cs.condition))} ({basis}): {escape(score_json.format_estimate(cs))}"
-        f" from {source} -> {status}"
-    )
+    return f"{cs.condition} ({basis}): {score_json.format_estimate(cs)} from {source} -> {status}"
 
 
 def score(
@@ -95,7 +92,7 @@ def score(
             s.claim.id,
             f"{s.claim.confidence:g}",
             s.claim.scope,
-            f"[{style}]{s.verdict}[/]",
+            Text(s.verdict, style=style),
             _evidence_cell(s),
             "\n".join(_condition_line(cs) for cs in s.conditions) if s.shown else "-",
         )

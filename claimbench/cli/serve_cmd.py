@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from claimbench.cli.common import err_console, fail, global_options
+from claimbench.cli.extras import require_extra
 from claimbench.serving.state import PrefixSharing
 
 
@@ -96,6 +97,7 @@ def serve(
     ] = 3,
 ) -> None:
     """Serve the model over HTTP (OpenAI's /v1/completions and /v1/chat/completions)."""
+    require_extra("claimbench serve", "serve")
     from claimbench.models.checkpoint import ModelLoadError, default_model_path
     from claimbench.serving.engine_client import EngineProcessError
     from claimbench.serving.serve_setup import (

@@ -16,11 +16,13 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from typing import TYPE_CHECKING
 
 from claimbench.models.tokenizer import Tokenizer
 from claimbench.serving.protocol import error_body
+
+if TYPE_CHECKING:  # the serve extra's; this module's constants are read without it (state.py)
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 DEFAULT_MAX_REQUEST_BYTES = 4 * 2**20  # a 128k-token prompt as JSON fits; 10 MB does not
 OFFLOAD_CHARS = 8192  # text longer than this is tokenized off the event loop
