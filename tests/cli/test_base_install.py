@@ -62,6 +62,7 @@ def runs() -> dict:
     return {" ".join(r["args"]): r for r in report["runs"]} | {"blocked": report["blocked"]}
 
 
+@pytest.mark.slow
 def test_the_extras_are_blocked_and_the_base_is_not():
     report = base("--import", "jax", "flax", "pandas", "typer", "fastapi", "starlette", "mcp")
     imports = report["imports"]
@@ -71,6 +72,7 @@ def test_the_extras_are_blocked_and_the_base_is_not():
         assert set(EXTRA_MODULES[extra]) & set(report["blocked"]), extra
 
 
+@pytest.mark.slow
 def test_every_command_starts_without_the_extras(runs):
     paths = command_paths()
     assert len(paths) >= 20 and ["serve"] in paths and ["mcp"] in paths
@@ -81,6 +83,7 @@ def test_every_command_starts_without_the_extras(runs):
     assert runs["show kv-int8"]["exit_code"] == 0, runs["show kv-int8"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, extra",
     [
@@ -96,6 +99,7 @@ def test_a_command_that_needs_an_extra_names_it(runs, args, extra):
     assert len(lines) == 1 and f"pip install 'claimbench[{extra}]'" in lines[0], lines
 
 
+@pytest.mark.slow
 def test_every_experiment_imports_without_the_extras():
     names = [f"experiments.{p.stem}" for p in sorted((ROOT / "experiments").glob("[a-z]*.py"))]
     assert len(names) >= 27
