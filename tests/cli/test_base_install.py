@@ -103,5 +103,8 @@ def test_a_command_that_needs_an_extra_names_it(runs, args, extra):
 def test_every_experiment_imports_without_the_extras():
     names = [f"experiments.{p.stem}" for p in sorted((ROOT / "experiments").glob("[a-z]*.py"))]
     assert len(names) >= 27
+    # The nightly (scripts/nightly.sh) runs the vLLM comparison on claimbench with the tpu and
+    # fetch extras only.
+    names.append("benchmarks.engine_vs_vllm")
     imports = base("--import", *names)["imports"]
     assert {m: e for m, e in imports.items() if e is not None} == {}
