@@ -184,7 +184,7 @@ def kernel_against_ceiling(args, layers: list[list], kv_lens: list[int], l3_byte
     step = build_layers(one_pool, [1] * seqs, kv_lens[:seqs], seed)[0]
     cached_bytes = sum(kv_lens[:seqs]) * kv_row_bytes(args)
     ceiling["in_cache"] = decode_in_cache(
-        step, seqs, cached_bytes, len(layers), max(1, args.iters // len(layers)), sm_scale
+        step, cached_bytes, len(layers), max(1, args.iters // len(layers)), sm_scale
     )
     return ceiling
 

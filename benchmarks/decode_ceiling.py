@@ -131,14 +131,14 @@ def in_cache_seqs(kv_lens: list[int], row_bytes: int, l3_bytes: int) -> int:
     return max(1, count)
 
 
-def decode_in_cache(step: list, seqs: int, kv_bytes: int, calls: int, iters: int, sm_scale: float):
-    """The decode kernel alone over a decode-only ``step`` of ``seqs`` sequences whose KV
-    (``kv_bytes``) fits the caches, ``calls`` calls a pass on its one pool, ``iters`` passes
-    after a warm-up: {seqs, bytes, kv_gb_per_s}."""
+def decode_in_cache(step: list, kv_bytes: int, calls: int, iters: int, sm_scale: float):
+    """The decode kernel alone over a decode-only ``step`` whose KV (``kv_bytes``) fits the
+    caches, ``calls`` calls a pass on its one pool, ``iters`` passes after a warm-up:
+    {seqs, bytes, kv_gb_per_s}."""
     run = kernel_pass(step, [step[3]] * calls, sm_scale)
     seconds_a_call(run, calls)
     seconds = float(np.median([seconds_a_call(run, calls) for _ in range(iters)]))
-    return {"seqs": seqs, "bytes": kv_bytes, "kv_gb_per_s": kv_bytes / seconds / 1e9}
+    return {"seqs": step[0].shape[0], "bytes": kv_bytes, "kv_gb_per_s": kv_bytes / seconds / 1e9}
 
 
 def ceiling_result(

@@ -51,8 +51,6 @@ def blocked_modules() -> set[str]:
     base = base_distributions()
     blocked = set()
     for module, dists in metadata.packages_distributions().items():
-        if module.startswith("_") and module != "_pytest":
-            continue  # private helpers (e.g. _yaml) belong to a distribution already seen
         if all(canonicalize_name(d) not in base for d in dists):
             blocked.add(module)
     return blocked
