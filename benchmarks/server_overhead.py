@@ -71,10 +71,10 @@ from claimbench.lab.processes import children, cpu_seconds
 from claimbench.models.checkpoint import default_model_path
 from claimbench.models.tokenizer import Tokenizer
 from claimbench.platform.jax_platforms import set_default_jax_platforms
-from claimbench.serving.async_engine import AsyncEngine
-from claimbench.serving.batch_policy import set_batch_policy
-from claimbench.serving.engine_client import ProcessEngine
-from claimbench.serving.engine_core import CoreOptions
+from claimbench.serving.engine_loop.async_engine import AsyncEngine
+from claimbench.serving.engine_loop.batch_policy import set_batch_policy
+from claimbench.serving.engine_loop.engine_client import ProcessEngine
+from claimbench.serving.engine_loop.engine_core import CoreOptions
 from claimbench.workload.corpus import heldout_prompts
 
 CONCURRENCIES = (1, 16)

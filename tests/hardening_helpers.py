@@ -17,7 +17,7 @@ from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.sched.tenants import Tenant
 from claimbench.models.checkpoint import default_model_path
-from claimbench.serving.app import create_app
+from claimbench.serving.api.app import create_app
 from claimbench.serving.state import ServerState, build_state
 from claimbench.serving.tenants import TenantKeys, hash_key
 

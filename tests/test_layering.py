@@ -78,8 +78,8 @@ def test_every_package_is_on_a_layer():
     ("source", "expected"),
     [
         (
-            "from claimbench.serving.app import create_app\n",
-            ["claimbench/engine/x.py: claimbench.serving.app"],
+            "from claimbench.serving.api.app import create_app\n",
+            ["claimbench/engine/x.py: claimbench.serving.api.app"],
         ),
         (
             "def f():\n    import claimbench.cli.main\n",

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from claimbench.lab.bench import BenchResult, BenchTarget, BenchWorkload
     from claimbench.models.config import ModelConfig
     from claimbench.models.tokenizer import Tokenizer
-    from claimbench.serving.replay import WorkItem
+    from claimbench.serving.clients.replay import WorkItem
 
 BENCH_DIR = "bench"
 # EngineConfig fields set by the option of the same name (kv_pool_bytes comes from --kv-pool-mb,

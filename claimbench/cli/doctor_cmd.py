@@ -21,7 +21,7 @@ def doctor(
     ] = "auto",
 ) -> None:
     """Check that the engine produces the model's own output (golden greedy completion)."""
-    from claimbench.serving.golden_check import golden_check
+    from claimbench.serving.monitoring.golden_check import golden_check
 
     opts = global_options(ctx)
     try:

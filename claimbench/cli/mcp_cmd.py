@@ -13,7 +13,7 @@ from claimbench.cli.extras import require_extra
 from claimbench.cli.project import RESULTS_DIR
 from claimbench.ops.agents import TOKEN_ENV_VAR
 from claimbench.ops.audit import DEFAULT_LOG
-from claimbench.serving.urls import check_http_url
+from claimbench.serving.clients.urls import check_http_url
 
 
 def mcp(

@@ -99,7 +99,7 @@ def serve(
     """Serve the model over HTTP (OpenAI's /v1/completions and /v1/chat/completions)."""
     require_extra("claimbench serve", "serve")
     from claimbench.models.checkpoint import ModelLoadError, default_model_path
-    from claimbench.serving.engine_client import EngineProcessError
+    from claimbench.serving.engine_loop.engine_client import EngineProcessError
     from claimbench.serving.serve_setup import (
         check_listen,
         check_serve_limits,

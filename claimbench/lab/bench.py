@@ -26,8 +26,8 @@ from claimbench.lab.serving_summary import (
     summarize_by_tenant,
 )
 from claimbench.models.tokenizer import Tokenizer
-from claimbench.serving.replay import WorkItem, benchmark_items, replay
-from claimbench.serving.urls import check_http_url
+from claimbench.serving.clients.replay import WorkItem, benchmark_items, replay
+from claimbench.serving.clients.urls import check_http_url
 from claimbench.workload.corpus import heldout_prompts
 
 Slos = dict[str, float | None]  # slo_ttft_s, slo_tpot_s, slo_e2el_s in seconds; None = none
@@ -211,7 +211,7 @@ def bench_http(
 ) -> BenchResult:
     """Send ``items`` to the server at ``url``, round-robin over ``keys``' tenants (one
     'default' tenant without keys). httpx errors for a server that cannot be reached."""
-    from claimbench.serving.http_replay import replay_http
+    from claimbench.serving.clients.http_replay import replay_http
 
     names = list(keys) or ["default"]
     items = [dataclasses.replace(w, tenant=names[i % len(names)]) for i, w in enumerate(items)]

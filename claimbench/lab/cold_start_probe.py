@@ -25,7 +25,7 @@ import pandas as pd
 from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.lab.compile_events import CompileCounter
 
-# The sampling settings a served request can carry (serving/completions.py), each a
+# The sampling settings a served request can carry (serving/api/completions.py), each a
 # different path through the sampler and the step's outputs: greedy, filtered sampling with
 # a seed, log-probs of the sampled tokens, and stop tokens. Prompt log-probs are left out:
 # the API has no way to ask for them, so a server never takes that path.
@@ -80,7 +80,7 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     from claimbench.engine.config import EngineConfig
 
     engine = build_engine(EngineConfig(**spec["config"]))
-    # What the server precompiles (serving/engine_core.py).
+    # What the server precompiles (serving/engine_loop/engine_core.py).
     precompile_s = engine.precompile()[1] if spec["precompile"] else 0.0
     # Step programs compiled ahead (async scheduling's small token-merge programs, which
     # precompile also compiles, are in precompile_s but not counted as programs).

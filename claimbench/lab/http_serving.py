@@ -3,7 +3,7 @@ http``), so a claim is checked end to end: HTTP, API keys, the server's admissio
 
 The experiment's own engine is wrapped in a server for the run (one API key per tenant,
 tenant settings from the engine's config), started on a free loopback port in a thread of
-this process, warmed up by one request, emptied, driven by ``serving.http_replay`` at the
+this process, warmed up by one request, emptied, driven by ``serving.clients.http_replay`` at the
 workload's arrival times, and shut down again; the engine then carries on in process for
 the next arm.
 
@@ -27,8 +27,8 @@ import pandas as pd
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.models.checkpoint import default_model_path
-from claimbench.serving.http_replay import replay_http
-from claimbench.serving.replay import WorkItem, as_work_items
+from claimbench.serving.clients.http_replay import replay_http
+from claimbench.serving.clients.replay import WorkItem, as_work_items
 from claimbench.serving.server import GracefulServer, ServeOptions, make_server
 from claimbench.serving.state import PrefixSharing, build_state
 from claimbench.serving.tenants import TenantKeys, hash_key, new_key

@@ -1,6 +1,6 @@
 """A fixed-step driver: arrivals given as engine-step indices, outcomes counted in steps.
 
-``serving.replay`` injects requests on the wall clock, so what a request meets depends on
+``serving.clients.replay`` injects requests on the wall clock, so what a request meets depends on
 how fast the host steps. Here time is the step count: before step k every request whose
 arrival step is <= k is added, then the engine takes one step. Nothing waits on the
 clock, so for policies that do not read it (fcfs, vtc, quotas, queue limits) the same

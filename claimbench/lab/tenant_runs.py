@@ -27,7 +27,7 @@ from claimbench.engine.kv.kv_cache import pool_bytes_for
 from claimbench.engine.sched.fairness import BACKLOG_PREFIX, OUTPUT_PREFIX
 from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.models.checkpoint import read_config
-from claimbench.serving.replay import replay
+from claimbench.serving.clients.replay import replay
 from claimbench.workload.build import WorkloadRequest, build_requests
 from claimbench.workload.lengths import UniformLength
 from claimbench.workload.spec import (

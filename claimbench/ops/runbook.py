@@ -248,7 +248,7 @@ class Runbook:
     def doctor(self, attention_backend: AttentionBackend = "auto") -> outputs.DoctorOut:
         """The offline golden check: the engine's greedy completion against a dense forward
         pass of the same weights; ok means the deployment generates correct output."""
-        from claimbench.serving.golden_check import golden_check
+        from claimbench.serving.monitoring.golden_check import golden_check
 
         try:
             check = golden_check(self.config.model, self.config.dtype, attention_backend)

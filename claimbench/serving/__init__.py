@@ -1,2 +1,4 @@
-"""The OpenAI-compatible HTTP server: FastAPI app, the engine process and its client, tenants'
-keys, limits, SSE streaming, health, metrics and the supervisor."""
+"""The OpenAI-compatible HTTP server: building and running it (server.py, serve_setup.py), what a
+running server holds (state.py) and tenants' keys (tenants.py); the HTTP API (api/), the engine
+behind it (engine_loop/), health and metrics (monitoring/), and sending it a workload
+(clients/)."""

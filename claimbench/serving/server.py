@@ -36,19 +36,19 @@ from claimbench.engine.config import EngineConfig
 from claimbench.models.checkpoint import read_config
 from claimbench.models.generation_config import stop_token_ids_source
 from claimbench.models.tokenizer import Tokenizer
-from claimbench.serving.app import create_app
-from claimbench.serving.batch_policy import set_batch_policy
-from claimbench.serving.chat import ChatTemplate
-from claimbench.serving.engine_client import ProcessEngine
-from claimbench.serving.engine_core import CoreOptions
-from claimbench.serving.http_limits import (
+from claimbench.serving.api.app import create_app
+from claimbench.serving.api.chat import ChatTemplate
+from claimbench.serving.api.http_limits import (
     DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_MAX_HEADER_BYTES,
     limited_protocol,
 )
-from claimbench.serving.limits import DEFAULT_MAX_REQUEST_BYTES
+from claimbench.serving.api.limits import DEFAULT_MAX_REQUEST_BYTES
+from claimbench.serving.engine_loop.batch_policy import set_batch_policy
+from claimbench.serving.engine_loop.engine_client import ProcessEngine
+from claimbench.serving.engine_loop.engine_core import CoreOptions
+from claimbench.serving.engine_loop.supervisor import MAX_RESTARTS, EngineSupervisor
 from claimbench.serving.state import PrefixSharing, ServerState
-from claimbench.serving.supervisor import MAX_RESTARTS, EngineSupervisor
 from claimbench.serving.tenants import TenantKeys, hash_key
 
 log = logging.getLogger("claimbench.serving")

@@ -21,16 +21,16 @@ from typing import Any, Protocol
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.models.tokenizer import Tokenizer
-from claimbench.serving.async_engine import (
+from claimbench.serving.api.chat import ChatTemplate
+from claimbench.serving.api.limits import BODY_TIMEOUT_S, DEFAULT_MAX_REQUEST_BYTES, max_token_bytes
+from claimbench.serving.engine_loop.async_engine import (
     KEEP_FINISHED_REQUESTS,
     AsyncEngine,
     EngineSnapshot,
     RequestStream,
 )
-from claimbench.serving.chat import ChatTemplate
-from claimbench.serving.health import GOLDEN_PROMPT, Readiness, record_golden
-from claimbench.serving.limits import BODY_TIMEOUT_S, DEFAULT_MAX_REQUEST_BYTES, max_token_bytes
-from claimbench.serving.metrics import ServerMetrics
+from claimbench.serving.monitoring.health import GOLDEN_PROMPT, Readiness, record_golden
+from claimbench.serving.monitoring.metrics import ServerMetrics
 from claimbench.serving.tenants import TenantKeys
 
 SINGLE_TENANT = "default"  # every request's tenant when no tenants file is given

@@ -3,7 +3,7 @@
 The test environment has every extra, so tests/base_install.py makes unimportable every module
 that a base install would not have (computed from the installed requirements), then drives the
 CLI. Until this test, `claimbench` itself failed to start on a base install: the serve command's
-module imported starlette (the serve extra's) through serving/limits.py.
+module imported starlette (the serve extra's) through serving/api/limits.py.
 """
 
 from __future__ import annotations

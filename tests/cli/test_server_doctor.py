@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from claimbench.cli.main import app
-from claimbench.serving.health import GOLDEN_TOKENS
+from claimbench.serving.monitoring.health import GOLDEN_TOKENS
 
 runner = CliRunner()
 

@@ -245,7 +245,7 @@ def test_stop_strings_cut_the_same_text_and_nothing_follows():
     and tokenizer: the same text is sent with async scheduling on and off, and no token of
     a request arrives after its stop."""
     from claimbench.engine.build import build_engine
-    from claimbench.serving.generation import OutputAssembler
+    from claimbench.serving.api.generation import OutputAssembler
 
     config = EngineConfig(
         dtype="float32",

@@ -10,7 +10,7 @@ from claimbench.engine.worker.batch import build_step
 from claimbench.engine.worker.buckets import bucket_pairs, pick_pair, power_of_two_buckets
 from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.kernels.metadata import NULL_PAGE
-from claimbench.serving.replay import WorkItem, replay
+from claimbench.serving.clients.replay import WorkItem, replay
 
 BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
 

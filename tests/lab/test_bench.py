@@ -22,7 +22,7 @@ from claimbench.lab.bench import (
 )
 from claimbench.models.checkpoint import default_model_path
 from claimbench.models.tokenizer import Tokenizer
-from claimbench.serving.replay import WorkItem
+from claimbench.serving.clients.replay import WorkItem
 
 
 def workload(**changes) -> BenchWorkload:

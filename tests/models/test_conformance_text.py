@@ -44,8 +44,8 @@ from claimbench.models.checkpoint import (
     read_config,
 )
 from claimbench.models.tokenizer import Tokenizer
-from claimbench.serving.chat import ChatTemplate
-from claimbench.serving.protocol import ChatMessage
+from claimbench.serving.api.chat import ChatTemplate
+from claimbench.serving.api.protocol import ChatMessage
 from claimbench.serving.server import ServeOptions, build_server_state, make_server
 
 torch.set_num_threads(1)  # tiny models: torch's spinning threads only slow a shared CPU

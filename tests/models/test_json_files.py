@@ -11,7 +11,7 @@ import pytest
 
 from claimbench.models.checkpoint import default_model_path, read_config
 from claimbench.models.json_files import ModelLoadError, read_json_object
-from claimbench.serving.chat import ChatTemplate
+from claimbench.serving.api.chat import ChatTemplate
 
 DAMAGE = {
     "not-json": (b"{bad", "is not valid JSON"),

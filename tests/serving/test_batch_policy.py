@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BA
 
 CHILD = """
 import threading
-from claimbench.serving.batch_policy import is_batch, set_batch_policy, thread_ids
+from claimbench.serving.engine_loop.batch_policy import is_batch, set_batch_policy, thread_ids
 
 gate = threading.Event()
 early = threading.Thread(target=gate.wait)

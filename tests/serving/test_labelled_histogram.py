@@ -7,8 +7,8 @@ import random
 import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from claimbench.serving.labelled_histogram import LabelledHistogram
-from claimbench.serving.metrics import ITL_BUCKETS
+from claimbench.serving.monitoring.labelled_histogram import LabelledHistogram
+from claimbench.serving.monitoring.metrics import ITL_BUCKETS
 
 
 def exposition_lines(registry: CollectorRegistry) -> list[str]:

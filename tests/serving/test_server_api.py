@@ -9,7 +9,7 @@ import openai
 import pytest
 from server_helpers import MAX_MODEL_LEN, MODEL, shared_server
 
-from claimbench.serving.protocol import ChatMessage
+from claimbench.serving.api.protocol import ChatMessage
 
 PROMPT = "def add(a, b):\n    return"
 

@@ -11,7 +11,7 @@ from server_helpers import wait_for
 from claimbench.engine.outputs import FinishEvent, RejectEvent, RejectKind, TokenEvent
 from claimbench.engine.sched.tenants import Tenant
 from claimbench.engine.worker.sampler import SamplingParams
-from claimbench.serving.async_engine import (
+from claimbench.serving.engine_loop.async_engine import (
     AsyncEngine,
     EngineStopped,
     RequestRejected,

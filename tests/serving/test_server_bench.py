@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from claimbench.cli.main import app
 from claimbench.engine.worker.sampler import SamplingParams
-from claimbench.serving.http_replay import replay_http
-from claimbench.serving.replay import WorkItem
+from claimbench.serving.clients.http_replay import replay_http
+from claimbench.serving.clients.replay import WorkItem
 
 # 8-token prompts + 4 output tokens = 12 tokens each: the 40-token bucket of tenant "tight"
 # admits 3 of a burst of 6 (it refills 1 token/s, far too slow to take a 4th).

@@ -8,7 +8,7 @@ import json
 import pytest
 from server_helpers import MODEL, shared_server
 
-from claimbench.serving.event_stream import BodyWriter
+from claimbench.serving.api.event_stream import BodyWriter
 
 PROMPT = "def add(a, b):\n    return"
 

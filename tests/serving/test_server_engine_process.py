@@ -13,9 +13,9 @@ from server_helpers import TEST_ENGINE, num_requests
 from claimbench.engine.outputs import FinishEvent, RejectKind, TokenEvent
 from claimbench.engine.sched.tenants import Tenant
 from claimbench.engine.worker.sampler import SamplingParams
-from claimbench.serving.async_engine import EngineStopped, RequestRejected
-from claimbench.serving.engine_client import EngineProcessError, ProcessEngine
-from claimbench.serving.engine_core import CoreOptions
+from claimbench.serving.engine_loop.async_engine import EngineStopped, RequestRejected
+from claimbench.serving.engine_loop.engine_client import EngineProcessError, ProcessEngine
+from claimbench.serving.engine_loop.engine_core import CoreOptions
 
 PROMPTS = [[1, 5, 6, 7, 8, 9], [1, 10, 11, 12], [1, 13, 14, 15, 16, 17, 18, 19]]
 GREEDY = SamplingParams(max_tokens=7, ignore_eos=True)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from claimbench.serving.event_stream import RAW_SEND, EventStream, RawSendApp
+from claimbench.serving.api.event_stream import RAW_SEND, EventStream, RawSendApp
 from claimbench.serving.server import event_loop
 
 

@@ -13,9 +13,9 @@ import time
 import pytest
 from hardening_helpers import in_process_server
 
-from claimbench.serving.app import STALL_S, create_app
-from claimbench.serving.health import HEALTH_PRIORITY, HEALTH_TENANT, Readiness
-from claimbench.serving.limits import BODY_TIMEOUT_S
+from claimbench.serving.api.app import STALL_S, create_app
+from claimbench.serving.api.limits import BODY_TIMEOUT_S
+from claimbench.serving.monitoring.health import HEALTH_PRIORITY, HEALTH_TENANT, Readiness
 from claimbench.serving.tenants import hash_key
 
 

@@ -15,9 +15,9 @@ from claimbench.engine.worker.batch import StepInputError, build_step
 from claimbench.engine.worker.sampler import INT32_MAX, SamplingParams
 from claimbench.models.checkpoint import default_model_path
 from claimbench.models.tokenizer import Tokenizer
-from claimbench.serving.async_engine import RequestFailed, RequestStream
-from claimbench.serving.generation import OutputAssembler, pieces
-from claimbench.serving.protocol import ChatCompletionRequest, CompletionRequest
+from claimbench.serving.api.generation import OutputAssembler, pieces
+from claimbench.serving.api.protocol import ChatCompletionRequest, CompletionRequest
+from claimbench.serving.engine_loop.async_engine import RequestFailed, RequestStream
 
 BASE = '{"model": "m", "prompt": "x"'
 

@@ -12,10 +12,10 @@ import pytest
 from claimbench.engine.outputs import FinishEvent, TokenEvent
 from claimbench.models.checkpoint import default_model_path
 from claimbench.models.tokenizer import Tokenizer
-from claimbench.serving import generation, limits
-from claimbench.serving.async_engine import RequestStream
-from claimbench.serving.generation import OFFLOAD_EVENTS, OutputAssembler, pieces
-from claimbench.serving.limits import OFFLOAD_CHARS
+from claimbench.serving.api import generation, limits
+from claimbench.serving.api.generation import OFFLOAD_EVENTS, OutputAssembler, pieces
+from claimbench.serving.api.limits import OFFLOAD_CHARS
+from claimbench.serving.engine_loop.async_engine import RequestStream
 
 
 @pytest.mark.parametrize("num_tokens", [OFFLOAD_EVENTS // 2, OFFLOAD_EVENTS * 2])

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from server_helpers import MAX_MODEL_LEN, MODEL, shared_server
 
-from claimbench.serving.limits import DEFAULT_MAX_REQUEST_BYTES
+from claimbench.serving.api.limits import DEFAULT_MAX_REQUEST_BYTES
 
 
 @pytest.fixture(scope="module")

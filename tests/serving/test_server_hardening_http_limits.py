@@ -13,7 +13,7 @@ import pytest
 import uvicorn
 from server_helpers import free_port
 
-from claimbench.serving.http_limits import limited_protocol
+from claimbench.serving.api.http_limits import limited_protocol
 
 MAX_HEADER_BYTES = 4096
 HEADER_TIMEOUT_S = 0.5

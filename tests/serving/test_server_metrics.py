@@ -8,7 +8,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from claimbench.engine.worker.sampler import SamplingParams
-from claimbench.serving.metrics import ServerMetrics
+from claimbench.serving.monitoring.metrics import ServerMetrics
 
 
 def iteration_tokens(metrics: ServerMetrics) -> tuple[float, float]:

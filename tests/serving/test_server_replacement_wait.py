@@ -18,8 +18,8 @@ from server_helpers import TEST_ENGINE
 from claimbench.engine.build import build_engine
 from claimbench.engine.outputs import FinishEvent
 from claimbench.engine.worker.sampler import SamplingParams
-from claimbench.serving import engine_core
-from claimbench.serving.engine_core import (
+from claimbench.serving.engine_loop import engine_core
+from claimbench.serving.engine_loop.engine_core import (
     ADD,
     REPLY,
     STEP,

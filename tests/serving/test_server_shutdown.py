@@ -17,7 +17,7 @@ import pytest
 from server_helpers import free_port
 
 from claimbench.lab.processes import children
-from claimbench.serving.batch_policy import is_batch, thread_ids
+from claimbench.serving.engine_loop.batch_policy import is_batch, thread_ids
 
 STREAMS = 4
 MAX_TOKENS = 100  # about a second of decoding: still running when SIGTERM comes

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from claimbench.serving.protocol import (
+from claimbench.serving.api.protocol import (
     ChatCompletionChunk,
     ChatDelta,
     ChatStreamChoice,
     CompletionChoice,
     CompletionResponse,
 )
-from claimbench.serving.sse import TextChunkTemplate, event
+from claimbench.serving.api.sse import TextChunkTemplate, event
 
 TEXTS = ["hello", " world\n", 'quote " and \\ back', "tab\tnul\x00bell\x07", "é 漢字 🙂", "\u2028"]
 

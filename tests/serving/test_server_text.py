@@ -10,9 +10,9 @@ import pytest
 
 from claimbench.models.checkpoint import default_model_path
 from claimbench.models.tokenizer import Tokenizer
-from claimbench.serving.chat import DEFAULT_TEMPLATE, ChatTemplate
-from claimbench.serving.generation import OutputAssembler
-from claimbench.serving.protocol import ChatMessage
+from claimbench.serving.api.chat import DEFAULT_TEMPLATE, ChatTemplate
+from claimbench.serving.api.generation import OutputAssembler
+from claimbench.serving.api.protocol import ChatMessage
 
 MESSAGES = [
     ChatMessage(role="system", content="Be brief."),

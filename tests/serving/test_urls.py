@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from claimbench.serving.urls import check_http_url
+from claimbench.serving.clients.urls import check_http_url
 
 
 @pytest.mark.parametrize(

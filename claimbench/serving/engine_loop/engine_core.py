@@ -37,15 +37,15 @@ from multiprocessing.connection import Connection
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.outputs import Event, FinishEvent, RejectEvent, TokenEvent
-from claimbench.serving.async_engine import (
+from claimbench.serving.engine_loop.async_engine import (
     KEEP_FINISHED_REQUESTS,
     KEEP_STEP_RECORDS,
     StreamInterval,
     add_admitted,
     snapshot_of,
 )
-from claimbench.serving.health import GOLDEN_PROMPT, record_golden
-from claimbench.serving.metrics import ServerMetrics
+from claimbench.serving.monitoring.health import GOLDEN_PROMPT, record_golden
+from claimbench.serving.monitoring.metrics import ServerMetrics
 
 log = logging.getLogger("claimbench.serving")
 ADD, ABORT, CALL, METRICS, STOP = "add", "abort", "call", "metrics", "stop"

@@ -23,7 +23,7 @@ from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from claimbench.models.json_files import read_json_object
-from claimbench.serving.protocol import ChatMessage
+from claimbench.serving.api.protocol import ChatMessage
 
 DEFAULT_TEMPLATE = (
     "{% for message in messages %}<|{{ message.role }}|>\n{{ message.content }}\n{% endfor %}"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from claimbench.engine.outputs import Event, FinishEvent, RejectEvent, TokenEvent
 from claimbench.models.tokenizer import Tokenizer
-from claimbench.serving.async_engine import AsyncEngine, RequestFailed, RequestStream
+from claimbench.serving.engine_loop.async_engine import AsyncEngine, RequestFailed, RequestStream
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ import logging
 import threading
 from collections.abc import Callable
 
-from claimbench.serving.batch_policy import is_batch, set_batch_policy
-from claimbench.serving.engine_client import EngineProcessError, ProcessEngine
-from claimbench.serving.engine_core import CoreOptions
+from claimbench.serving.engine_loop.batch_policy import is_batch, set_batch_policy
+from claimbench.serving.engine_loop.engine_client import EngineProcessError, ProcessEngine
+from claimbench.serving.engine_loop.engine_core import CoreOptions
 from claimbench.serving.state import ServerState
 
 log = logging.getLogger("claimbench.serving")

@@ -33,7 +33,7 @@ def golden_check(model_path: Path | None, dtype: str, attention_backend: str) ->
     from claimbench.engine.config import EngineConfig
     from claimbench.models.checkpoint import default_model_path, load_model
     from claimbench.models.tokenizer import Tokenizer
-    from claimbench.serving.health import (
+    from claimbench.serving.monitoring.health import (
         GOLDEN_PROMPT,
         GOLDEN_TOKENS,
         record_golden,

@@ -22,18 +22,18 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect
 
-from claimbench.serving import completions
-from claimbench.serving.async_engine import IDLE_WAIT_S, EngineStopped
-from claimbench.serving.errors import ApiError, install_handlers, validation_message
-from claimbench.serving.event_stream import RawSendApp
-from claimbench.serving.limits import BodyLimit, BodyTooLarge
-from claimbench.serving.metrics import CONTENT_TYPE
-from claimbench.serving.protocol import (
+from claimbench.serving.api import completions
+from claimbench.serving.api.errors import ApiError, install_handlers, validation_message
+from claimbench.serving.api.event_stream import RawSendApp
+from claimbench.serving.api.limits import BodyLimit, BodyTooLarge
+from claimbench.serving.api.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     ModelCard,
     ModelList,
 )
+from claimbench.serving.engine_loop.async_engine import IDLE_WAIT_S, EngineStopped
+from claimbench.serving.monitoring.metrics import CONTENT_TYPE
 from claimbench.serving.state import SINGLE_TENANT, ServerState
 
 Body = TypeVar("Body", bound=BaseModel)

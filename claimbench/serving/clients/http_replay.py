@@ -27,7 +27,7 @@ import httpx
 import numpy as np
 import pandas as pd
 
-from claimbench.serving.replay import WorkItem
+from claimbench.serving.clients.replay import WorkItem
 
 REJECTED_STATUSES = (400, 429)  # the server's answers for never-servable and over-limit
 

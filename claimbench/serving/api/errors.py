@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
-from claimbench.serving.protocol import error_body
+from claimbench.serving.api.protocol import error_body
 
 log = logging.getLogger("claimbench.serving")
 

@@ -16,7 +16,7 @@ import json
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from claimbench.serving.protocol import error_body
+from claimbench.serving.api.protocol import error_body
 
 DEFAULT_MAX_HEADER_BYTES = 64 * 2**10  # nginx's large_client_header_buffers: 4 x 8 KiB; more
 DEFAULT_HEADER_TIMEOUT_S = 10.0

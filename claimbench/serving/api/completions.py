@@ -22,18 +22,12 @@ from pydantic import BaseModel
 
 from claimbench.engine.outputs import TokenEvent
 from claimbench.engine.worker.sampler import SamplingParams
-from claimbench.serving import sse
-from claimbench.serving.async_engine import (
-    EngineStopped,
-    RequestFailed,
-    RequestRejected,
-    RequestStream,
-)
-from claimbench.serving.errors import ApiError
-from claimbench.serving.event_stream import EventStream, Write
-from claimbench.serving.generation import OutputAssembler, Piece, pieces
-from claimbench.serving.limits import cannot_fit, encode
-from claimbench.serving.protocol import (
+from claimbench.serving.api import sse
+from claimbench.serving.api.errors import ApiError
+from claimbench.serving.api.event_stream import EventStream, Write
+from claimbench.serving.api.generation import OutputAssembler, Piece, pieces
+from claimbench.serving.api.limits import cannot_fit, encode
+from claimbench.serving.api.protocol import (
     ChatChoice,
     ChatCompletionChunk,
     ChatCompletionRequest,
@@ -50,7 +44,13 @@ from claimbench.serving.protocol import (
     Usage,
     error_body,
 )
-from claimbench.serving.sse import TextChunkTemplate
+from claimbench.serving.api.sse import TextChunkTemplate
+from claimbench.serving.engine_loop.async_engine import (
+    EngineStopped,
+    RequestFailed,
+    RequestRejected,
+    RequestStream,
+)
 from claimbench.serving.state import ServerState
 
 RETRY_AFTER_S = 1  # over a tenant's queue limit: it frees up within seconds

@@ -35,7 +35,7 @@ from claimbench.engine.engine import LLMEngine
 from claimbench.engine.outputs import FinishEvent, RejectEvent, TokenEvent
 from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.models.llama import LlamaForCausalLM
-from claimbench.serving.async_engine import AsyncEngine
+from claimbench.serving.engine_loop.async_engine import AsyncEngine
 
 GOLDEN_PROMPT = "def fibonacci(n):\n    "
 GOLDEN_TOKENS = 8

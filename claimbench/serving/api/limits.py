@@ -19,7 +19,7 @@ import math
 from typing import TYPE_CHECKING
 
 from claimbench.models.tokenizer import Tokenizer
-from claimbench.serving.protocol import error_body
+from claimbench.serving.api.protocol import error_body
 
 if TYPE_CHECKING:  # the serve extra's; this module's constants are read without it (state.py)
     from starlette.types import ASGIApp, Message, Receive, Scope, Send

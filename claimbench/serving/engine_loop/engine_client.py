@@ -30,8 +30,8 @@ from typing import Any
 
 from claimbench.engine.outputs import Event, FinishEvent, RejectEvent
 from claimbench.engine.worker.sampler import SamplingParams
-from claimbench.serving.async_engine import EngineSnapshot, EngineStopped, RequestStream
-from claimbench.serving.engine_core import (
+from claimbench.serving.engine_loop.async_engine import EngineSnapshot, EngineStopped, RequestStream
+from claimbench.serving.engine_loop.engine_core import (
     ABORT,
     ADD,
     BEAT,
@@ -206,7 +206,7 @@ class ProcessEngine:
         return await asyncio.wrap_future(self.submit(fn, *args))
 
     async def snapshot(self) -> EngineSnapshot:
-        from claimbench.serving.async_engine import snapshot_of
+        from claimbench.serving.engine_loop.async_engine import snapshot_of
 
         return await self.call(snapshot_of)
 
