@@ -139,6 +139,9 @@ app.command("tpu-check")(tpu_check_cmd.tpu_check_command)
 from claimbench.cli import budget_cmd  # noqa: E402
 
 app.command("budget")(budget_cmd.budget_command)
+from claimbench.cli import history_cmd  # noqa: E402
+
+app.command("history")(history_cmd.history_command)
 from claimbench.cli import agents_cmd, audit_cmd, mcp_cmd  # noqa: E402
 
 app.command("mcp")(mcp_cmd.mcp)
