@@ -17,6 +17,7 @@ from claimbench.engine.kv.block_manager import BlockManager
 from claimbench.engine.request import Request, RequestStatus
 from claimbench.engine.sched.admission import AdmissionControl
 from claimbench.engine.sched.fairness import ServiceLedger, service_tokens
+from claimbench.engine.sched.kv_need import num_kv_slots
 from claimbench.engine.sched.ladder import LadderState, Signal
 from claimbench.engine.sched.policies import PoolView, get_victim_policy, make_ordering
 from claimbench.engine.sched.quotas import KVQuotas
@@ -60,10 +61,8 @@ class Scheduler:
                 f"prompt ({request.num_prompt_tokens} tokens) + max_tokens "
                 f"({request.sampling.max_tokens}) exceeds max_model_len={self.cfg.max_model_len}"
             )
-        # The last sampled token is never written to the cache.
-        pages = self.block_manager.num_pages_for(request.max_total_tokens - 1)
-        if self.cfg.kv_allocation == "reserve_max":
-            pages = self.block_manager.num_pages_for(self.cfg.max_model_len)
+        # The pages the reserve modes take at admission and paged mode grows into.
+        pages = self.block_manager.num_pages_for(num_kv_slots(self.cfg, request))
         if pages > self.block_manager.num_usable_pages:
             return (
                 f"needs {pages} KV pages at full length but the whole pool has "
@@ -184,14 +183,12 @@ class Scheduler:
         return num_tokens if self._fits(request, num_tokens) else 1
 
     def _admission_tokens(self, request: Request, num_tokens: int, num_cached: int) -> int:
-        """Tokens to allocate pages for when admitting: this step's, or under reserve_max
-        every slot up to max_model_len, under reserve_request every slot of the request's own
-        prompt + max_tokens (counted, like allocate, from the cached prefix)."""
-        if self.cfg.kv_allocation == "reserve_max":
-            return max(num_tokens, self.cfg.max_model_len - num_cached)
-        if self.cfg.kv_allocation == "reserve_request":
-            return max(num_tokens, request.max_total_tokens - num_cached)
-        return num_tokens
+        """Tokens to allocate pages for when admitting: this step's, or under the reserve
+        modes every slot admission counted (``num_kv_slots``), counted like allocate from
+        the cached prefix."""
+        if self.cfg.kv_allocation == "paged":
+            return num_tokens
+        return max(num_tokens, num_kv_slots(self.cfg, request) - num_cached)
 
     def _make_room(
         self, request: Request, num_tokens: int, scheduled_ids: set[str], out: SchedulerOutput
