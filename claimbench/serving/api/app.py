@@ -22,7 +22,8 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect
 
-from claimbench.serving.api import completions
+from claimbench.serving.api import body_bounds, completions
+from claimbench.serving.api.body_bounds import OFFLOAD_BYTES, TooManyContainers
 from claimbench.serving.api.errors import ApiError, install_handlers, validation_message
 from claimbench.serving.api.event_stream import RawSendApp
 from claimbench.serving.api.limits import BodyLimit, BodyTooLarge
@@ -152,12 +153,15 @@ async def parse(state: ServerState, request: Request, schema: type[Body]) -> Bod
         # A body trickled in byte by byte must not hold a connection and a handler forever.
         async with asyncio.timeout(state.body_timeout_s):
             raw = await request.body()
-        body = schema.model_validate_json(raw)
+        if len(raw) > OFFLOAD_BYTES:  # pydantic's work grows with the body: off the loop
+            body = await asyncio.to_thread(body_bounds.decode_body, raw, schema)
+        else:
+            body = body_bounds.decode_body(raw, schema)
     except TimeoutError as e:
         raise ApiError(
             408, f"the request body did not arrive within {state.body_timeout_s:g} s"
         ) from e
-    except BodyTooLarge as e:  # no Content-Length said so: counted as it came
+    except (BodyTooLarge, TooManyContainers) as e:  # too many bytes, or too much to parse
         raise ApiError(413, str(e)) from e
     except ClientDisconnect as e:  # gone mid-upload: nobody to answer, nothing to log
         raise ApiError(499, "client disconnected") from e

@@ -85,17 +85,36 @@ class ChatTemplate:
         except ValueError as e:
             raise ValueError(f"{self.origin} fails to render a user turn: {e}") from e
 
-    def render(self, messages: list[ChatMessage], add_generation_prompt: bool = True) -> str:
-        """The prompt text; ValueError if the template fails on these messages."""
+    def render(
+        self,
+        messages: list[ChatMessage],
+        add_generation_prompt: bool = True,
+        max_chars: int | None = None,
+    ) -> str:
+        """The prompt text; ValueError if the template fails on these messages, or writes
+        more than ``max_chars`` characters (it stops there: a template looping over its
+        input cannot make the server build an unbounded string)."""
         plain = [_message(m) for m in messages]
+        context = dict(
+            messages=plain,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos_token,
+            eos_token=self.eos_token,
+        )
         try:
-            return self.template.render(
-                messages=plain,
-                add_generation_prompt=add_generation_prompt,
-                bos_token=self.bos_token,
-                eos_token=self.eos_token,
-            )
-        except TemplateError as e:
+            if max_chars is None:
+                return self.template.render(**context)
+            pieces, num_chars = [], 0
+            for piece in self.template.generate(**context):
+                num_chars += len(piece)
+                if num_chars > max_chars:
+                    raise ValueError(
+                        f"the chat template wrote over {max_chars} characters for these "
+                        f"messages: more than the model's context can ever hold"
+                    )
+                pieces.append(piece)
+            return "".join(pieces)
+        except (TemplateError, OverflowError) as e:  # OverflowError: the sandbox's range cap
             raise ValueError(f"the chat template failed on these messages: {e}") from e
 
 

@@ -154,10 +154,9 @@ async def completions(
 async def chat_completions(
     state: ServerState, tenant: str, body: ChatCompletionRequest, http: Request
 ) -> Response:
-    text = state.chat_template.render(body.messages, body.add_generation_prompt)
-    bos = state.chat_template.bos_token
-    # A template that writes the BOS token itself must not get a second one.
-    prompt_ids = await _tokenize(state, text, add_bos=not (bos and text.startswith(bos)))
+    # Jinja and the tokenizer are Python work that grows with the messages: on a worker
+    # thread, so the loop keeps streaming to everyone else meanwhile (body_bounds.py).
+    prompt_ids = await asyncio.to_thread(chat_prompt_ids, state, body)
     job = await _admit(state, tenant, body, prompt_ids, body.output_limit(), body.logprobs)
     request_id = f"chatcmpl-{uuid.uuid4().hex}"
 
@@ -211,6 +210,23 @@ async def chat_completions(
 
 
 # -- shared steps -----------------------------------------------------------------------
+
+
+def chat_prompt_ids(state: ServerState, body: ChatCompletionRequest) -> list[int]:
+    """The chat's prompt ids (blocking: run on a worker thread). ValueError when the
+    template fails, or writes more than could ever fit ``max_model_len`` (it stops there)."""
+    template = state.chat_template
+    max_chars = state.max_model_len * state.max_token_bytes  # a token covers >= 1 character
+    text = template.render(body.messages, body.add_generation_prompt, max_chars=max_chars)
+    reason = cannot_fit(text, state.max_token_bytes, state.max_model_len)
+    if reason is not None:
+        raise ValueError(reason)
+    (ids,) = state.tokenizer.encode_batch([text])  # without Python's lock while it runs
+    # A template that writes the BOS token itself must not get a second one.
+    bos = template.bos_token
+    if state.tokenizer.bos_id is not None and not (bos and text.startswith(bos)):
+        return [state.tokenizer.bos_id, *ids]
+    return ids
 
 
 async def _tokenize(state: ServerState, text: str, add_bos: bool = True) -> list[int]:

@@ -15,7 +15,8 @@ the engine's SamplingParams): token ids, stop ids, top_k and priority fit an int
 a uint32 (a value past them once overflowed the step's arrays and ended the engine).
 ``top_k`` above the vocabulary means "every token", as vLLM treats it. At most
 MAX_STOP_STRINGS stop strings of MAX_STOP_CHARS characters (OpenAI's limit is 4): each is
-searched for after every token.
+searched for after every token. A chat has at most MAX_MESSAGES messages and
+MAX_CONTENT_PARTS content parts (body_bounds.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from claimbench.serving.api.body_bounds import MAX_CONTENT_PARTS, MAX_MESSAGES
 
 INT32_MAX = 2**31 - 1
 MAX_STOP_STRINGS = 4
@@ -142,7 +145,7 @@ class ChatMessage(BaseModel):
 
 
 class ChatCompletionRequest(_SamplingFields):
-    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    messages: Annotated[list[ChatMessage], Field(min_length=1, max_length=MAX_MESSAGES)]
     max_tokens: Annotated[int, Field(ge=1, le=INT32_MAX)] | None = None  # None = to max_model_len
     max_completion_tokens: Annotated[int, Field(ge=1, le=INT32_MAX)] | None = None
     logprobs: bool = False
@@ -150,6 +153,9 @@ class ChatCompletionRequest(_SamplingFields):
     add_generation_prompt: bool = True
 
     def unsupported(self) -> str | None:
+        num_parts = sum(len(m.content) for m in self.messages if isinstance(m.content, list))
+        if num_parts > MAX_CONTENT_PARTS:
+            return f"messages: at most {MAX_CONTENT_PARTS} content parts in all, got {num_parts}"
         if self.top_logprobs:
             return f"top_logprobs={self.top_logprobs}: only 0 is supported"
         if self.top_logprobs is not None and not self.logprobs:
