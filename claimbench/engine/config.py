@@ -62,7 +62,7 @@ KNOBS: dict[str, Knob] = {
     "vtc_input_weight": Knob(True, "fair-share service charged per input token"),
     "vtc_output_weight": Knob(True, "fair-share service charged per output token"),
     "tenants": Knob(True, "tenants: tiers, weights, SLOs, admission limits, KV quotas"),
-    "seed": Knob(True, "seed of requests that bring none"),
+    "seed": Knob(True, "seed of requests that bring none (None: fresh entropy each)"),
     "compilation_cache_dir": Knob(False, "persistent compilation cache: set when steps compile"),
     "prefix_caching": Knob(True, "prefix cache: off, per-tenant, shared or salted"),
     "kv_allocation": Knob(True, "KV pages grow with a request (paged) or are reserved up front"),
@@ -150,7 +150,10 @@ class SchedulerConfig:
     vtc_input_weight: float = DEFAULT_INPUT_WEIGHT  # vtc, wvtc: service per input token
     vtc_output_weight: float = DEFAULT_OUTPUT_WEIGHT  # vtc, wvtc: service per output token
     tenants: tuple[Tenant, ...] = ()  # configured tenants; others get Tenant defaults
-    seed: int = 0  # seeds requests that bring no seed of their own
+    # Requests without a seed of their own: None draws fresh entropy for each (a server's
+    # must: a seed from a counter shared by every tenant lets one count the others'
+    # requests); an int derives them from (seed, submission number), for offline runs only.
+    seed: int | None = None
     ladder: tuple[Rung, ...] = ()  # degradation ladder, climbed under load (sched/ladder.py)
     # Overlap the host's work for step N+1 with the device's step N (worker/async_step.py);
     # None = the platform's measured default (ASYNC_SCHEDULING_DEFAULT: off everywhere so far).
@@ -164,6 +167,10 @@ class SchedulerConfig:
                 f"async_scheduling must be true, false or None (the platform's default), "
                 f"got {self.async_scheduling!r}"
             )
+        if self.seed is not None and (
+            isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0
+        ):
+            raise ValueError(f"seed must be None or an integer >= 0, got {self.seed!r}")
         object.__setattr__(self, "tenants", tuple(self.tenants))
         self.policy_params()  # validates the tenants and the policies' knobs
         object.__setattr__(self, "ladder", as_ladder(self.ladder))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import secrets
 import time
 from collections.abc import Sequence
 
@@ -154,7 +155,9 @@ class LLMEngine:
         seq_no = next(self._seq_no)
         now = time.perf_counter()
         seed = sampling.seed
-        if seed is None:
+        if seed is None and self.config.seed is None:
+            seed = secrets.randbits(32)  # unpredictable: no tenant can infer another's traffic
+        elif seed is None:
             seed = int(np.random.SeedSequence([self.config.seed, seq_no]).generate_state(1)[0])
         request = Request(
             f"req-{seq_no}",
