@@ -113,8 +113,14 @@ def claim_history(
 ) -> ClaimHistory:
     """Every run of ``claim`` in ``runs`` as series per evidence class, each run scored on its
     own (scoring.score_claim's replications); ``designs`` as for scoring.score_claim."""
+    return history_of(scoring.score_claim(claim, runs, designs), runs)
+
+
+def history_of(score: scoring.ClaimScore, runs: list[StoredRun]) -> ClaimHistory:
+    """The history behind a claim's score (its evidence groups); ``runs``: those it was scored
+    from (their meta.json carries the design and prediction hashes)."""
+    claim = score.claim
     metas = {run.run_id: run.meta for run in runs if run.claim_id == claim.id}
-    score = scoring.score_claim(claim, runs, designs)
     series = []
     for group in score.groups:
         points = tuple(

@@ -17,12 +17,12 @@ import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
-from claimbench.harness import calibration, registry, results, run_checks, scoring
+from claimbench.harness import calibration, history, registry, results, run_checks, scoring
 from claimbench.harness.claims import Claim
-from claimbench.lab import peers
+from claimbench.lab import peer_history, peers
 from claimbench.ledger.run_info import RunInfo
 from claimbench.platform.files import replace_text
-from claimbench.site import charts, ledger_charts
+from claimbench.site import charts, history_charts, ledger_charts
 
 BUDGET_USD = 100.0
 # What each reason a run is not scored means, for the claim page (harness/run_checks.py).
@@ -157,6 +157,26 @@ def _condition_items(score: scoring.ClaimScore) -> list[dict[str, Any]]:
     return items
 
 
+def _svg(svg: str | None) -> Markup | None:
+    return Markup(svg) if svg is not None else None
+
+
+def _last_night(histories: list[history.ClaimHistory]) -> str | None:
+    """The newest run's date over every claim: what "since last night" counts from."""
+    dates = [p.date for h in histories for s in h.series for p in s.points if p.date[0].isdigit()]
+    return max(dates) if dates else None
+
+
+def _changes_by_run(claim_history: history.ClaimHistory) -> dict[str, list[history.Change]]:
+    """Each run's changes from the previous comparable run of its series (the history table's
+    last column)."""
+    found: dict[str, list[history.Change]] = {}
+    for s in claim_history.series:
+        for change in history.series_changes(claim_history.claim, s):
+            found.setdefault(change.after_run, []).append(change)
+    return found
+
+
 def render_site(
     root: Path,
     claims: list[Claim],
@@ -183,6 +203,9 @@ def render_site(
     spend_svg = None if ledger is None else Markup(ledger_charts.spend_svg(ledger, budget_usd))
     generated = (now or datetime.now(UTC)).isoformat()
     rows = [_claim_row(root, score, runs) for score in scores]
+    histories = [history.history_of(score, runs) for score in scores]
+    changes = history.changes_since(histories)
+    engine_series = peer_history.engine_series(peer_records or [])
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / CLAIMS_SUBDIR).mkdir(exist_ok=True)
 
@@ -203,9 +226,12 @@ def render_site(
             generated=generated,
             peer_rows=peers.headline(peer_records or []),
             peer_last=peers.latest_attempt(peer_records or []),
+            changes=changes,
+            engine_changes=peer_history.engine_changes(engine_series),
+            since=_last_night(histories),
         ),
     )
-    for row in rows:
+    for row, claim_history in zip(rows, histories, strict=True):
         claim = row["claim"]
         own = [run for run in runs if run.claim_id == claim.id]
         page = out_dir / CLAIMS_SUBDIR / f"{claim.id}.html"
@@ -221,6 +247,12 @@ def render_site(
                 figures=_figures(root, claim, [run.path for run in own]),
                 exclusion_help=EXCLUSION_HELP,
                 generated=generated,
+                history=claim_history,
+                history_charts={
+                    s.evidence: _svg(history_charts.history_svg(claim, s))
+                    for s in claim_history.series
+                },
+                history_changes=_changes_by_run(claim_history),
             ),
         )
     return index
