@@ -19,6 +19,8 @@ from claimbench.harness import evidence_rules, results
 from claimbench.harness.claims import Claim
 from claimbench.harness.design import design_of
 from claimbench.harness.registry import experiment_path
+from claimbench.harness.sequential_run import BlockGate, run_blocks
+from claimbench.harness.stopping import StoppingRule
 from claimbench.lab.pool_fit import HBM_UTILIZATION
 from claimbench.ledger import provenance
 from claimbench.models import provenance as model_provenance
@@ -93,6 +95,9 @@ class RunContext:
     _frames: dict[str, list[pd.DataFrame]] = field(default_factory=dict, repr=False)
     # Model directories the experiment used (engines built, model_path read), first use first.
     _models_used: list[Path] = field(default_factory=list, repr=False)
+    # Trials of earlier blocks of a sequential run (harness/sequential_run.py): the experiment
+    # records trial t of this block, stored as trial_offset + t.
+    trial_offset: int = 0
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -148,6 +153,7 @@ class RunContext:
             raise ValueError("metric must be a non-empty name")
         if not 0 <= trial < self.trials:
             raise ValueError(f"trial must be in [0, {self.trials}), got {trial}")
+        trial += self.trial_offset
         evidence = evidence or self.evidence
         if evidence not in provenance.EVIDENCE_CLASSES:
             raise ValueError(f"evidence {evidence!r} is not one of {provenance.EVIDENCE_CLASSES}")
@@ -260,6 +266,8 @@ class RunContext:
             r["metric"] == metric and r["evidence"] == "analytic" and r["_key"] == key
             for r in self._rows
         ):
+            if self.trial_offset:
+                return  # a later block of a sequential run computes the same arithmetic again
             raise ValueError(f"analytic metric {metric!r} {labels} is already recorded")
         self.record(
             metric,
@@ -271,6 +279,7 @@ class RunContext:
             **labels,
         )
         self._rows[-1]["_key"] = key
+        self._rows[-1]["trial"] = ANALYTIC_TRIAL
 
     def save_frames(
         self,
@@ -288,6 +297,8 @@ class RunContext:
             clash = sorted(set(labels) & set(frame.columns))
             if clash:
                 raise ValueError(f"labels {clash} clash with columns of the {name} frame")
+            if self.trial_offset and "trial" in frame.columns:
+                frame = frame.assign(trial=frame["trial"] + self.trial_offset)
             self._frames.setdefault(name, []).append(frame.assign(**labels))
 
     def measurements_frame(self, run_id: str) -> pd.DataFrame:
@@ -302,6 +313,15 @@ class RunContext:
         return {name: pd.concat(parts, ignore_index=True) for name, parts in self._frames.items()}
 
 
+def _distinct(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``configs`` without repeats (each block of a sequential run builds its engines again)."""
+    seen: list[dict[str, Any]] = []
+    for config in configs:
+        if config not in seen:
+            seen.append(config)
+    return seen
+
+
 def run_claim(
     claim: Claim,
     module: ModuleType,
@@ -314,14 +334,20 @@ def run_claim(
     dtype: str,
     model_option: Path | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    stopping_rule: StoppingRule | None = None,
+    block_gate: BlockGate | None = None,
 ) -> Path:
     """Run ``module.run(ctx)`` for ``claim`` and store the run; return its directory.
 
-    ``trials`` None takes the profile's ``trials`` param, else DEFAULT_TRIALS. Whatever the
-    experiment raises (Ctrl-C included) propagates and nothing is stored.
+    ``trials`` None takes the profile's ``trials`` param, else DEFAULT_TRIALS. With a
+    ``stopping_rule`` the experiment runs block by block until its conditions are decided
+    (harness/sequential_run.py; ``block_gate`` may refuse a further block) and ``trials`` is
+    ignored. Whatever the experiment raises (Ctrl-C included) propagates and nothing is stored.
     """
     params = claim.profile_params(profile)
     num_trials = trials if trials is not None else int(params.get("trials", DEFAULT_TRIALS))
+    if stopping_rule is not None:
+        num_trials = stopping_rule.max_trials
     # As the claim stood when the run started: a later edit of claims.yaml shows as a changed hash.
     prediction = {
         "conditions": [c.model_dump(exclude_none=True) for c in claim.prediction],
@@ -349,7 +375,17 @@ def run_claim(
     if on_progress is not None:
         on_progress(0, num_trials)
     t0 = time.perf_counter()
-    module.run(ctx)
+    stopped = None
+    if stopping_rule is None:
+        module.run(ctx)
+    else:
+        price = float(hardware.get("price_per_hour") or 0.0)
+        if hardware["platform"] == "cpu":
+            price = 0.0  # as below: a CPU is not the metered accelerator
+        stopped = run_blocks(
+            ctx, module, claim, stopping_rule, gate=block_gate, price_per_hour=price
+        )
+        num_trials = stopped.num_trials
     wall_s = time.perf_counter() - t0
     end = datetime.now(UTC)
     ctx.progress.reach(num_trials)
@@ -365,13 +401,16 @@ def run_claim(
         "params": params,
         "seed": seed,
         "trials": num_trials,
+        # How the trial count was chosen: absent for a fixed count; else the sequential rule,
+        # the trials it ran and why it stopped (scoring then uses confidence sequences).
+        **({"stopping": stopped.as_meta()} if stopped is not None else {}),
         "prediction_hash": prediction_hash,
         "prediction": prediction,
         "design_hash": None,  # no experiment file: an unknown design, never scored
         **design,
         "model": models[0] if models else None,
         "other_models": models[1:],  # e.g. a draft model for speculative decoding
-        "engine_configs": ctx.engine_configs,
+        "engine_configs": ctx.engine_configs if stopped is None else _distinct(ctx.engine_configs),
         "dtype": dtype,
         "origin": provenance.origin(),
         "git": provenance.git_state(root),

@@ -26,7 +26,8 @@ STOP_DECIDED = "decided"
 STOP_MAX_TRIALS = "max-trials"
 STOP_MAX_MINUTES = "max-minutes"
 STOP_BUDGET = "budget"
-STOP_REASONS = (STOP_DECIDED, STOP_MAX_TRIALS, STOP_MAX_MINUTES, STOP_BUDGET)
+STOP_OUT_OF_SCOPE = "out-of-scope"  # this hardware cannot decide the claim: one block, indicative
+STOP_REASONS = (STOP_DECIDED, STOP_MAX_TRIALS, STOP_MAX_MINUTES, STOP_BUDGET, STOP_OUT_OF_SCOPE)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class Stopping:
     level: float
     num_trials: int  # trials run
     reason: str  # one of STOP_REASONS
+    detail: str | None = None  # the budget gate's refusal, when that stopped it
     method: str = "gaussian-mixture confidence sequence (Lai 1976); beta-binomial for shares"
 
     def as_meta(self) -> dict[str, Any]:
