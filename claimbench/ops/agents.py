@@ -8,18 +8,13 @@ agents:
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import re
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from claimbench.ops.scopes import DEFAULT_SCOPES, check_scopes
-from claimbench.platform.files import replace_text
-from claimbench.platform.yaml_file import load_yaml
+from claimbench.platform.hashed_key_file import add_entry, hash_secret, read_entries
 
 TOKEN_PREFIX = "cba-"
 TOKEN_ENV_VAR = "CLAIMBENCH_AGENT_TOKEN"  # the agent's token over stdio
@@ -27,8 +22,7 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+hash_token = hash_secret
 
 
 @dataclass(frozen=True)
@@ -58,8 +52,13 @@ class Agents:
     @classmethod
     def load(cls, path: Path) -> Agents:
         """Read and validate an agents file; ValueError naming the file and the problem."""
+        return cls.from_entries(path, read_entries(path, "agents", "agents file"))
+
+    @classmethod
+    def from_entries(cls, path: Path, entries: list) -> Agents:
+        """Validate an agents file's entries (``path`` names it in errors)."""
         agents: list[Agent] = []
-        for entry in _read_entries(path):
+        for entry in entries:
             agent = _parse_entry(path, entry)
             if any(a.name == agent.name for a in agents):
                 raise ValueError(f"{path}: agent {agent.name!r} appears twice")
@@ -74,30 +73,21 @@ class Agents:
 def add_agent(path: Path, name: str, scopes: list[str] | None) -> str:
     """Add agent ``name`` with ``scopes`` (None: read only) and a new token to ``path`` (created
     if missing); returns the token. ValueError if the agent exists, a scope is unknown or the
-    file is malformed; the file is then untouched."""
-    entries = _read_entries(path) if path.exists() else []
-    if path.exists():
-        Agents.load(path)  # refuse to extend a file the server would reject
-    if any(isinstance(e, dict) and e.get("name") == name for e in entries):
-        raise ValueError(f"{path}: agent {name!r} already exists")
-    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    entry = {
-        "name": name,
-        "scopes": list(scopes or DEFAULT_SCOPES),
-        "token_sha256": hash_token(token),
-    }
-    _parse_entry(path, entry)  # the same validation a server start applies
-    entries.append(entry)
-    # The file holds only hashes, but who may act is still nobody else's business: 0600 when new.
-    replace_text(path, yaml.safe_dump({"agents": entries}, sort_keys=False), new_mode=0o600)
-    return token
+    file is malformed; the file is then untouched. Safe to call from several processes at once."""
 
+    def build(digest: str) -> dict[str, object]:
+        return {"name": name, "scopes": list(scopes or DEFAULT_SCOPES), "token_sha256": digest}
 
-def _read_entries(path: Path) -> list:
-    data = load_yaml(path, "agents file")
-    if not isinstance(data, dict) or not isinstance(data.get("agents"), list):
-        raise ValueError(f"{path} must hold a mapping with an 'agents' list")
-    return data["agents"]
+    return add_entry(
+        path,
+        "agents",
+        "agents file",
+        noun="agent",
+        name=name,
+        prefix=TOKEN_PREFIX,
+        build=build,
+        check=lambda entries: Agents.from_entries(path, entries),
+    )
 
 
 def _parse_entry(path: Path, entry: object) -> Agent:

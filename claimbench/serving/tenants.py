@@ -9,36 +9,30 @@
                                     # token_burst, ttft_slo_s, tpot_slo_s
 
 A request's ``Authorization: Bearer <key>`` is hashed and looked up; a leaked file gives
-away no key. Keys are 32 random bytes, so an unsalted fast hash is enough (nothing to
-brute-force, unlike a password).
+away no key. The file's format and its locked `add` are platform/hashed_key_file.py's, shared
+with the agents of `claimbench mcp`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import re
-import secrets
 from pathlib import Path
 
-import yaml
-
 from claimbench.engine.sched.tenants import Tenant
-from claimbench.platform.files import replace_text
-from claimbench.platform.yaml_file import load_yaml
+from claimbench.platform.hashed_key_file import add_entry, hash_secret, new_secret, read_entries
 
 KEY_PREFIX = "cb-"
 SETTINGS = tuple(f.name for f in dataclasses.fields(Tenant) if f.name != "id")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
-def hash_key(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
+hash_key = hash_secret
 
 
 def new_key() -> str:
     """A fresh API key: the prefix and 32 random bytes, URL-safe."""
-    return KEY_PREFIX + secrets.token_urlsafe(32)
+    return new_secret(KEY_PREFIX)
 
 
 class TenantKeys:
@@ -62,8 +56,13 @@ class TenantKeys:
     @classmethod
     def load(cls, path: Path) -> TenantKeys:
         """Read and validate a tenants file; ValueError naming the file and the problem."""
+        return cls.from_entries(path, read_entries(path, "tenants", "tenants file"))
+
+    @classmethod
+    def from_entries(cls, path: Path, entries: list) -> TenantKeys:
+        """Validate a tenants file's entries (``path`` names it in errors)."""
         tenants, key_hashes = [], {}
-        for entry in _read_entries(path):
+        for entry in entries:
             tenant, hashes = _parse_entry(path, entry)
             if any(t.id == tenant.id for t in tenants):
                 raise ValueError(f"{path}: tenant {tenant.id!r} appears twice")
@@ -82,27 +81,23 @@ class TenantKeys:
 def add_tenant(path: Path, name: str, settings: dict[str, object]) -> str:
     """Add tenant ``name`` with a new key to ``path`` (created if missing); returns the key.
 
-    ValueError if the tenant exists or a setting is invalid; the file is then untouched."""
-    entries = _read_entries(path) if path.exists() else []
-    if any(isinstance(e, dict) and e.get("name") == name for e in entries):
-        raise ValueError(f"{path}: tenant {name!r} already exists")
-    key = new_key()
-    entry = {"name": name, "key_sha256": [hash_key(key)]}
-    entry |= {k: v for k, v in settings.items() if v is not None}
-    _parse_entry(path, entry)  # the same validation a server start applies
-    entries.append(entry)
-    if path.exists():
-        TenantKeys.load(path)  # refuse to extend a file the server would reject
-    # 0600 for a new file: it names every tenant's keys.
-    replace_text(path, yaml.safe_dump({"tenants": entries}, sort_keys=False), new_mode=0o600)
-    return key
+    ValueError if the tenant exists, a setting is invalid or the file is malformed; the file is
+    then untouched. Safe to call from several processes at once."""
 
+    def build(digest: str) -> dict[str, object]:
+        entry = {"name": name, "key_sha256": [digest]}
+        return entry | {k: v for k, v in settings.items() if v is not None}
 
-def _read_entries(path: Path) -> list:
-    data = load_yaml(path, "tenants file")
-    if not isinstance(data, dict) or not isinstance(data.get("tenants"), list):
-        raise ValueError(f"{path} must hold a mapping with a 'tenants' list")
-    return data["tenants"]
+    return add_entry(
+        path,
+        "tenants",
+        "tenants file",
+        noun="tenant",
+        name=name,
+        prefix=KEY_PREFIX,
+        build=build,
+        check=lambda entries: TenantKeys.from_entries(path, entries),
+    )
 
 
 def _parse_entry(path: Path, entry: object) -> tuple[Tenant, list[str]]:
