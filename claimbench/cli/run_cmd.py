@@ -22,6 +22,7 @@ from rich.progress import (
 
 from claimbench.cli import project
 from claimbench.cli.common import console, fail, global_options
+from claimbench.harness import evidence_rules
 from claimbench.harness.claims import Claim, ClaimsError
 from claimbench.harness.run_claims import (
     Outcome,
@@ -31,6 +32,8 @@ from claimbench.harness.run_claims import (
     run_claims,
     select_claims,
 )
+from claimbench.harness.sequential_run import BlockGate
+from claimbench.harness.stopping import StoppingRule
 from claimbench.ledger import ledger, spend_gate
 from claimbench.models.provenance import ModelDirError, check_model_dir
 
@@ -44,6 +47,9 @@ def _columns() -> tuple[ProgressColumn, ...]:
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
+
+
+DEFAULT_MAX_TRIALS = 20
 
 
 class Profile(StrEnum):
@@ -72,6 +78,22 @@ def run(
     results_dir: Annotated[
         Path | None, typer.Option(help="Results store (default: <root>/results).")
     ] = None,
+    until_decided: Annotated[
+        bool,
+        typer.Option(
+            "--until-decided",
+            help="Run trials a block at a time until every measured condition is decided by "
+            "its anytime-valid confidence sequence, or a cap is reached (docs/scoreboard.md).",
+        ),
+    ] = False,
+    max_trials: Annotated[
+        int | None,
+        typer.Option(help="With --until-decided: the most trials per claim (default 20)."),
+    ] = None,
+    max_minutes: Annotated[
+        float | None,
+        typer.Option(help="With --until-decided: stop a claim after this many minutes."),
+    ] = None,
     over_budget: Annotated[
         bool,
         typer.Option(
@@ -82,10 +104,11 @@ def run(
     ] = False,
 ) -> None:
     """Run claims' experiments; each finished run is stored, a failed one is not, and each
-    stored run is appended to the ledger (results/ledger.parquet) with what it cost."""
+    stored run is appended to the ledger (results/ledger/) with what it cost."""
     opts = global_options(ctx)
     if trials is not None and trials < 1:
         fail(f"--trials must be >= 1, got {trials}")
+    rule = _stopping_rule(until_decided, trials, max_trials, max_minutes, profile.value)
     if opts.model is not None:
         _check_model(opts.model)
     claims = project.open_claims(opts.root)
@@ -117,12 +140,44 @@ def run(
         seed=seed,
         dtype=opts.dtype,
         model_option=opts.model,
+        stopping_rule=rule,
+        gate_for=_gate_for(opts.root, store, profile.value, over_budget) if rule else None,
     )
     stored = sum(o.run_dir is not None for o in outcomes)
     failed = sum(not o.ok for o in outcomes)
     console.print(f"{stored} run(s) stored, {failed} failed", highlight=False)
     if failed:
         raise typer.Exit(1)
+
+
+def _stopping_rule(
+    until_decided: bool,
+    trials: int | None,
+    max_trials: int | None,
+    max_minutes: float | None,
+    profile: str,
+) -> StoppingRule | None:
+    """The sequential rule --until-decided asks for: blocks of --trials (default: the profile's
+    fewest for timing metrics), at most --max-trials and --max-minutes. None without it."""
+    if not until_decided:
+        if max_trials is not None or max_minutes is not None:
+            fail("--max-trials and --max-minutes go with --until-decided")
+        return None
+    block = trials if trials is not None else evidence_rules.MIN_TIMING_TRIALS[profile]
+    cap = DEFAULT_MAX_TRIALS if max_trials is None else max_trials
+    try:
+        return StoppingRule(block_trials=block, max_trials=cap, max_minutes=max_minutes)
+    except ValueError as err:
+        fail(f"--until-decided: {err} (blocks are --trials)")
+
+
+def _gate_for(
+    root: Path, store: Path, profile: str, over_budget: bool
+) -> Callable[[Claim], BlockGate] | None:
+    """Each claim's gate before a further block; --over-budget runs past it."""
+    if over_budget:
+        return None
+    return lambda claim: spend_gate.block_gate(root, store, claim, profile)
 
 
 def _check_model(model: Path) -> None:

@@ -14,6 +14,8 @@ from pathlib import Path
 from claimbench.harness import registry
 from claimbench.harness.claims import Claim, find_claim
 from claimbench.harness.context import run_claim
+from claimbench.harness.sequential_run import BlockGate
+from claimbench.harness.stopping import StoppingRule
 from claimbench.ledger import budget, ledger
 from claimbench.ledger.prices import MachinePrice
 from claimbench.ledger.spend_gate import SpendPlan
@@ -133,10 +135,13 @@ def run_claims(
     model_option: Path | None = None,
     on_start: Callable[[Claim], Progress | None] | None = None,
     on_outcome: Callable[[Outcome], None] | None = None,
+    stopping_rule: StoppingRule | None = None,
+    gate_for: Callable[[Claim], BlockGate] | None = None,
 ) -> list[Outcome]:
     """Run each claim's experiment, store its run and append it to ``store``'s ledger at
     ``price``. ``on_start`` may return the claim's trial-progress callback; ``on_outcome``
-    hears each claim's end. RunInterrupted on Ctrl-C."""
+    hears each claim's end. With a ``stopping_rule`` each claim runs until decided, asking
+    ``gate_for(claim)`` before every further block. RunInterrupted on Ctrl-C."""
     outcomes: list[Outcome] = []
     for claim in selected:
         on_progress = on_start(claim) if on_start is not None else None
@@ -153,6 +158,8 @@ def run_claims(
                 dtype=dtype,
                 model_option=model_option,
                 on_progress=on_progress,
+                stopping_rule=stopping_rule,
+                block_gate=gate_for(claim) if gate_for is not None else None,
             )
         except KeyboardInterrupt:
             stored = sum(o.run_dir is not None for o in outcomes)

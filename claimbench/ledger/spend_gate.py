@@ -9,6 +9,7 @@ from pathlib import Path
 
 from claimbench.harness.claims import Claim
 from claimbench.harness.project_config import load_project_config
+from claimbench.harness.sequential_run import BlockGate
 from claimbench.ledger import budget, ledger, provenance
 from claimbench.ledger.prices import MachinePrice, UnpricedError, machine_price, unpriced
 
@@ -59,3 +60,26 @@ def plan_spend(
     )
     known = sum(e.usd for e in estimates if e.usd is not None)
     return SpendPlan(price, None, budget.refusal(estimates, status, price), known, status)
+
+
+def block_gate(root: Path, store: Path, claim: Claim, profile: str) -> BlockGate:
+    """The gate a sequential run asks before each further block of ``claim``'s trials: the
+    next block's estimate plus what the run has spent so far against the remaining budget.
+    Its answer is None to go on or the refusal (one line, both numbers)."""
+
+    def ask(num_trials: int, spent_usd: float) -> str | None:
+        plan = plan_spend(root, store, [claim], profile, num_trials)
+        if plan.unpriced_reason is not None:
+            return plan.unpriced_reason
+        if plan.price.usd_per_hour <= 0:
+            return None
+        remaining = plan.status.remaining_usd - spent_usd
+        if plan.refusal is not None or plan.estimated_usd > remaining:
+            return (
+                f"the next {num_trials} trial(s) of {claim.id} would cost "
+                f"{budget.fmt_usd(plan.estimated_usd)} with {budget.fmt_usd(remaining)} left "
+                f"(this run spent {budget.fmt_usd(spent_usd)} so far)"
+            )
+        return None
+
+    return ask

@@ -123,11 +123,35 @@ def test_experiment_file_that_fails_to_import_is_a_failed_run(project):
         (["--claim", "fake-pass", "--trials", "many"], "Invalid value for '--trials'"),
         (["--claim", "fake-pass", "--fast"], "No such option: --fast"),
         (["--claim", "fake-pass", "--trials", "0"], "--trials must be >= 1, got 0"),
+        (["--claim", "fake-pass", "--max-trials", "9"], "go with --until-decided"),
+        (
+            ["--claim", "fake-pass", "--until-decided", "--trials", "5", "--max-trials", "4"],
+            "--until-decided: max_trials must be >= block_trials (5), got 4",
+        ),
+        (
+            ["--claim", "fake-pass", "--until-decided", "--max-minutes", "nan"],
+            "--until-decided: max_minutes must be a positive number",
+        ),
     ],
 )
 def test_bad_input_exits_2_and_runs_nothing(project, args, fragment):
     assert_one_line_error(invoke("--root", str(project), "run", *args), fragment)
     assert run_dirs(project / "results") == []
+
+
+def test_until_decided_runs_blocks_until_the_condition_is_decided(project):
+    result = invoke(
+        "--root", str(project), "run", "--claim", "fake-pass", "--until-decided", "--trials", "3"
+    )
+    assert result.exit_code == 0, result.output
+    (run_dir,) = run_dirs(project / "results")
+    meta = json.loads((run_dir / "meta.json").read_text())
+    # Three trials cannot exclude anything at 0.95; six of a steady score >= 1 do.
+    assert meta["stopping"]["reason"] == "decided"
+    assert meta["trials"] == meta["stopping"]["num_trials"] == 6
+    measurements = pd.read_parquet(run_dir / "measurements.parquet")
+    score = measurements[measurements["metric"] == "score"]
+    assert sorted(score["trial"]) == list(range(6))
 
 
 def test_missing_model_dir(project, tmp_path):
