@@ -20,6 +20,9 @@ request by request, as a static batch does. ``num_requests`` is sized so that th
 small share of the run (under 5% at the profiles' sizes), and that share is recorded per trial
 (``drain_share_pct``, and in steps ``drain_step_share_pct``) so a reader can check the
 comparison measured steady batching.
+
+Counterfactual (``counterfactual``, lab/counterfactuals.py): ``static-both``, the continuous
+arm is served in static batches too.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.lab import counterfactuals
 from claimbench.lab.engine_settings import EngineSettings
 from claimbench.workload.build import WorkloadRequest, build_requests
 from claimbench.workload.lengths import length_dist_from_dict
@@ -48,8 +52,10 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "prompt_len": {"kind": "lognormal", "mean": 128, "sigma": 1.0, "lo": 4, "hi": 384},
     "output_len": {"kind": "lognormal", "mean": 64, "sigma": 1.0, "lo": 1, "hi": 128},
     "engine": {},
+    "counterfactual": counterfactuals.NONE,
 }
 MODES = ("continuous", "static")
+COUNTERFACTUALS = ("static-both",)
 
 
 def draw_requests(
@@ -132,6 +138,7 @@ def run(ctx: RunContext) -> None:
     with each mode's throughput and the continuous run's drain share beside it."""
     params = ctx.merged(DEFAULT_PARAMS)
     _check(params)
+    static_only = counterfactuals.chosen(params, COUNTERFACTUALS) == "static-both"
     engine = ctx.engine(precompile=True, **engines(params, None, ctx.dtype).settings[""])
     for trial in range(ctx.trials):
         requests = draw_requests(
@@ -142,9 +149,8 @@ def run(ctx: RunContext) -> None:
         # Alternate which mode goes first, so slow drift on the machine favours neither.
         for mode in MODES[:: 1 if trial % 2 == 0 else -1]:
             engine.reset()
-            seconds = serve(
-                engine, requests, None if mode == "continuous" else params["max_num_seqs"]
-            )
+            continuous = mode == "continuous" and not static_only
+            seconds = serve(engine, requests, None if continuous else params["max_num_seqs"])
             throughput[mode] = num_output / seconds
             served = engine.requests_frame()
             if int(served["output_tokens"].sum()) != num_output:

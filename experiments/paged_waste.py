@@ -30,6 +30,10 @@ page size, max_tokens and max_model_len, so a CPU-sized profile may scale them d
 together. Prompts are random token ids and outputs run to their
 drawn length (EOS ignored): the model's text does not matter, its lengths do. Each trial
 draws fresh lengths; which allocation runs first alternates by trial.
+
+Counterfactuals (``counterfactual``, lab/counterfactuals.py), each one allocation swapped:
+``paging-off`` (the paged arm reserves each request's maximum length too) and
+``reservation-off`` (the contiguous arm allocates pages as they fill too).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.engine.kv.kv_cache import pool_bytes_for
 from claimbench.engine.outputs import TokenEvent
 from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.lab import counterfactuals
 from claimbench.lab.engine_settings import EngineSettings
 from claimbench.lab.precision import arm_order
 from claimbench.models.checkpoint import read_config
@@ -67,8 +72,14 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "warmup_steps": 200,  # steps before measuring: the empty pool's first fill
     "max_num_seqs": 256,  # high, so the pool and not the sequence limit binds
     "engine": {},
+    "counterfactual": counterfactuals.NONE,
 }
 ALLOCATIONS = {"paged": "paged", "contiguous": "reserve_request"}
+# Each counterfactual's layout -> the allocation it is served with instead of its own.
+COUNTERFACTUALS = {
+    "paging-off": {"paged": "reserve_request"},
+    "reservation-off": {"contiguous": "paged"},
+}
 
 
 def draw_lengths(
@@ -207,6 +218,9 @@ def run(ctx: RunContext) -> None:
     """Record paged_waste_pct, contiguous_waste_pct and concurrency_ratio per trial."""
     params = ctx.merged(DEFAULT_PARAMS)
     _check(params)
+    allocations = ALLOCATIONS | COUNTERFACTUALS.get(
+        counterfactuals.chosen(params, tuple(COUNTERFACTUALS)), {}
+    )
     engine = _engine(ctx, params)
     vocab = engine.model_cfg.vocab_size
     for trial in range(ctx.trials):
@@ -220,7 +234,7 @@ def run(ctx: RunContext) -> None:
                 engine,
                 prompts,
                 outputs,
-                ALLOCATIONS[layout],
+                allocations[layout],
                 num_steps=params["num_steps"],
                 warmup_steps=params["warmup_steps"],
                 caps=caps,
