@@ -81,6 +81,10 @@ def serve(
         float,
         typer.Option(help="A request's headers not complete this long get 408 (slowloris)."),
     ] = 10.0,
+    max_connections_per_client: Annotated[
+        int,
+        typer.Option(help="Open connections one client address may hold; more get 429."),
+    ] = 512,
     metrics_key: Annotated[
         str | None,
         typer.Option(
@@ -114,6 +118,7 @@ def serve(
         max_request_bytes=max_request_bytes,
         max_header_bytes=max_header_bytes,
         header_timeout_s=header_timeout_s,
+        max_connections_per_client=max_connections_per_client,
         max_engine_restarts=max_engine_restarts,
     )
     engine = dict(dtype=opts.dtype, kv_dtype=kv_dtype, weights=weights, max_model_len=max_model_len)

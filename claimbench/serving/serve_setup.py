@@ -27,6 +27,7 @@ def check_serve_limits(
     max_header_bytes: int,
     header_timeout_s: float,
     max_engine_restarts: int,
+    max_connections_per_client: int = 1,
     shutdown_timeout_s: float = 0.0,
     kv_pool_mb: float = 1.0,
     model_name: str | None = None,
@@ -48,6 +49,10 @@ def check_serve_limits(
         )
     if not header_timeout_s > 0:
         raise ValueError(f"--header-timeout-s must be > 0, got {header_timeout_s}")
+    if max_connections_per_client < 1:
+        raise ValueError(
+            f"--max-connections-per-client must be >= 1, got {max_connections_per_client}"
+        )
     if max_engine_restarts < 0:
         raise ValueError(f"--max-engine-restarts must be >= 0, got {max_engine_restarts}")
     if not (math.isfinite(shutdown_timeout_s) and shutdown_timeout_s >= 0):

@@ -13,8 +13,9 @@ ends, whatever is still live is ended (``fail_all``): every stream gets an error
 ``[DONE]`` rather than being cut mid-body. An engine process that dies is restarted
 (supervisor.py); when restarting fails the server ends, and ``serve`` exits non-zero.
 
-uvicorn runs with bounds on request headers (http_limits.py: size and time) and the app
-with one on bodies (limits.py).
+uvicorn runs with bounds on request headers (http_limits.py: size and time), on the
+connections one client holds and on how long a connection answered early stays open
+(http_limits.py), and the app with bounds on bodies (limits.py: size and time).
 """
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ from claimbench.serving.api.app import create_app
 from claimbench.serving.api.chat import ChatTemplate
 from claimbench.serving.api.http_limits import (
     DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
     DEFAULT_MAX_HEADER_BYTES,
     limited_protocol,
 )
-from claimbench.serving.api.limits import DEFAULT_MAX_REQUEST_BYTES
+from claimbench.serving.api.limits import BODY_TIMEOUT_S, DEFAULT_MAX_REQUEST_BYTES
 from claimbench.serving.engine_loop.batch_policy import set_batch_policy
 from claimbench.serving.engine_loop.engine_client import ProcessEngine
 from claimbench.serving.engine_loop.engine_core import CoreOptions
@@ -74,6 +76,9 @@ class ServeOptions:
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # a longer body gets 413
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES  # longer headers get 431
     header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S  # headers not done by then get 408
+    body_timeout_s: float = BODY_TIMEOUT_S  # a body not all in by then gets 408 and a close
+    # One client address's open connections at most; another gets 429 and is closed.
+    max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT
     metrics_key: str | None = None  # set: /metrics needs it as a Bearer key
     max_engine_restarts: int = MAX_RESTARTS  # tries to replace a dead engine process
 
@@ -131,6 +136,7 @@ def build_server_state(options: ServeOptions) -> tuple[ServerState, list[str]]:
         golden_prompt_ids=info.golden_prompt_ids,
         golden_tokens=info.golden_tokens,
         max_request_bytes=options.max_request_bytes,
+        body_timeout_s=options.body_timeout_s,
         metrics_key_sha256=hash_key(options.metrics_key) if options.metrics_key else None,
     )
     if options.metrics_key:
@@ -205,7 +211,11 @@ def make_server(state: ServerState, options: ServeOptions) -> GracefulServer:
     log.info("event loop: %s", loop)
     http = "auto"
     if importlib.util.find_spec("httptools") is not None:
-        http = limited_protocol(options.max_header_bytes, options.header_timeout_s)
+        http = limited_protocol(
+            options.max_header_bytes,
+            options.header_timeout_s,
+            options.max_connections_per_client,
+        )
     config = uvicorn.Config(
         create_app(state),
         host=options.host,

@@ -18,6 +18,7 @@ LIMITS = dict(
     max_header_bytes=1024,
     header_timeout_s=0.5,
     max_engine_restarts=0,
+    max_connections_per_client=1,
 )
 
 
@@ -31,6 +32,10 @@ LIMITS = dict(
         ({"max_header_bytes": 1023}, "--max-header-bytes must be >= 1024, got 1023"),
         ({"header_timeout_s": 0.0}, "--header-timeout-s must be > 0, got 0.0"),
         ({"max_engine_restarts": -1}, "--max-engine-restarts must be >= 0, got -1"),
+        (
+            {"max_connections_per_client": 0},
+            "--max-connections-per-client must be >= 1, got 0",
+        ),
         ({"kv_pool_mb": float("nan")}, "--kv-pool-mb must be a number > 0, got nan"),
         ({"kv_pool_mb": float("inf")}, "--kv-pool-mb must be a number > 0, got inf"),
         ({"kv_pool_mb": 0.0}, "--kv-pool-mb must be a number > 0, got 0.0"),

@@ -7,6 +7,16 @@ connection open indefinitely, 60 of them at once. Here a request whose headers p
 complete ``header_timeout_s`` after its first byte (or after the connection opened) gets
 408 and its connection closes. The body is bounded elsewhere (limits.BodyLimit); idle
 keep-alive connections by uvicorn's own ``timeout_keep_alive``.
+
+A response sent before its request's body has all arrived (401 for a missing key, 413,
+the 408 of a body that took too long) ends the connection: uvicorn otherwise kept it open
+and discarded the rest of the body as it came, so a client sending a byte every few
+seconds held it forever (1,000 keyless connections were all open after 90 s). The
+response says ``connection: close``; then this side stops sending (a FIN, which the
+client reads as the end) and discards what still comes for at most ``LINGER_S`` before it
+closes: closing at once, with unread bytes, would reset the connection under a client
+still sending, which then might never read its answer. And one client address may hold
+at most ``max_connections_per_client`` connections: another gets 429 and is closed.
 """
 
 from __future__ import annotations
@@ -20,7 +30,29 @@ from claimbench.serving.api.protocol import error_body
 
 DEFAULT_MAX_HEADER_BYTES = 64 * 2**10  # nginx's large_client_header_buffers: 4 x 8 KiB; more
 DEFAULT_HEADER_TIMEOUT_S = 10.0
-_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+# Open-loop benchmarks send every request of a burst from one loopback address at once.
+DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 512
+LINGER_S = 2.0  # after an early answer, the rest of the body is discarded this long at most
+_REASONS = {
+    408: b"Request Timeout",
+    429: b"Too Many Requests",
+    431: b"Request Header Fields Too Large",
+}
+
+
+class _CloseAfterResponse:
+    """The transport as a request's response cycle sees it: its ``close()`` (uvicorn's, once
+    a response that is not kept alive is sent) lingers while the body is still coming."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: LimitedHttpToolsProtocol) -> None:
+        self._transport = transport
+        self._protocol = protocol
+
+    def close(self) -> None:
+        self._protocol.close_after_response()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._transport, name)
 
 
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
@@ -29,6 +61,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     max_header_bytes = DEFAULT_MAX_HEADER_BYTES
     header_timeout_s = DEFAULT_HEADER_TIMEOUT_S
+    max_connections_per_client = DEFAULT_MAX_CONNECTIONS_PER_CLIENT
+    # Open connections per client address; one dict per server (``limited_protocol``).
+    connections_by_client: dict[str, int] = {}
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -36,10 +71,26 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._tail = b""  # the last bytes of the headers so far (a split blank line)
         self._in_headers = True  # a request's headers are awaited (none has begun yet)
         self._header_timer: asyncio.TimerHandle | None = None
+        self._body_done = True  # every byte of the current request's body has arrived
+        self._keep_alive = True  # what the current request asked for
+        self._address = self.client[0] if self.client else None
+        counts = self.connections_by_client
+        if self._address is not None:
+            counts[self._address] = counts.get(self._address, 0) + 1
+            if counts[self._address] > self.max_connections_per_client:
+                limit = self.max_connections_per_client
+                self._refuse(429, f"this client already holds {limit} connections")
+                return
         self._start_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_timer()
+        counts = self.connections_by_client
+        if self._address is not None:
+            counts[self._address] -= 1
+            if not counts[self._address]:
+                del counts[self._address]
+            self._address = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -62,11 +113,40 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._tail = b""
         self._stop_timer()
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is None or cycle.scope is not self.scope:
+            return  # an upgrade: no request cycle of this protocol's
+        headers = dict(self.headers)
+        length = headers.get(b"content-length", b"0").strip()
+        chunked = b"chunked" in headers.get(b"transfer-encoding", b"").lower()
+        self._body_done = not chunked and length in (b"", b"0")
+        self._keep_alive = cycle.keep_alive
+        if not self._body_done:
+            # Answered before the body is all in, the connection ends; restored once it is.
+            cycle.keep_alive = False
+            cycle.transport = _CloseAfterResponse(self.transport, self)
 
     def on_message_complete(self) -> None:
+        self._body_done = True
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.keep_alive = self._keep_alive
         super().on_message_complete()
         self._in_headers = True  # the next request on this connection; its clock starts
         # with its first byte (meanwhile uvicorn's keep-alive timeout bounds an idle one)
+        if self.cycle is not None and self.cycle.response_complete and not self._keep_alive:
+            self.transport.close()  # the last of a body answered early: nothing unread now
+
+    def close_after_response(self) -> None:
+        """The response cycle closes the connection: at once when nothing more is coming,
+        else (the body still arriving) by a FIN now and a close within LINGER_S."""
+        transport = self.transport
+        if self._body_done or transport.is_closing():
+            transport.close()
+            return
+        self._keep_alive = False  # what still arrives ends in a close, not a next request
+        if transport.can_write_eof():
+            transport.write_eof()
+        self.loop.call_later(LINGER_S, transport.close)
 
     def _start_timer(self) -> None:
         if self._header_timer is None:
@@ -93,14 +173,24 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._in_headers = False
 
 
-def limited_protocol(max_header_bytes: int, header_timeout_s: float) -> type[HttpToolsProtocol]:
+def limited_protocol(
+    max_header_bytes: int,
+    header_timeout_s: float,
+    max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+) -> type[HttpToolsProtocol]:
     """The protocol class for uvicorn's ``http=`` with these limits; ValueError on bad ones."""
     if max_header_bytes < 1024:
         raise ValueError(f"max_header_bytes must be >= 1024, got {max_header_bytes}")
     if not header_timeout_s > 0:
         raise ValueError(f"header_timeout_s must be > 0, got {header_timeout_s}")
-    return type(
-        "LimitedHttpToolsProtocol",
-        (LimitedHttpToolsProtocol,),
-        {"max_header_bytes": max_header_bytes, "header_timeout_s": header_timeout_s},
-    )
+    if max_connections_per_client < 1:
+        raise ValueError(
+            f"max_connections_per_client must be >= 1, got {max_connections_per_client}"
+        )
+    limits = {
+        "max_header_bytes": max_header_bytes,
+        "header_timeout_s": header_timeout_s,
+        "max_connections_per_client": max_connections_per_client,
+        "connections_by_client": {},
+    }
+    return type("LimitedHttpToolsProtocol", (LimitedHttpToolsProtocol,), limits)

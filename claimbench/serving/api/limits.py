@@ -67,9 +67,9 @@ class BodyLimit:
         return f"the request body is over the server's limit of {self.max_bytes} bytes"
 
     async def refuse(self, send: Send) -> None:
-        # The connection stays open: uvicorn discards the rest of the body as it comes (a
-        # close now would reset it under a client still sending, which then never reads
-        # the 413).
+        # The protocol ends the connection after it (http_limits.py): a FIN now, the rest
+        # of the body discarded briefly, then the close (a close at once would reset it
+        # under a client still sending, which then might never read the 413).
         body = json.dumps(error_body(self.message, 413)).encode()
         headers = [(b"content-type", b"application/json")]
         headers.append((b"content-length", str(len(body)).encode()))
