@@ -16,15 +16,21 @@ every trial, freed: two 7B engines do not fit one chip together), and
 ppl_delta_pct = 100 * (int8 perplexity / bf16 perplexity - 1) over the same windows;
 top1_agreement_pct (int8 vs bf16 greedy next token) goes beside it.
 
+Counterfactual (``counterfactual``, lab/counterfactuals.py): ``kv-destroyed``, the int8
+engine's KV is stored by a quantizer that keeps nothing (lab/destructive_quantizers.py:
+DESTROYED_KV, every value rounded to zero), the engines differing in nothing else.
+
 Params (claims.yaml, per profile): num_windows, window_len, model, pool_bytes, page_size,
-seq_len, and ``engine`` options of both engines (the full profile sizes each engine's pool
-from the chip's HBM: ``hbm_utilization``, lab/pool_fit.py).
+seq_len, counterfactual, and ``engine`` options of both engines (the full profile sizes each
+engine's pool from the chip's HBM: ``hbm_utilization``, lab/pool_fit.py).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from claimbench.lab import counterfactuals
+from claimbench.lab.destructive_quantizers import DESTROYED_KV
 from claimbench.lab.engine_settings import EngineSettings
 from claimbench.lab.precision import (
     CAPACITY_DEFAULTS,
@@ -40,12 +46,17 @@ if TYPE_CHECKING:
     from claimbench.harness.context import RunContext
     from claimbench.models.config import ModelConfig
 
-DEFAULT_PARAMS: dict[str, Any] = QUALITY_DEFAULTS | CAPACITY_DEFAULTS
+DEFAULT_PARAMS: dict[str, Any] = (
+    QUALITY_DEFAULTS | CAPACITY_DEFAULTS | {"counterfactual": counterfactuals.NONE}
+)
+COUNTERFACTUALS = ("kv-destroyed",)
 
 
 def engines(params: dict[str, Any], model: ModelConfig | None, dtype: str) -> EngineSettings:
     """A bf16-KV and an int8-KV engine serving whole windows, one at a time."""
     options = {kv: quality_options(params, kv_dtype=kv) for kv in ("bf16", "int8")}
+    if counterfactuals.chosen(params, COUNTERFACTUALS) == "kv-destroyed":
+        options["int8"] = quality_options(params, **DESTROYED_KV)
     return EngineSettings(options, one_at_a_time=True)
 
 
