@@ -57,7 +57,7 @@ def store_run(
     """Write one run of ``for_claim`` with ``data`` and read it back.
 
     ``current`` stores today's prediction hash; False stores an earlier one. ``root``: the
-    claims project whose experiment's design today the run records (none recorded without).
+    claims project whose experiment's design today the run records (a placeholder without).
     The run ends at ``day``T``hour``:00 UTC and its id sorts by that time.
     """
     stamp = day.replace("-", "") + f"T{hour:02d}0000Z"
@@ -87,9 +87,11 @@ def store_run(
         "start": f"{day}T{hour:02d}:00:00+00:00",
         "end": f"{day}T{hour:02d}:00:00+00:00",
         "hardware": {"platform": platform, "device_kind": platform, "device_count": 1},
+        # Provenance every scored run carries (harness/run_checks.py): a commit and a design.
+        "git": {"sha": "d" * 40, "dirty": False},
         "prediction_hash": for_claim.prediction_hash(profile) if current else "0123456789abcdef",
         **({"origin": origin} if origin else {}),
-        **({"design_hash": design_hash(root, for_claim)} if root is not None else {}),
+        "design_hash": design_hash(root, for_claim) if root is not None else "0" * 16,
         **(extra_meta or {}),
     }
     path = results.write_run(results_dir, meta, measurements, {})

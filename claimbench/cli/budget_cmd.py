@@ -50,7 +50,7 @@ def budget_command(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
-    """Dollars spent (results/ledger.parquet) against the budget in claims.yaml, and dollars per
+    """Dollars spent (results/ledger/) against the budget in claims.yaml, and dollars per
     million generated tokens per claim and hardware."""
     opts = global_options(ctx)
     config = open_project_config(opts.root)

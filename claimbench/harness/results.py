@@ -40,9 +40,18 @@ MEASUREMENT_COLUMNS = (
 )
 META_KEYS = ("run_id", "claim", "profile", "seed", "trials", "start", "end", "hardware")
 # Files the store itself keeps at the top of results/; anything else there is foreign.
-# The ledger and its lock file are ledger/ledger.py's (LEDGER_FILE, LOCK_FILE).
+# The ledger (its row files, the single file of earlier stores) and its lock file are
+# ledger/ledger.py's (LEDGER_DIR, LEDGER_FILE, LOCK_FILE).
 # peers/: side-by-side engine comparisons (lab/peers.py), beside the runs.
-_OWN_TOP_LEVEL = {RUNS_DIR, SCORES_FILE, ".gitkeep", "ledger.parquet", ".ledger.lock", "peers"}
+_OWN_TOP_LEVEL = {
+    RUNS_DIR,
+    SCORES_FILE,
+    ".gitkeep",
+    "ledger",
+    "ledger.parquet",
+    ".ledger.lock",
+    "peers",
+}
 # Where `bench` wrote its records before it got its own <root>/bench/ directory.
 _OLD_BENCH_DIR = "bench"
 _OLD_BENCH_REASON = (

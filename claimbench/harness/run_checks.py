@@ -4,6 +4,11 @@ committed tree, with the provenance their kind of run must carry.
 A run that fails a check is kept and listed with the reason (EXCLUSIONS); it never decides a
 verdict. The checks, in the order a run is reported by the first it fails:
 
+- record: every provenance field the scorer relies on is present and well-formed
+  (provenance_gaps): the profile, the prediction and design hashes, a git record naming a commit,
+  the hardware class (which must be the class of the evidence scored), and for each model the
+  run used, its weight hashes and an integer parameter count. A run copied with a key deleted or
+  garbled cannot be tied to what it measured, so it is listed with what is missing;
 - prediction: its ``prediction_hash`` equals ``claim.prediction_hash(profile)`` (thresholds,
   confidence and params as they stand today);
 - design: its ``design_hash`` equals the experiment's design today (harness/design.py), so a run
@@ -16,19 +21,29 @@ verdict. The checks, in the order a run is reported by the first it fails:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from claimbench.harness.claims import PROFILES, Claim
-from claimbench.harness.design import design_of
+from claimbench.harness.design import design_of, source_root_of
+from claimbench.harness.evidence_rules import ANALYTIC, MEASURED
 from claimbench.harness.registry import experiment_path
 
 EARLIER_PREDICTION = "measured against an earlier prediction"
 EARLIER_DESIGN = "measured with an earlier design"
 DIRTY_TREE = "measured from a tree with uncommitted changes"
 MISSING_DRAFT_HASH = "lacks the draft model's weight hashes"
-EXCLUSIONS = (EARLIER_PREDICTION, EARLIER_DESIGN, DIRTY_TREE, MISSING_DRAFT_HASH)
+MISSING_PROVENANCE = "lacks provenance"  # shown with what is missing: "lacks provenance: git sha"
+EXCLUSIONS = (
+    MISSING_PROVENANCE,
+    EARLIER_PREDICTION,
+    EARLIER_DESIGN,
+    DIRTY_TREE,
+    MISSING_DRAFT_HASH,
+)
+_HEX = re.compile(r"^[0-9a-f]+$")
 
 
 def today_designs(root: Path, claims: list[Claim]) -> dict[str, str]:
@@ -36,12 +51,13 @@ def today_designs(root: Path, claims: list[Claim]) -> dict[str, str]:
     without an experiment file, or whose design does not parse, has none (so no run of it is
     of today's design)."""
     designs = {}
+    source_root = source_root_of(root)
     for claim in claims:
         path = experiment_path(root, claim)
         if not path.is_file():
             continue
         try:
-            designs[claim.id] = design_of(path).hash
+            designs[claim.id] = design_of(path, source_root).hash
         except (OSError, SyntaxError, UnicodeDecodeError):
             continue  # an experiment that cannot be read cannot have produced today's runs
     return designs
@@ -71,21 +87,85 @@ def lacks_draft_hash(meta: dict[str, Any]) -> bool:
     return False
 
 
-def exclusion(claim: Claim, meta: dict[str, Any], designs: Mapping[str, str] | None) -> str | None:
-    """Why the run may not be scored (one of EXCLUSIONS), or None when it may.
+def _is_hex(value: Any, length: int | None = None) -> bool:
+    return (
+        isinstance(value, str)
+        and bool(_HEX.match(value))
+        and (len(value) == length if length else len(value) >= 7)
+    )
+
+
+def _model_gaps(model: Any, label: str) -> list[str]:
+    """What a recorded model lacks: a mapping of weight files to sha256s, an integer size."""
+    if not isinstance(model, dict):
+        return [f"{label} record"]
+    gaps = []
+    shas = model.get("weights_sha256")
+    if not (isinstance(shas, dict) and shas and all(_is_hex(v, 64) for v in shas.values())):
+        gaps.append(f"{label} weight hashes")
+    arch = model.get("architecture")
+    count = arch.get("num_params") if isinstance(arch, dict) else None
+    if count is not None and (not isinstance(count, int) or isinstance(count, bool)):
+        gaps.append(f"{label} parameter count")
+    return gaps
+
+
+def provenance_gaps(meta: dict[str, Any], evidence: str | None = None) -> list[str]:
+    """The provenance fields the scorer relies on that ``meta`` lacks or holds in the wrong
+    form ([] when complete). ``evidence``: the class being scored (a measured class must be
+    the hardware's platform)."""
+    gaps = []
+    if not isinstance(meta.get("profile"), str):
+        gaps.append("profile")
+    if not _is_hex(meta.get("prediction_hash")):
+        gaps.append("prediction hash")
+    if not _is_hex(meta.get("design_hash")):
+        gaps.append("design hash")
+    git = meta.get("git")
+    if not isinstance(git, dict) or not _is_hex(git.get("sha")):
+        gaps.append("git commit")
+    elif git.get("dirty") not in (True, False, None):
+        gaps.append("git dirty flag")
+    hardware = meta.get("hardware")
+    platform = hardware.get("platform") if isinstance(hardware, dict) else None
+    if not isinstance(platform, str) or platform not in MEASURED:
+        gaps.append("hardware class")
+    elif evidence not in (None, ANALYTIC) and platform != evidence:
+        gaps.append(f"hardware class ({platform} run holding {evidence} evidence)")
+    if meta.get("model") is not None:
+        gaps.extend(_model_gaps(meta["model"], "model"))
+    others = meta.get("other_models")
+    if others is not None:
+        if not isinstance(others, list):
+            gaps.append("other models record")
+        else:
+            for i, other in enumerate(others):
+                gaps.extend(_model_gaps(other, f"other model {i}"))
+    return gaps
+
+
+def exclusion(
+    claim: Claim,
+    meta: dict[str, Any],
+    designs: Mapping[str, str] | None,
+    evidence: str | None = None,
+) -> str | None:
+    """Why the run may not be scored (one of EXCLUSIONS; MISSING_PROVENANCE followed by what is
+    missing), or None when it may.
 
     ``designs`` maps claim ids to today's design hashes (today_designs); None skips the design
-    check, for callers that score runs without the experiments at hand.
+    comparison, for callers that score runs without the experiments at hand (a design hash must
+    still be recorded). ``evidence``: the class being scored, checked against the hardware.
     """
-    profile = meta.get("profile")
-    if profile not in PROFILES or meta.get("prediction_hash") != claim.prediction_hash(profile):
+    gaps = provenance_gaps(meta, evidence)
+    if gaps:
+        return f"{MISSING_PROVENANCE}: {', '.join(gaps)}"
+    profile = meta["profile"]
+    if profile not in PROFILES or meta["prediction_hash"] != claim.prediction_hash(profile):
         return EARLIER_PREDICTION
-    if designs is not None:
-        recorded = meta.get("design_hash")
-        if recorded is None or recorded != designs.get(claim.id):
-            return EARLIER_DESIGN
-    git = meta.get("git")
-    if isinstance(git, dict) and git.get("dirty") is True:
+    if designs is not None and meta["design_hash"] != designs.get(claim.id):
+        return EARLIER_DESIGN
+    if meta["git"].get("dirty") is True:
         return DIRTY_TREE
     if lacks_draft_hash(meta):
         return MISSING_DRAFT_HASH

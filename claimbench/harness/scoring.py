@@ -227,7 +227,7 @@ def score_run(
         in_scope=evidence == ANALYTIC or evidence_rules.in_scope(claim.scope, evidence),
         conditions=conditions,
         verdict=combine(conditions),
-        exclusion=run_checks.exclusion(claim, run.meta, designs),
+        exclusion=run_checks.exclusion(claim, run.meta, designs, evidence),
         failed_trials=failed,
     )
 

@@ -104,7 +104,7 @@ def budget_report(
     rows = ledger.read_ledger(store)
     return BudgetReport(
         status=budget.budget_status(rows, budget_usd),
-        ledger_file=ledger.ledger_path(store),
+        ledger_file=ledger.ledger_dir(store),
         per_claim=budget.per_mtok_table(rows),
         missing_runs=[path.name for path in ledger.missing_runs(store, rows)],
         backfilled=added,

@@ -1,18 +1,23 @@
-"""The $100 ledger: one row per run in ``results/ledger.parquet``, append-only.
+"""The $100 ledger: one row per run, append-only, in files that are written once.
 
 A row says what a run cost and what it served: hardware class, chip type and count, device
 seconds, the price per chip-hour with its source and date, dollars, and the tokens it served
-(from the run's per-request records). Appending writes the whole new table to a temporary file
-beside the ledger and renames it over the old one (platform/files.replace_file), under an
-exclusive lock, so a reader sees the old ledger or the new one, two runs appending at once both
-land, and no row once written is changed or lost. A ledger that cannot be read is reported,
-never rewritten.
+(from the run's per-request records). Each append writes its rows to a new file,
+``results/ledger/<UTC time>-<first run id>-<random>.parquet``, through a temporary file
+renamed into place (platform/files.replace_file), and never touches a file written before.
+So two runners that append on their own machines and push to one results branch add
+different files: git merges them without a conflict, and no row is lost, where two copies of
+one Parquet file could only overwrite each other. The ledger is every such file, plus
+``results/ledger.parquet`` where a store kept its rows in one file before (read, never
+rewritten); a run id in several files is paid once, by the first file in name order (the
+single file first). A file that cannot be read is reported, never rewritten.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -26,7 +31,8 @@ from claimbench.harness.results import read_runs
 from claimbench.ledger.prices import MachinePrice, UnpricedError, machine_price, unpriced
 from claimbench.platform.files import replace_file
 
-LEDGER_FILE = "ledger.parquet"
+LEDGER_FILE = "ledger.parquet"  # the single file stores kept before the ledger directory
+LEDGER_DIR = "ledger"
 LOCK_FILE = ".ledger.lock"
 SOURCES = ("run", "backfill")  # appended by `run` / added later from a stored run's meta.json
 COLUMNS = {
@@ -55,14 +61,41 @@ class LedgerError(ValueError):
 
 
 def ledger_path(results_dir: Path) -> Path:
+    """The single-file ledger of earlier stores (read, never written)."""
     return results_dir / LEDGER_FILE
 
 
+def ledger_dir(results_dir: Path) -> Path:
+    """Where appends write their row files."""
+    return results_dir / LEDGER_DIR
+
+
+def ledger_files(results_dir: Path) -> list[Path]:
+    """Every file of the ledger, in the order its rows count: the single file, then the row
+    files by name."""
+    files = [ledger_path(results_dir)] if ledger_path(results_dir).exists() else []
+    folder = ledger_dir(results_dir)
+    if folder.is_dir():
+        files += sorted(p for p in folder.glob("*.parquet") if not p.name.startswith("."))
+    return files
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame({name: pd.Series(dtype=kind) for name, kind in COLUMNS.items()})
+
+
 def read_ledger(results_dir: Path) -> pd.DataFrame:
-    """Every row of the ledger (an empty frame with COLUMNS when there is none yet)."""
-    path = ledger_path(results_dir)
-    if not path.exists():
-        return pd.DataFrame({name: pd.Series(dtype=kind) for name, kind in COLUMNS.items()})
+    """Every row of the ledger, each run once (an empty frame with COLUMNS when there is none
+    yet); LedgerError naming the first file that cannot be read."""
+    frames = [_read_file(path) for path in ledger_files(results_dir)]
+    if not frames:
+        return _empty()
+    table = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    return table.drop_duplicates("run_id", keep="first").reset_index(drop=True).astype(COLUMNS)
+
+
+def _read_file(path: Path) -> pd.DataFrame:
+    """One ledger file's rows as COLUMNS; LedgerError when it is not a ledger file."""
     try:
         frame = pd.read_parquet(path)
     except Exception as err:  # pyarrow raises several types for a corrupt file
@@ -166,8 +199,14 @@ def append_rows(results_dir: Path, rows: list[dict[str, Any]]) -> int:
         if not new:
             return 0
         added = pd.DataFrame(new, columns=list(COLUMNS)).astype(COLUMNS)
-        table = added if old.empty else pd.concat([old, added], ignore_index=True)
-        replace_file(ledger_path(results_dir), lambda tmp: table.to_parquet(tmp, index=False))
+        folder = ledger_dir(results_dir)
+        folder.mkdir(exist_ok=True)
+        # Named by the time of the append, so name order is append order (rows read back in
+        # the order they were written); the random tail keeps two runners' files apart even
+        # for one run id (a backfill of the same stored run on two machines).
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        path = folder / f"{stamp}-{new[0]['run_id']}-{secrets.token_hex(4)}.parquet"
+        replace_file(path, lambda tmp: added.to_parquet(tmp, index=False))
     return len(new)
 
 

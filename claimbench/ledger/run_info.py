@@ -114,7 +114,8 @@ def _model(model: Any) -> tuple[str | None, str | None]:
         return Path(model).name, None
     if not isinstance(model, dict):
         return None, None
-    name = model.get("name") or (Path(model["path"]).name if model.get("path") else None)
+    name = model.get("name") or (Path(str(model["path"])).name if model.get("path") else None)
+    name = str(name) if name is not None else None  # a garbled record reads, never crashes
     shas = model.get("weights_sha256")
     if not isinstance(shas, dict) or not shas:
         return name, None

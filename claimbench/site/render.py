@@ -27,6 +27,8 @@ from claimbench.site import charts, history_charts, ledger_charts
 BUDGET_USD = 100.0
 # What each reason a run is not scored means, for the claim page (harness/run_checks.py).
 EXCLUSION_HELP = {
+    run_checks.MISSING_PROVENANCE: "a field the scorer relies on is missing or malformed, so the "
+    "run cannot be tied to a commit, a design, a hardware class or its model's weights",
     run_checks.EARLIER_PREDICTION: "its prediction hash differs from today's claims.yaml (or it "
     "predates hashes)",
     run_checks.EARLIER_DESIGN: "the experiment's code or a helper it imports has changed since "

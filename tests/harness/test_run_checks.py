@@ -3,10 +3,13 @@ draft hashes. Each failing run is listed with its reason and never decides a ver
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
 from scoring_helpers import claim, design_hash, rows, store_run, write_experiment
 
-from claimbench.harness import run_checks, scoring
+from claimbench.harness import results, run_checks, scoring
 
 GOOD = rows("gain", [2.0, 2.1, 2.2])
 BAD = rows("gain", [1.0, 1.1, 1.2])
@@ -107,3 +110,74 @@ def test_every_scorer_checks_the_design(tmp_path):
     write_experiment(root, c, "def run(ctx):\n    return None\n")  # the design moved on
     assert runbook.get_scores().totals["not-run"] == 1
     assert runbook.show_claim("fake-pass").status == "not run"
+
+
+def _without(meta: dict, path: tuple[str, ...]) -> dict:
+    """A deep copy of ``meta`` with the key at ``path`` deleted."""
+    copy = json.loads(json.dumps(meta))
+    node = copy
+    for key in path[:-1]:
+        node = node[key]
+    del node[path[-1]]
+    return copy
+
+
+def _with(meta: dict, path: tuple[str, ...], value: object) -> dict:
+    copy = json.loads(json.dumps(meta))
+    node = copy
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return copy
+
+
+MODEL = {
+    "name": "t",
+    "path": "/m/t",
+    "architecture": {"num_params": 4_400_000},
+    "weights_sha256": {"model.safetensors": "1" * 64},
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "missing"),
+    [
+        (lambda m: _without(m, ("git",)), "git commit"),
+        (lambda m: _without(m, ("git", "sha")), "git commit"),
+        (lambda m: _with(m, ("git",), "a" * 40), "git commit"),
+        (lambda m: _with(m, ("git", "sha"), 12345), "git commit"),
+        (lambda m: _with(m, ("git", "dirty"), "no"), "git dirty flag"),
+        (lambda m: _without(m, ("design_hash",)), "design hash"),
+        (lambda m: _with(m, ("design_hash",), ["0" * 16]), "design hash"),
+        (lambda m: _without(m, ("prediction_hash",)), "prediction hash"),
+        (lambda m: _with(m, ("profile",), None), "profile"),
+        (lambda m: _with(m, ("hardware",), "cpu"), "hardware class"),
+        (lambda m: _with(m, ("hardware", "platform"), "quantum"), "hardware class"),
+        (lambda m: _with(m, ("hardware", "platform"), "gpu"), "hardware class (gpu run"),
+        (lambda m: _without(m, ("model", "weights_sha256")), "model weight hashes"),
+        (lambda m: _with(m, ("model", "weights_sha256"), {"w": "zz"}), "model weight hashes"),
+        (lambda m: _with(m, ("model", "architecture", "num_params"), "4M"), "parameter count"),
+        (lambda m: _with(m, ("model",), "/m/t"), "model record"),
+        (lambda m: _with(m, ("model", "path"), 7) | {"model": {"path": [7]}}, "model weight"),
+        (lambda m: _with(m, ("other_models",), [None]), "other model 0 record"),
+    ],
+)
+def test_a_run_with_provenance_deleted_or_garbled_is_listed_not_scored(tmp_path, change, missing):
+    c = claim()
+    root = tmp_path / "proj"
+    write_experiment(root, c)
+    designs = run_checks.today_designs(root, [c])
+    good = store_run(tmp_path / "a", c, BAD, root=root, extra_meta={"model": MODEL})
+    assert scoring.score_claim(c, [good], designs).verdict == "refuted"
+    # The same run copied with one provenance field deleted or replaced by the wrong type.
+    meta = change(good.meta)
+    (tmp_path / "b" / "runs").mkdir(parents=True)
+    copy = shutil.copytree(good.path, tmp_path / "b" / "runs" / good.run_id)
+    (copy / "meta.json").write_text(json.dumps(meta))
+    (run,) = results.read_runs(tmp_path / "b")[0]
+    score = scoring.score_claim(c, [run], designs)
+    assert score.verdict == "not-run" and score.headline is None
+    ((reason, count),) = score.exclusion_counts().items()
+    assert reason.startswith(run_checks.MISSING_PROVENANCE) and missing in reason and count == 1
+    # Without today's designs the record is still required.
+    assert scoring.score_claim(c, [run]).verdict == "not-run"

@@ -115,12 +115,13 @@ def test_append_keeps_every_earlier_row_and_pays_each_run_once(tmp_path: Path) -
     table = ledger.read_ledger(tmp_path)
     assert table["run_id"].tolist() == ["a", "b", "c"]
     assert table.loc[table["run_id"] == "b", "usd"].item() == pytest.approx(0.075)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [ledger.LOCK_FILE, ledger.LEDGER_FILE]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [ledger.LOCK_FILE, ledger.LEDGER_DIR]
+    assert len(ledger.ledger_files(tmp_path)) == 2  # one file per append, none rewritten
 
 
 def test_a_failed_write_leaves_the_old_ledger_and_no_temp_file(tmp_path: Path, monkeypatch) -> None:
     ledger.append_rows(tmp_path, [row("a")])
-    before = ledger.ledger_path(tmp_path).read_bytes()
+    before = {p.name: p.read_bytes() for p in ledger.ledger_dir(tmp_path).iterdir()}
 
     def broken(self, path, **kwargs):
         Path(path).write_bytes(b"half a parquet file")
@@ -129,8 +130,8 @@ def test_a_failed_write_leaves_the_old_ledger_and_no_temp_file(tmp_path: Path, m
     monkeypatch.setattr(pd.DataFrame, "to_parquet", broken)
     with pytest.raises(OSError, match="disk full"):
         ledger.append_rows(tmp_path, [row("b")])
-    assert ledger.ledger_path(tmp_path).read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == [ledger.LOCK_FILE, ledger.LEDGER_FILE]
+    assert {p.name: p.read_bytes() for p in ledger.ledger_dir(tmp_path).iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [ledger.LOCK_FILE, ledger.LEDGER_DIR]
 
 
 def test_a_corrupt_ledger_is_reported_and_never_rewritten(tmp_path: Path) -> None:
