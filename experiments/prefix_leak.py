@@ -29,6 +29,10 @@ correctly; 50% is guessing) per mode, and the victims' own prefix-hit rate (cach
 tokens / prompt tokens over all their requests, pooled) salted as a percentage of shared.
 Token ids are drawn uniformly from the vocabulary (ids below 3 excluded: special tokens); the
 cache and the timing depend only on lengths and equality.
+
+Counterfactuals (``counterfactual``, lab/counterfactuals.py), each one mechanism switched:
+``no-salt`` (the salted mode's cache is shared across tenants), ``shared-cache-off`` (the
+shared mode caches nothing) and ``salted-cache-off`` (the salted mode caches nothing).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.lab import counterfactuals
 from claimbench.workload.lengths import length_dist_from_dict
 
 if TYPE_CHECKING:
@@ -61,8 +66,15 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "num_calibration": 8,
     "num_probes": 16,
     "engine": {},
+    "counterfactual": counterfactuals.NONE,
 }
 ENGINE_MODES = {"shared": "shared", "salted": "per-tenant"}  # claim's name -> engine mode
+# Each counterfactual's mode -> the engine mode it is served with instead of its own.
+COUNTERFACTUALS = {
+    "no-salt": {"salted": "shared"},
+    "shared-cache-off": {"shared": "off"},
+    "salted-cache-off": {"salted": "off"},
+}
 FIRST_TOKEN = SamplingParams(max_tokens=1, ignore_eos=True)  # TTFT is all the attacker reads
 ATTACKER = "attacker"
 MIN_TOKEN_ID = 3
@@ -214,7 +226,7 @@ def _check(params: dict[str, Any]) -> None:
     for name in ("prefix_len", "suffix_len"):
         length_dist_from_dict(params[name])  # a bad distribution fails before any serving
     for key, value in params.items():
-        if key in ("engine", "prefix_len", "suffix_len"):
+        if key in ("engine", "prefix_len", "suffix_len", "counterfactual"):
             continue
         minimum = 0 if key == "victim_rounds_after" else 1
         if not isinstance(value, int) or value < minimum:
@@ -248,6 +260,9 @@ def run(ctx: RunContext) -> None:
     per trial, with each mode's threshold, calibration accuracy and victim hit rate beside."""
     params = ctx.merged(DEFAULT_PARAMS)
     _check(params)
+    modes = ENGINE_MODES | COUNTERFACTUALS.get(
+        counterfactuals.chosen(params, tuple(COUNTERFACTUALS)), {}
+    )
     engine = ctx.engine(precompile=True)
     for trial in range(ctx.trials):
         plan = draw_plan(
@@ -257,7 +272,7 @@ def run(ctx: RunContext) -> None:
         results: dict[str, ModeResult] = {}
         # Alternate which mode goes first, so slow drift on the machine favours neither.
         for name in list(ENGINE_MODES)[:: 1 if trial % 2 == 0 else -1]:
-            engine.reset(dataclasses.replace(engine.config, prefix_caching=ENGINE_MODES[name]))
+            engine.reset(dataclasses.replace(engine.config, prefix_caching=modes[name]))
             results[name] = play(engine, plan)
             ctx.save_frames(requests=results[name].requests, mode=name, trial=trial)
         for name, result in results.items():
@@ -268,6 +283,8 @@ def run(ctx: RunContext) -> None:
             ctx.record("ttft_threshold_s", result.threshold_s, unit="s", **labels)
         shared_rate = results["shared"].victim_hit_rate_pct
         if shared_rate == 0:
+            if modes["shared"] == "off":  # shared-cache-off: no hit to retain a share of
+                continue
             raise RuntimeError("the victims never hit the shared cache: the KV pool is too small")
         retention = 100.0 * results["salted"].victim_hit_rate_pct / shared_rate
         ctx.record("salted_own_hit_retention_pct", retention, trial=trial, unit="%")
