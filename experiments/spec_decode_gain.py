@@ -7,9 +7,10 @@ same pool and buckets, built one at a time and taking turns within every trial, 
 same held-out prompt per trial (lab/spec_trials.py); per trial:
 the speedup of output tokens/s over plain decoding, the greedy mismatch count (tokens that
 differ from plain decoding's; float32 is batch-invariant, bfloat16 may flip a near-tie)
-with its positive control (greedy_mismatch_control: the draft's tokens with acceptance
-forced on, which must differ from the target's for a zero mismatch to mean anything), and
-vLLM's acceptance metrics.
+with its positive control (greedy_mismatch_control: the speculative engine with its
+verifier forced to accept every draft token, which must differ from the target's output for
+a zero mismatch to mean anything), and vLLM's acceptance metrics. The ``counterfactual``
+param switches the speculative arm's verifier off (spec_trials.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "output_len": 128,
     "draft_model": None,  # the shipped tiny draft, or a pinned checkpoint (draft_models.py)
     "engine": {},
+    "counterfactual": "none",  # force-accept | force-reject: the verifier off (spec_trials.py)
 }
 
 

@@ -5,7 +5,8 @@ expects at most a 1.1x gain. Two engines, same pool and buckets, built one at a 
 taking turns within every trial, serve the same 32 held-out prompts per trial
 (lab/spec_trials.py; the draft as in spec-decode-gain, ``draft_model``); per trial: the
 speedup of output tokens/s over plain decoding (``speedup_at_b32``), the greedy mismatch
-count and vLLM's acceptance metrics.
+count and vLLM's acceptance metrics. The ``counterfactual`` param switches the speculative
+arm's verifier off (spec_trials.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "output_len": 64,
     "draft_model": None,  # the shipped tiny draft, or a pinned checkpoint (draft_models.py)
     "engine": {},
+    "counterfactual": "none",  # force-accept | force-reject: the verifier off (spec_trials.py)
 }
 
 

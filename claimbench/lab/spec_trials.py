@@ -11,11 +11,17 @@ compares their tokens. vLLM's acceptance metrics are recorded per trial from the
 speculative engine's steps.
 
 greedy_mismatch is a "never" condition, so it gets a positive control where asked
-(``run_trials(control=True)``): greedy_mismatch_control is the same count for the draft's
-tokens with acceptance forced on, i.e. every draft token emitted unverified: the draft model
-served plain, greedy, on the same prompts (built once, after the arms). A counter that reads
-zero there could not see a mismatch at all. A draft identical to the target makes it zero
-too; the n-gram proposer has no model to serve, so it records no control.
+(``run_trials(control=True)``): greedy_mismatch_control is the same count for the speculative
+engine with acceptance forced on (its verifier's rule "all": every draft token emitted
+unverified, engine/spec/spec_decode.py), on the same prompts (built once, after the arms). A
+counter that reads zero there could not see a mismatch at all. A draft identical to the
+target makes it zero too.
+
+Counterfactuals (``counterfactual`` param, lab/counterfactuals.py), the speculative arm's
+verifier switched off: ``force-accept`` (every draft token emitted unverified: its greedy
+output is the draft's, so greedy_mismatch counts every disagreement) and ``force-reject``
+(every draft rejected: each step pays the draft and the verify chunk for one token, so the
+speedup is speculation's cost alone).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.lab import counterfactuals
 from claimbench.lab.draft_models import DRAFT_PARAM, draft_path, pinned_draft
 from claimbench.lab.engine_settings import EngineSettings
 from claimbench.lab.interleaved_arms import interleaved_trials
@@ -46,6 +53,19 @@ def check_params(params: dict[str, Any]) -> None:
     if params["proposer"] not in ("draft", "ngram"):
         raise ValueError(f"param proposer must be draft or ngram, got {params['proposer']!r}")
     pinned_draft(params[DRAFT_PARAM])
+    counterfactuals.chosen(params, tuple(ACCEPTANCE))
+
+
+# The speculative arm's verifier rule under each counterfactual (spec_decode.ACCEPTANCE_RULES).
+ACCEPTANCE = {counterfactuals.NONE: "exact", "force-accept": "all", "force-reject": "none"}
+
+
+def use_acceptance(engine: LLMEngine, rule: str) -> None:
+    """Switch a built speculative ``engine``'s verifier to ``rule`` and compile its steps
+    under it before anything is timed (nothing to do for the exact rule)."""
+    if rule != "exact":
+        engine.runner.set_acceptance(rule)
+        engine.runner.precompile()
 
 
 def arm_settings(params: dict[str, Any]) -> EngineSettings:
@@ -112,18 +132,6 @@ def greedy_mismatch(tokens: list[list[int]], reference: list[list[int]]) -> int:
     )
 
 
-def control_options(options: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-    """ctx.engine options serving the speculative arm's draft model plain (its tokens with
-    acceptance forced on), or None for a proposer without a model (n-gram)."""
-    speculative = options["speculative"]
-    if speculative["speculative"] != "draft":
-        return None
-    from claimbench.models.checkpoint import default_draft_path
-
-    draft = speculative.get("draft_model_path") or default_draft_path()
-    return options["plain"] | {"model_path": draft}
-
-
 def run_trials(
     ctx: RunContext,
     params: dict[str, Any],
@@ -139,6 +147,8 @@ def run_trials(
     batches: list[list[list[int]]] = []  # per trial, drawn once: both arms serve the same
 
     def warm(arm: str, engine: LLMEngine) -> None:
+        if arm == "speculative":
+            use_acceptance(engine, ACCEPTANCE[params.get("counterfactual", counterfactuals.NONE)])
         if not batches:
             batches.extend(draw_prompts(engine, params, ctx.seed + t) for t in range(ctx.trials))
         serve(engine, batches[0], min(output_len, 8))  # warm caches and allocator paths
@@ -162,8 +172,9 @@ def run_trials(
         plain_tokens.append(plain)
         ctx.record(speedup_metric, spec_rate / plain_rate, trial=trial, unit="x")
         ctx.record("greedy_mismatch", greedy_mismatch(spec, plain), trial=trial, unit="tokens")
-    if control and (draft_options := control_options(options)) is not None:
-        engine = ctx.engine(**draft_options)
+    if control:
+        engine = ctx.engine(**options["speculative"])
+        use_acceptance(engine, "all")
         for trial, plain in enumerate(plain_tokens):
             tokens, _ = serve(engine, batches[trial], output_len)
             ctx.record(
@@ -171,7 +182,7 @@ def run_trials(
                 greedy_mismatch(tokens, plain),
                 trial=trial,
                 unit="tokens",
-                arm="draft-unverified",
+                arm="speculative-accept-all",
             )
 
 

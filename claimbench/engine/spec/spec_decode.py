@@ -147,12 +147,34 @@ def _accept_sampled(
     return tokens, jnp.where(is_greedy, greedy_accepted, num_accepted)
 
 
+# How a verify step decides: "exact" is the rule above (greedy output identical to plain
+# decoding). "all" and "none" are controls that switch verification off, never served: "all"
+# emits every draft token unverified (what an unchecked speculator would serve, so a greedy
+# mismatch counter can be shown to see it), "none" rejects every draft (speculation's cost
+# with none of its gain).
+ACCEPTANCE_RULES = ("exact", "all", "none")
+
+
+def _accept_forced(
+    logits: jax.Array, draft_tokens: jax.Array, num_draft: jax.Array, take_drafts: bool
+) -> tuple[jax.Array, jax.Array]:
+    target, _ = _accept_greedy(logits, draft_tokens, num_draft)
+    if not take_drafts:
+        return target, jnp.zeros_like(num_draft)
+    # The drafts in their positions, then the target's own token after the last of them.
+    drafts = jnp.pad(draft_tokens, ((0, 0), (0, 1)))
+    width = target.shape[1]
+    tokens = jnp.where(jnp.arange(width) < num_draft[:, None], drafts, target)
+    return tokens, num_draft
+
+
 def accept(
     logits: jax.Array,
     draft_tokens: jax.Array,
     num_draft: jax.Array,
     draft_probs: jax.Array | None,
     batch: SamplingBatch,
+    rule: str = "exact",
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Verify each sequence's draft tokens against the target's logits.
 
@@ -161,11 +183,17 @@ def accept(
     f32[N, k, V], the distribution each draft token was sampled from, or None for a
     deterministic proposer -> (tokens i32[N, 1 + k], of which the first num_accepted + 1
     are emitted; the target's log-prob of each token f32[N, 1 + k]; num_accepted i32[N]).
+    ``rule`` is one of ACCEPTANCE_RULES (static: each compiles its own step).
     """
-    tokens, num_accepted = jax.lax.cond(
-        batch.all_greedy,
-        lambda: _accept_greedy(logits, draft_tokens, num_draft),
-        lambda: _accept_sampled(logits, draft_tokens, num_draft, draft_probs, batch),
-    )
+    if rule not in ACCEPTANCE_RULES:
+        raise ValueError(f"acceptance rule must be one of {ACCEPTANCE_RULES}, got {rule!r}")
+    if rule != "exact":
+        tokens, num_accepted = _accept_forced(logits, draft_tokens, num_draft, rule == "all")
+    else:
+        tokens, num_accepted = jax.lax.cond(
+            batch.all_greedy,
+            lambda: _accept_greedy(logits, draft_tokens, num_draft),
+            lambda: _accept_sampled(logits, draft_tokens, num_draft, draft_probs, batch),
+        )
     logprobs = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), tokens[..., None], -1)
     return tokens, logprobs[..., 0], num_accepted

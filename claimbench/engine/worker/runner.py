@@ -29,7 +29,7 @@ from claimbench.engine.kv.kv_cache import (
     pool_bytes,
     resolve_kv_dtype,
 )
-from claimbench.engine.spec.spec_decode import accept
+from claimbench.engine.spec.spec_decode import ACCEPTANCE_RULES, accept
 from claimbench.engine.worker.batch import StepInputs, empty_inputs
 from claimbench.engine.worker.buckets import bucket_pairs
 from claimbench.engine.worker.sampler import sample
@@ -81,10 +81,12 @@ class StaticModel:
         treedef,
         attention: AttentionBackend,
         exit_threshold: float | None = None,
+        acceptance: str = "exact",
     ) -> None:
         self.graphdef, self.treedef, self.attention = graphdef, treedef, attention
         self.exit_threshold = exit_threshold  # early exit (models/early_exit.py); None = off
-        self._hash = hash((graphdef, treedef, attention, exit_threshold))
+        self.acceptance = acceptance  # verify steps' rule (spec_decode.ACCEPTANCE_RULES)
+        self._hash = hash((graphdef, treedef, attention, exit_threshold, acceptance))
 
     def __hash__(self) -> int:
         return self._hash
@@ -94,11 +96,18 @@ class StaticModel:
             return True
         if not isinstance(other, StaticModel) or self._hash != other._hash:
             return False
-        return (self.graphdef, self.treedef, self.attention, self.exit_threshold) == (
+        return (
+            self.graphdef,
+            self.treedef,
+            self.attention,
+            self.exit_threshold,
+            self.acceptance,
+        ) == (
             other.graphdef,
             other.treedef,
             other.attention,
             other.exit_threshold,
+            other.acceptance,
         )
 
 
@@ -152,6 +161,7 @@ def step_fn(
             inputs.num_draft,
             inputs.draft_probs,
             inputs.sampling,
+            static.acceptance,
         )
     prompt_logprobs = prompt_top1 = None
     if with_prompt_logprobs:
@@ -281,6 +291,20 @@ class ModelRunner:
         self._warm: set[tuple[int, int, bool]] = set()
         self.num_compilations = 0  # bucket variants first run by this runner
         self.compile_time_s = 0.0
+
+    def set_acceptance(self, rule: str) -> None:
+        """Verify steps decide by ``rule`` (spec_decode.ACCEPTANCE_RULES) from now on. "all"
+        and "none" switch verification off, for the experiments' controls only; the steps
+        compile again under the new rule (the bucket variants run so far are forgotten)."""
+        if rule not in ACCEPTANCE_RULES:
+            raise ValueError(f"acceptance rule must be one of {ACCEPTANCE_RULES}, got {rule!r}")
+        if not self.cfg.spec_tokens:
+            raise ValueError(f"acceptance rule {rule!r} needs speculation; this engine has none")
+        static = self._static
+        self._static = StaticModel(
+            static.graphdef, static.treedef, static.attention, static.exit_threshold, rule
+        )
+        self._warm = set()
 
     def precompile(self, prompt_logprobs: bool = False) -> tuple[int, float]:
         """Run an all-padding step at every bucket pair (padding only touches the null page),
