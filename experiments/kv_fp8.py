@@ -20,12 +20,18 @@ numbers and the windows, not on when it runs or how fast the machine is then; th
 order is rotated by the run seed (precision.each_engine: each goes first under a different
 seed), so a drift in machine speed over a run does not always land on the same setting's
 prompt tokens/s, the one timed (supporting) number.
+
+Counterfactual (``counterfactual``, lab/counterfactuals.py): ``kv-destroyed``, the fp8 engine's
+scale is one that keeps nothing (lab/destructive_quantizers.py: DESTROYED_KV, every value
+rounded to zero), the engines differing in nothing else.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from claimbench.lab import counterfactuals
+from claimbench.lab.destructive_quantizers import DESTROYED_KV
 from claimbench.lab.engine_settings import EngineSettings
 from claimbench.lab.precision import (
     CAPACITY_DEFAULTS,
@@ -43,8 +49,15 @@ if TYPE_CHECKING:
     from claimbench.models.config import ModelConfig
 
 DEFAULT_PARAMS: dict[str, Any] = (
-    QUALITY_DEFAULTS | CAPACITY_DEFAULTS | {"kv_scale": "calibrate", "compare_unit_scale": True}
+    QUALITY_DEFAULTS
+    | CAPACITY_DEFAULTS
+    | {
+        "kv_scale": "calibrate",
+        "compare_unit_scale": True,
+        "counterfactual": counterfactuals.NONE,
+    }
 )
+COUNTERFACTUALS = ("kv-destroyed",)
 
 
 def kv_settings(params: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -54,6 +67,8 @@ def kv_settings(params: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "bf16": {"kv_dtype": "bf16"},
         "fp8": {"kv_dtype": "fp8", "kv_scale": params["kv_scale"]},
     }
+    if counterfactuals.chosen(params, COUNTERFACTUALS) == "kv-destroyed":
+        settings["fp8"] = dict(DESTROYED_KV)
     if params["compare_unit_scale"]:
         settings["fp8-unit-scale"] = {"kv_dtype": "fp8", "kv_scale": 1.0}
     return settings
