@@ -2,9 +2,11 @@
 # The nightly job (.github/workflows/nightly-tpu.yml runs it on a TPU VM): set up, print the
 # environment, compile-check the TPU path (one chip and a tp=4 slice, every bucket; every
 # claim's engines), run the claims, score them, measure vLLM (tpu-inference) beside our
-# engine, build the site and, on a TPU in CI, append the new runs and peer results to the
-# `results` branch. The workflow uploads the runs as
-# an artifact, deploys site/ to GitHub Pages and opens an issue when this fails.
+# engine, build the site and, on an accelerator in CI, append the new runs, peer results and
+# ledger rows to the `results` branch (scripts/push_results.sh: several runners of the matrix
+# push at once, a rejected push is made again). The workflow uploads the runs as an artifact,
+# and its publish job builds the site from the whole branch, deploys it and opens an issue when
+# a night fails, a verdict flips or the engine regresses.
 #
 #   scripts/nightly.sh [--profile full|quick] [--claims ID,ID] [--chip v5e|v6e]
 #                      [--results-dir DIR] [--site-dir DIR] [--skip-setup]
@@ -64,16 +66,22 @@ else
 fi
 
 step "budget"
-on_ci_tpu=0
-if [ "$platform" = tpu ] && [ -n "${GITHUB_ACTIONS:-}" ]; then on_ci_tpu=1; fi
-ledger="$results_dir/ledger.parquet"
-if [ "$on_ci_tpu" -eq 1 ] && [ ! -e "$ledger" ] && git fetch --quiet origin results \
-    && git cat-file -e FETCH_HEAD:results/ledger.parquet 2>/dev/null; then
-  # Spend accumulates over nights: a fresh VM starts from the results branch's ledger.
-  mkdir -p "$results_dir"
-  git show FETCH_HEAD:results/ledger.parquet >"$ledger.fetched"
-  mv "$ledger.fetched" "$ledger"
-  echo "ledger restored from the results branch"
+on_ci_accelerator=0
+if [ "$platform" != cpu ] && [ -n "${GITHUB_ACTIONS:-}" ]; then on_ci_accelerator=1; fi
+if [ "$on_ci_accelerator" -eq 1 ] && git fetch --quiet origin results; then
+  # Spend accumulates over nights and runners: a fresh VM starts from the results branch's
+  # ledger, every row file of it (and the single file of earlier nights), each written once.
+  restored=0
+  while IFS= read -r path; do
+    local_path="$results_dir/${path#results/}"
+    if [ ! -e "$local_path" ]; then
+      mkdir -p "$(dirname "$local_path")"
+      git show "FETCH_HEAD:$path" >"$local_path.fetched"
+      mv "$local_path.fetched" "$local_path"
+      restored=$((restored + 1))
+    fi
+  done < <(git ls-tree -r --name-only FETCH_HEAD -- results/ledger results/ledger.parquet)
+  echo "ledger: $restored file(s) restored from the results branch"
 fi
 "${cb[@]}" budget --results-dir "$results_dir"
 
@@ -136,32 +144,13 @@ step "site"
 "${cb[@]}" site --results-dir "$results_dir" --out "$site_dir"
 
 step "results branch"
-if [ "$platform" != tpu ] || [ -z "${GITHUB_ACTIONS:-}" ]; then
-  echo "skipped: appending to the results branch happens on a TPU VM in CI (platform $platform)"
+if [ "$on_ci_accelerator" -ne 1 ]; then
+  echo "skipped: appending to the results branch happens on an accelerator in CI (platform $platform)"
 else
-  # Append-only: runs are copied into the branch's results/runs/, never overwritten.
-  worktree=$(mktemp -d)
-  if git fetch --quiet origin results; then
-    git worktree add --quiet "$worktree" FETCH_HEAD
-  else
-    git worktree add --quiet --detach "$worktree"
-    git -C "$worktree" checkout --quiet --orphan results
-    git -C "$worktree" rm -rf --quiet .
-  fi
-  mkdir -p "$worktree/results/runs" "$worktree/results/peers"
-  cp -rn "$results_dir"/runs/. "$worktree/results/runs/"
-  if [ -d "$results_dir/peers" ]; then cp -rn "$results_dir"/peers/. "$worktree/results/peers/"; fi
-  # The local ledger started from the branch's and was only appended to: a superset of it.
-  if [ -e "$ledger" ]; then cp "$ledger" "$worktree/results/ledger.parquet"; fi
-  git -C "$worktree" add results
-  if git -C "$worktree" diff --cached --quiet; then
-    echo "no new runs"
-  else
-    git -C "$worktree" -c user.name=claimbench-nightly -c user.email=nightly@claimbench \
-      commit --quiet -m "nightly $(date -u +%F) on $chip ($profile)"
-    git -C "$worktree" push --quiet origin HEAD:refs/heads/results
-  fi
-  git worktree remove --force "$worktree"
+  # Append-only: new runs, peer records and ledger files are copied in, never overwritten;
+  # a push rejected because another runner pushed first is made again on the new tip.
+  bash scripts/push_results.sh --results-dir "$results_dir" \
+    --message "nightly $(date -u +%F) on ${RUNNER_LABEL:-$platform} ($profile)"
 fi
 
 step "done"

@@ -85,6 +85,8 @@ def history_command(
     runs = project.read_results(store)
     designs = run_checks.today_designs(root, claims)
     histories = [history.claim_history(claim, runs, designs) for claim in claims]
+    # Without --since each side counts from its own newest night (the peer comparison may not
+    # have run on the claims' last night).
     changes = history.changes_since(histories, day)
     engine = (
         []
@@ -93,7 +95,7 @@ def history_command(
     )
     if as_json:
         data: dict[str, Any] = {
-            "since": day,
+            "since": day or history.last_night(histories),
             "changes": [asdict(c) | {"line": c.describe()} for c in changes],
             "engine": [_engine_change_dict(c) for c in engine],
         }

@@ -230,15 +230,20 @@ def series_changes(claim: Claim, series: Series) -> list[Change]:
     return changes
 
 
+def last_night(histories: list[ClaimHistory]) -> str | None:
+    """The newest run's date (``YYYY-MM-DD``) over every history: where "since last night"
+    counts from; None without runs."""
+    dates = [p.date for h in histories for s in h.series for p in s.points if p.date != UNKNOWN]
+    return max(dates) if dates else None
+
+
 def changes_since(histories: list[ClaimHistory], since: str | None = None) -> list[Change]:
     """The changes whose later run is dated ``since`` (``YYYY-MM-DD``) or after; ``since``
     None: the newest run's date over every history, "last night". An unscored state is always
     listed. Claims' order, then date."""
-    dates = [p.date for h in histories for s in h.series for p in s.points if p.date != UNKNOWN]
+    since = since or last_night(histories)
     if since is None:
-        if not dates:
-            return []
-        since = max(dates)
+        return []
     found = []
     for history in histories:
         for series in history.series:

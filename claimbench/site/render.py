@@ -163,12 +163,6 @@ def _svg(svg: str | None) -> Markup | None:
     return Markup(svg) if svg is not None else None
 
 
-def _last_night(histories: list[history.ClaimHistory]) -> str | None:
-    """The newest run's date over every claim: what "since last night" counts from."""
-    dates = [p.date for h in histories for s in h.series for p in s.points if p.date[0].isdigit()]
-    return max(dates) if dates else None
-
-
 def _changes_by_run(claim_history: history.ClaimHistory) -> dict[str, list[history.Change]]:
     """Each run's changes from the previous comparable run of its series (the history table's
     last column)."""
@@ -230,7 +224,7 @@ def render_site(
             peer_last=peers.latest_attempt(peer_records or []),
             changes=changes,
             engine_changes=peer_history.engine_changes(engine_series),
-            since=_last_night(histories),
+            since=history.last_night(histories),
         ),
     )
     for row, claim_history in zip(rows, histories, strict=True):

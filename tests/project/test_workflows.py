@@ -9,9 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import yaml
+
+from claimbench.ledger.ledger import read_ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -28,22 +29,27 @@ def _uses(job: dict) -> list[str]:
     return [step["uses"].split("@")[0] for step in job["steps"] if "uses" in step]
 
 
-def test_nightly_runs_the_script_on_a_tpu_runner_and_publishes() -> None:
+def test_nightly_runs_the_script_over_a_matrix_of_runners_and_publishes() -> None:
     workflow = _load("nightly-tpu.yml")
     assert {"schedule", "workflow_dispatch"} <= set(workflow["on"])
-    assert "runner" in workflow["on"]["workflow_dispatch"]["inputs"]
-    (job,) = workflow["jobs"].values()
-    assert job["runs-on"][:2] == ["self-hosted", "tpu"]
-    assert "inputs.runner" in job["runs-on"][2]
-    runs = [step.get("run", "") for step in job["steps"]]
-    assert any("scripts/nightly.sh" in run for run in runs)
-    assert {
-        "actions/upload-artifact",
-        "actions/upload-pages-artifact",
-        "actions/deploy-pages",
-    } <= set(_uses(job))
-    on_failure = [s for s in job["steps"] if s.get("if") == "failure()"]
-    assert on_failure and "gh issue" in on_failure[0]["run"]
+    inputs = workflow["on"]["workflow_dispatch"]["inputs"]
+    assert {"v5e-1", "v6e-1", "gpu-1"} <= set(inputs["runners"]["default"].split(","))
+    jobs = workflow["jobs"]
+    nightly, publish = jobs["nightly"], jobs["publish"]
+    assert "needs.plan.outputs.runners" in nightly["strategy"]["matrix"]["runner"]
+    assert nightly["strategy"]["fail-fast"] is False
+    assert nightly["runs-on"] == ["self-hosted", "${{ matrix.runner }}"]
+    assert any("scripts/nightly.sh" in step.get("run", "") for step in nightly["steps"])
+    assert "actions/upload-artifact" in _uses(nightly)
+    # The site is built once, from every runner's results, after the matrix.
+    assert publish["needs"] == "nightly"
+    assert {"actions/upload-pages-artifact", "actions/deploy-pages"} <= set(_uses(publish))
+    runs = "\n".join(step.get("run", "") for step in publish["steps"])
+    assert "claimbench history --json" in runs and "verdict flipped" in runs
+    assert "regression beyond noise" in runs and "gh issue create" in runs
+    for job in (nightly, publish):
+        on_failure = [s for s in job["steps"] if s.get("if") == "failure()"]
+        assert on_failure and "gh issue" in on_failure[0]["run"]
 
 
 def test_ci_runs_the_ci_script_on_push() -> None:
@@ -128,13 +134,13 @@ def test_nightly_script_runs_quick_claims_off_tpu(tmp_path: Path) -> None:
     assert "budget $100.00  spent $0.00" in out
     # The quick profile serves the shipped model: nothing is fetched.
     assert "model fetch" not in out
-    assert "skipped: appending to the results branch happens on a TPU VM in CI" in out
+    assert "skipped: appending to the results branch happens on an accelerator in CI" in out
     # vllm-tpu cannot run here: the peer step says so and stores nothing.
     assert "skipped: vLLM (tpu-inference) runs only on a TPU VM (platform cpu)" in out
     assert not (results / "peers").exists()
     assert "<strong>not measured</strong>" in (site / "index.html").read_text()
     assert len(list((results / "runs").iterdir())) == 2
-    ledger = pd.read_parquet(results / "ledger.parquet")
+    ledger = read_ledger(results)
     assert sorted(ledger["claim_id"]) == ["kv-dominates", "kv-int8"]
     assert (ledger["usd"] == 0).all() and (ledger["device_s"] > 0).all()
     assert (site / "index.html").is_file()
