@@ -28,6 +28,11 @@ an engine's numbers and the windows, not on when it runs or how fast the machine
 settings' order is rotated by the run seed (precision.each_engine), so a
 drift in machine speed over a run does not always land on the same setting's prompt tokens/s,
 the one timed (supporting) number.
+
+Counterfactual (``counterfactual``, lab/counterfactuals.py): ``levers-interact``, the combined
+setting's KV is stored by a quantizer that keeps nothing (lab/destructive_quantizers.py:
+DESTROYED_KV) while each lever alone is as registered, so the combination costs far more
+than the sum of its parts.
 """
 
 from __future__ import annotations
@@ -37,7 +42,9 @@ from typing import TYPE_CHECKING, Any
 
 from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.hardware.model_presets import get_preset, model_config
+from claimbench.lab import counterfactuals
 from claimbench.lab.capacity import pool_capacity, weight_layout_bytes
+from claimbench.lab.destructive_quantizers import DESTROYED_KV
 from claimbench.lab.engine_settings import EngineSettings
 from claimbench.lab.precision import (
     QUALITY_DEFAULTS,
@@ -58,8 +65,10 @@ DEFAULT_PARAMS: dict[str, Any] = QUALITY_DEFAULTS | {
     "weight_share": 0.5,
     "page_size": DEFAULT_PAGE_SIZE,
     "seq_len": 1024,
+    "counterfactual": counterfactuals.NONE,
 }
 LEVERS = ("weights", "kv", "both")
+COUNTERFACTUALS = ("levers-interact",)
 
 
 def setting_formats(params: dict[str, Any]) -> dict[str, dict[str, str]]:
@@ -104,6 +113,8 @@ def engines(params: dict[str, Any], model: ModelConfig | None, dtype: str) -> En
         setting: quality_options(params, dtype="bfloat16", **formats)
         for setting, formats in setting_formats(params).items()
     }
+    if counterfactuals.chosen(params, COUNTERFACTUALS) == "levers-interact":
+        options["both"] |= DESTROYED_KV
     return EngineSettings(options, one_at_a_time=True)
 
 
