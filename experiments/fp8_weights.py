@@ -14,7 +14,13 @@ value plus an f32 scale per output channel; norms in bf16), with the layout's te
 inputs. The served engines' real weight bytes are a side metric (served_weight_bytes, once):
 tests check the formula against them.
 
-Params: num_windows, window_len, weights (int8 | fp8, default fp8), model, ``engine``.
+Counterfactual (``counterfactual``, lab/counterfactuals.py): ``weights-destroyed``, the
+quantized engine serves a copy of the model whose every matrix was first rounded to two
+values per output channel (lab/destructive_quantizers.py: two_level_checkpoint), then
+quantized to ``weights`` as usual; the bf16 engine is unchanged.
+
+Params: num_windows, window_len, weights (int8 | fp8, default fp8), model, counterfactual,
+``engine``.
 """
 
 from __future__ import annotations
@@ -23,7 +29,10 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from claimbench.hardware.model_presets import get_preset
+from claimbench.harness.context import COMPILE_CACHE_DIR
+from claimbench.lab import counterfactuals
 from claimbench.lab.capacity import weight_layout_bytes
+from claimbench.lab.destructive_quantizers import two_level_checkpoint
 from claimbench.lab.engine_settings import EngineSettings
 from claimbench.lab.precision import (
     QUALITY_DEFAULTS,
@@ -39,7 +48,12 @@ if TYPE_CHECKING:
     from claimbench.harness.context import RunContext
     from claimbench.models.config import ModelConfig
 
-DEFAULT_PARAMS: dict[str, Any] = QUALITY_DEFAULTS | {"weights": "fp8", "model": "llama-3.1-8b"}
+DEFAULT_PARAMS: dict[str, Any] = QUALITY_DEFAULTS | {
+    "weights": "fp8",
+    "model": "llama-3.1-8b",
+    "counterfactual": counterfactuals.NONE,
+}
+COUNTERFACTUALS = ("weights-destroyed",)
 
 
 def record_bytes_ratio(ctx: RunContext, model: str, weights: str) -> None:
@@ -68,6 +82,10 @@ def run(ctx: RunContext) -> None:
         raise ValueError(f"param weights must be int8 or fp8, got {quantized!r}")
     record_bytes_ratio(ctx, params["model"], quantized)
     settings = engines(params, None, ctx.dtype).settings
+    if counterfactuals.chosen(params, COUNTERFACTUALS) == "weights-destroyed":
+        # In the compile cache, kept by content: provenance hashes it after the run.
+        destroyed = two_level_checkpoint(ctx.model_path, COMPILE_CACHE_DIR / "two-level-models")
+        settings[quantized] = settings[quantized] | {"model_path": destroyed}
     built = {setting: ctx.engine(**options) for setting, options in settings.items()}
     for setting, engine in built.items():
         held = engine.stats().weight_bytes
