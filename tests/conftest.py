@@ -166,6 +166,8 @@ def project(tmp_path: Path) -> Path:
     (root / "claims.yaml").write_text(FAKE_CLAIMS)
     (root / "experiments" / "fake.py").write_text(FAKE_EXPERIMENT)
     (root / "experiments" / "broken.py").write_text(BROKEN_EXPERIMENT)
+    # The commit its runs record (an exported tree's marker): a run without one is not scored.
+    (root / "SOURCE_COMMIT").write_text("c0ffee" + "0" * 34 + "\n")
     return root
 
 

@@ -49,7 +49,7 @@ def store_run(
     profile: str = "quick",
     current: bool = True,
     origin: str | None = "host-a",
-    platform: str = "cpu",
+    platform: str | None = None,
     day: str = "2026-11-29",
     extra_meta: dict[str, Any] | None = None,
     root: Path | None = None,
@@ -60,6 +60,8 @@ def store_run(
     claims project whose experiment's design today the run records (a placeholder without).
     The run ends at ``day``T``hour``:00 UTC and its id sorts by that time.
     """
+    if platform is None:  # the hardware the rows were measured on (cpu for analytic rows alone)
+        platform = next((r[3] for r in data if r[3] != "analytic"), "cpu")
     stamp = day.replace("-", "") + f"T{hour:02d}0000Z"
     run_id = f"{stamp}-{for_claim.id}-{hour:04d}"
     measurements = pd.DataFrame(

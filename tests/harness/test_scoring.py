@@ -334,7 +334,13 @@ def test_in_scope_classes_that_disagree_are_shown(tmp_path):
 
 
 def _model(num_params: int) -> dict:
-    return {"model": {"name": "m", "architecture": {"num_params": num_params}}}
+    return {
+        "model": {
+            "name": "m",
+            "architecture": {"num_params": num_params},
+            "weights_sha256": {"model.safetensors": "e" * 64},
+        }
+    }
 
 
 def test_a_model_class_condition_is_decided_only_by_a_model_of_that_class(tmp_path):
@@ -351,7 +357,7 @@ def test_a_model_class_condition_is_decided_only_by_a_model_of_that_class(tmp_pa
     assert (gain.in_scope, gain.status) == (True, "holds")
     assert (ppl.in_scope, ppl.status) == (False, "holds")
     assert "4.2M-parameter model" in ppl.scope_note and "8b" in ppl.scope_note
-    assert score.shown.info.model_label == "m (4.2M params)"
+    assert score.shown.info.model_label == "m @eeeeeeee (4.2M params)"
     assert (score.verdict, score.decided) == ("indicative-only", False)
     # The same values from an 8B-class model decide it.
     eight = store_run(tmp_path / "b", quality, data, extra_meta=_model(7_615_616_512))

@@ -119,10 +119,11 @@ def test_claim_page_badges_scope_constant_and_replications(site):
 def test_runs_stored_before_provenance_read_as_unknown(site):
     page = (site / "claims" / "stored-long-ago.html").read_text()
     assert "not-run" in page
-    assert "measured against an earlier prediction" in page
+    assert "lacks provenance: prediction hash" in page
+    assert "missing or malformed" in page  # what the reason means
     assert "CPU model unknown" in page and ">unknown<" in page  # origin and model columns
     # The index still shows what was measured, greyed as not scored.
     index = (site / "index.html").read_text()
     row = index.split('id="claim-stored-long-ago"')[1].split("</tr>")[0]
-    assert "earlier prediction: not scored" in row and "2.1 [" in row
+    assert "prediction hash: not scored" in row and "2.1 [" in row
     assert "origin unknown" in row and "model unknown" in row
