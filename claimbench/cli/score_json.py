@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from claimbench.cli.project import claim_status
-from claimbench.harness import scoring
+from claimbench.harness import deciding, scoring
 from claimbench.harness.calibration import Calibration
 from claimbench.ledger.run_info import RunInfo
 
@@ -130,6 +130,16 @@ def score_dict(root: Path, score: scoring.ClaimScore) -> dict[str, Any]:
             g.evidence: g.scored.verdict for g in score.disagreements if g.scored is not None
         },
         "groups": [group_dict(g) for g in score.groups],
+        "indicative_reason": deciding.indicative_reason(score) or None,
+        "what_decides": _deciding_dict(deciding.what_decides(score.claim)),
+    }
+
+
+def _deciding_dict(d: deciding.Deciding) -> dict[str, Any]:
+    return {
+        "hardware": list(d.hardware),
+        "model_classes": list(d.model_classes),
+        "command": d.command,
     }
 
 

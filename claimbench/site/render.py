@@ -17,7 +17,15 @@ import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
-from claimbench.harness import calibration, history, registry, results, run_checks, scoring
+from claimbench.harness import (
+    calibration,
+    deciding,
+    history,
+    registry,
+    results,
+    run_checks,
+    scoring,
+)
 from claimbench.harness.claims import Claim
 from claimbench.lab import peer_history, peers
 from claimbench.ledger.run_info import RunInfo
@@ -116,6 +124,8 @@ def _claim_row(
         "earlier": earlier,
         "info": (shown or earlier).info if (shown or earlier) else None,
         "indicative": score.verdict == "indicative-only",
+        "indicative_reason": deciding.indicative_reason(score),
+        "deciding": deciding.what_decides(score.claim),
         "group": group,
         "last_run": own[-1].meta.get("end") if own else None,
         "num_runs": len(own),

@@ -34,7 +34,13 @@ CLAIMS = """\
     - {metric: ppl_delta_pct, op: "<=", value: 1.0, model_class: 8b}
   refuted_if: r
 """
-TINY = {"model": {"name": "claimbench-tiny", "architecture": {"num_params": 4_196_608}}}
+TINY = {
+    "model": {
+        "name": "claimbench-tiny",
+        "architecture": {"num_params": 4_196_608},
+        "weights_sha256": {"model.safetensors": "b" * 64},
+    }
+}
 
 
 @pytest.fixture
@@ -83,3 +89,9 @@ def test_claim_page_shows_each_rule(site):
     quality = (site / "claims" / "quality.html").read_text()
     assert "indicative-only" in quality and 'id="model-class"' in quality
     assert "4.2M-parameter model, not of the 8b class" in quality
+    # The banner gives the model class as the reason, not the hardware scope (cpu is in scope).
+    banner = quality.split('id="provenance"')[1].split("</p>")[0]
+    assert "indicative: measured on a 4.2M-parameter model" in banner
+    assert "outside the claim's scope" not in banner
+    decides = quality.split('id="what-decides"')[1].split("</p>")[0]
+    assert "8b class" in decides and "claimbench run --claim quality --profile full" in decides
