@@ -5,8 +5,8 @@ evidence groups, oldest first): its date, commit, profile, whether it may be sco
 not, why), each condition's estimate and interval and the run's own verdict.
 
 The change rule. Consecutive runs of one series are compared when they are comparable: the same
-profile (a quick run is not a noisy full one), and both pass the checks on the run itself (a
-committed tree, the provenance its kind of run must carry: run_checks). Between comparable runs:
+profile (a quick run is not a noisy full one), and both pass the checks on the run itself (the
+provenance record, a committed tree, a draft's hashes: run_checks). Between comparable runs:
 
 - flip: the run's own verdict differs from the previous one's;
 - shift: a measured condition's 95% interval does not overlap the previous run's interval (an
@@ -38,7 +38,8 @@ UNSCORED = "unscored: design changed"
 NEW_CLASS = "new hardware class"
 CHANGE_KINDS = (FLIP, SHIFT, DESIGN_CHANGED, UNSCORED, NEW_CLASS)
 # Exclusions that say something about the run itself, not about today's claims file or code:
-# such a run is never compared with its neighbours.
+# such a run is never compared with its neighbours (nor is one that lacks provenance: it cannot
+# be tied to the design it measured).
 _NOT_COMPARABLE = (run_checks.DIRTY_TREE, run_checks.MISSING_DRAFT_HASH)
 
 
@@ -57,7 +58,10 @@ class HistoryPoint:
     @property
     def comparable(self) -> bool:
         """Whether the run passes the checks on the run itself (compared with its neighbours)."""
-        return self.run.exclusion not in _NOT_COMPARABLE
+        reason = self.run.exclusion or ""
+        return reason not in _NOT_COMPARABLE and not reason.startswith(
+            run_checks.MISSING_PROVENANCE
+        )
 
 
 @dataclass(frozen=True)
