@@ -49,3 +49,26 @@ def store_nights(results_dir: Path, for_claim: Claim | None = None) -> list[Stor
             )
         )
     return stored
+
+
+CLAIMS_YAML = """\
+- id: c
+  part: 1
+  title: t
+  statement: s
+  confidence: 0.8
+  scope: any
+  scope_reason: Because the mechanism is an algorithm.
+  prediction:
+    - {metric: gain, op: ">=", value: 1.5}
+  refuted_if: r
+"""
+
+
+def history_project(root: Path) -> Path:
+    """A claims project holding the one claim and its five nights (no experiment file, so no
+    run is of today's design: each is listed, and compared with its neighbours)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "claims.yaml").write_text(CLAIMS_YAML)
+    store_nights(root / "results")
+    return root
