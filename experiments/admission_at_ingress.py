@@ -28,6 +28,10 @@ with however long the run is left going, and it is the same on a faster engine. 
 that reaches 10x the base p99 depends on how the base-load TTFT tail compares with the
 episode's backlog. The bounded arm's p99 depends on how much waiting the queue limit still
 allows and on how much admitted work slows each step, which is what the claim is about.
+
+Counterfactuals (``counterfactual``, lab/counterfactuals.py), each one mechanism switched:
+``limits-off`` (the bounded arm gets no ingress limits) and ``limits-everywhere`` (the
+unbounded arm gets the bounded arm's limits).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from claimbench.engine.sched.tenants import Tenant
-from claimbench.lab import open_loop
+from claimbench.lab import counterfactuals, open_loop
 from claimbench.lab import tenant_runs as tr
 from claimbench.site import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
@@ -60,7 +64,10 @@ DEFAULT_PARAMS: dict[str, Any] = {
     # engine: replayed in process; http: through the OpenAI-compatible server, one API key
     # per tenant (saturation too: the load is in units of what the server can serve).
     "via": "engine",
+    "counterfactual": counterfactuals.NONE,
 }
+# Each counterfactual -> the arms that are served with the ingress limits.
+COUNTERFACTUALS = {"limits-off": (), "limits-everywhere": ("bounded", "unbounded")}
 
 
 def mix(params: dict[str, Any], seed: int) -> WorkloadSpec:
@@ -98,6 +105,9 @@ def ingress_limits(params: dict[str, Any], max_num_seqs: int) -> tuple[Tenant, .
 def run(ctx: RunContext) -> None:
     """Record admitted_p99_ttft_ratio and unbounded_p99_ttft_ratio per trial."""
     params = ctx.merged(DEFAULT_PARAMS)
+    limited = COUNTERFACTUALS.get(
+        counterfactuals.chosen(params, tuple(COUNTERFACTUALS)), ("bounded",)
+    )
     timelines = phases(params)
     engine = ctx.engine(precompile=True, compile_cache=params["compile_cache"])
     baseline = engine.config
@@ -112,7 +122,7 @@ def run(ctx: RunContext) -> None:
         arms = {
             mode: tr.Arm(
                 tr.phased_requests(mix(params, seed), saturation, timeline, vocab_size),
-                {"tenants": limits if mode == "bounded" else ()},
+                {"tenants": limits if mode in limited else ()},
             )
             for mode, timeline in timelines.items()
         }

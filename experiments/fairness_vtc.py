@@ -27,9 +27,13 @@ faster engine the episode (and so the gap) is the same. VTC's gap is bounded onl
 scheduler really equalises counters under chunked prefill and batching; its throughput
 cost is measured in the same saturated window as FCFS's.
 
+Counterfactuals (``counterfactual``, lab/counterfactuals.py), each one mechanism off:
+``vtc-off`` (the VTC arm is served FCFS: its gap is arrival order's) and ``fcfs-fair`` (the
+FCFS arm is served by VTC: its gap is the counter's).
+
 Params (claims.yaml, per profile): engine, compile_cache, load, heavy_share, prompt_len and
 output_len ([lo, hi] uniform), episode_requests, saturation_requests, input_weight,
-output_weight.
+output_weight, counterfactual.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from claimbench.engine.sched.fairness import RUNNING_TOKENS
-from claimbench.lab import open_loop
+from claimbench.lab import counterfactuals, open_loop
 from claimbench.lab import tenant_runs as tr
 from claimbench.lab.service import cumulative_service, max_service_gap, steps_backlog
 from claimbench.site import tenant_charts
@@ -64,8 +68,11 @@ DEFAULT_PARAMS: dict[str, Any] = {
     # engine: replayed in process; http: through the OpenAI-compatible server, one API key
     # per tenant (saturation too: the load is in units of what the server can serve).
     "via": "engine",
+    "counterfactual": counterfactuals.NONE,
 }
 MODES = ("fcfs", "vtc")
+# Each counterfactual's arm -> the policy that arm is served by instead of its own.
+COUNTERFACTUALS = {"vtc-off": {"vtc": "fcfs"}, "fcfs-fair": {"fcfs": "vtc"}}
 
 
 def mix(params: dict[str, Any], seed: int) -> WorkloadSpec:
@@ -103,6 +110,7 @@ def service_gap(served: tr.ServedRun, params: dict[str, Any]) -> dict[str, float
 def run(ctx: RunContext) -> None:
     """Record vtc_gap_over_bound, fcfs_gap_over_bound and throughput_cost_pct per trial."""
     params = ctx.merged(DEFAULT_PARAMS)
+    swapped = COUNTERFACTUALS.get(counterfactuals.chosen(params, tuple(COUNTERFACTUALS)), {})
     engine = ctx.engine(
         precompile=True,
         compile_cache=params["compile_cache"],
@@ -121,7 +129,9 @@ def run(ctx: RunContext) -> None:
         open_loop.record_episode_load(ctx, trial, requests, saturation, params)
         # The episode, then its drain at full speed: twice its length, with a safety margin.
         timeout_s = tr.safety_timeout_s(2 * saturation.seconds_for(params["episode_requests"]))
-        arms = {mode: tr.Arm(requests, {"scheduling_policy": mode}) for mode in MODES}
+        arms = {
+            mode: tr.Arm(requests, {"scheduling_policy": swapped.get(mode, mode)}) for mode in MODES
+        }
         served = tr.serve_arms(
             ctx, engine, baseline, arms, trial, timeout_s=timeout_s, via=params["via"]
         )

@@ -24,6 +24,10 @@ a faster engine; whether its p99 triples depends on how many quiet requests meet
 backlog and how long the queue ahead of them is. Under quotas the quiet tenant still shares
 the token budget and each step's time with the noisy prefills and decodes, so whether it
 stays within 1.5x depends on that interference, not on the page accounting alone.
+
+Counterfactuals (``counterfactual``, lab/counterfactuals.py), each one mechanism switched:
+``quotas-off`` (the quota arm gets no quota: a fully shared pool) and ``quotas-everywhere``
+(the shared arm gets the quota arm's quota).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.engine.sched.tenants import Tenant
-from claimbench.lab import open_loop
+from claimbench.lab import counterfactuals, open_loop
 from claimbench.lab import tenant_runs as tr
 from claimbench.site import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
@@ -58,9 +62,12 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "episode_requests": 48,
     "recovery_requests": 24,
     "saturation_requests": 24,
+    "counterfactual": counterfactuals.NONE,
 }
 QUIET, NOISY = "quiet", "noisy"
 MODES = ("alone", "shared", "quota")
+# Each counterfactual -> the arms (of shared and quota) that are served with the quota.
+COUNTERFACTUALS = {"quotas-off": (), "quotas-everywhere": ("shared", "quota")}
 
 
 def tenant_load(
@@ -101,6 +108,9 @@ def pool_pages(params: dict[str, Any]) -> int:
 def run(ctx: RunContext) -> None:
     """Record quota_p99_ratio and shared_p99_ratio per trial."""
     params = ctx.merged(DEFAULT_PARAMS)
+    with_quota = COUNTERFACTUALS.get(
+        counterfactuals.chosen(params, tuple(COUNTERFACTUALS)), ("quota",)
+    )
     if not 0 < params["quiet_guarantee"] < 1:
         raise ValueError(
             f"param quiet_guarantee must be in (0, 1), got {params['quiet_guarantee']!r}"
@@ -123,8 +133,8 @@ def run(ctx: RunContext) -> None:
         )
         arms = {
             "alone": tr.Arm([r for r in both if r.tenant == QUIET], {"tenants": ()}),
-            "shared": tr.Arm(both, {"tenants": ()}),
-            "quota": tr.Arm(both, {"tenants": quotas}),
+            "shared": tr.Arm(both, {"tenants": quotas if "shared" in with_quota else ()}),
+            "quota": tr.Arm(both, {"tenants": quotas if "quota" in with_quota else ()}),
         }
         # The episode, recovery and the noisy backlog's drain, with a safety margin.
         expected_s = saturation.seconds_for(

@@ -24,9 +24,13 @@ The service rate is measured open loop at steady state (lab/open_loop.py), and e
 trial's realised load is recorded: a trial more than ``load_tolerance`` off ``load`` is
 reported, not scored.
 
+Counterfactual (``counterfactual``, lab/counterfactuals.py): ``tenants-identical``, the
+small tenants arrive poisson like the big one (burstiness 1), so with equal lengths every
+tenant is the same process at a different rate.
+
 Params (claims.yaml, per profile): engine, compile_cache, load, big_share,
 num_small_tenants, big_prompt_len, big_output_len, small_prompt_len, small_output_len
-([lo, hi] uniform), small_burstiness, episode_requests, saturation_requests.
+([lo, hi] uniform), small_burstiness, episode_requests, saturation_requests, counterfactual.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from claimbench.lab import open_loop
+from claimbench.lab import counterfactuals, open_loop
 from claimbench.lab import tenant_runs as tr
 from claimbench.site import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
@@ -59,8 +63,10 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "small_burstiness": 0.25,
     "episode_requests": 512,
     "saturation_requests": 64,
+    "counterfactual": counterfactuals.NONE,
 }
 BIG = "big"
+COUNTERFACTUALS = ("tenants-identical",)
 
 
 def mix(params: dict[str, Any], seed: int) -> WorkloadSpec:
@@ -72,15 +78,16 @@ def mix(params: dict[str, Any], seed: int) -> WorkloadSpec:
     if not isinstance(num_small, int) or num_small < 1:
         raise ValueError(f"param num_small_tenants must be an integer >= 1, got {num_small!r}")
     small_rate = (1.0 - params["big_share"]) / num_small
+    identical = counterfactuals.chosen(params, COUNTERFACTUALS) == "tenants-identical"
     big = tr.poisson_tenant(
         BIG, params["big_share"], params["big_prompt_len"], params["big_output_len"]
     )
     small = [
         TenantLoad(
             f"small{i}",
-            arrival="gamma",
+            arrival="poisson" if identical else "gamma",
             rate=small_rate,
-            burstiness=params["small_burstiness"],
+            burstiness=1.0 if identical else params["small_burstiness"],
             prompt_len=tr.uniform(params["small_prompt_len"]),
             output_len=tr.uniform(params["small_output_len"]),
         )
