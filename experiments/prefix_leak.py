@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.harness import evidence_rules
 from claimbench.lab import counterfactuals
 from claimbench.workload.lengths import length_dist_from_dict
 
@@ -277,6 +278,15 @@ def run(ctx: RunContext) -> None:
             ctx.save_frames(requests=results[name].requests, mode=name, trial=trial)
         for name, result in results.items():
             ctx.record(f"{name}_attack_acc_pct", result.attack_acc_pct, trial=trial, unit="%")
+            # The counts behind the share, so scoring pools them over trials.
+            num_probes = len(plan.probes)
+            num_right = round(result.attack_acc_pct * num_probes / 100.0)
+            for metric, count in zip(
+                evidence_rules.count_metrics(f"{name}_attack_acc_pct"),
+                (num_right, num_probes),
+                strict=True,
+            ):
+                ctx.record(metric, count, trial=trial, unit="count")
             labels = {"trial": trial, "mode": name}
             ctx.record("calibration_acc_pct", result.calibration_acc_pct, unit="%", **labels)
             ctx.record("victim_hit_rate_pct", result.victim_hit_rate_pct, unit="%", **labels)

@@ -131,6 +131,7 @@ def score_dict(root: Path, score: scoring.ClaimScore) -> dict[str, Any]:
         },
         "groups": [group_dict(g) for g in score.groups],
         "indicative_reason": deciding.indicative_reason(score) or None,
+        "warnings": list(score.trend_warnings),
         "what_decides": _deciding_dict(deciding.what_decides(score.claim)),
     }
 

@@ -1,9 +1,10 @@
 """One condition scored on one run's values of one evidence class (harness/scoring.py's unit).
 
 A measured condition's trials are averaged per trial and given an estimate and interval by
-harness.intervals; an analytic one is exact. A "never" condition (``metric <= 0``) is an
-observation checked against its positive control. Trials that failed to run the design (off
-their realised-load target) are dropped first: ``usable_rows``.
+harness.intervals (a share with recorded counts: the pooled counts, Clopper-Pearson); an analytic
+one is exact. A "never" condition (``metric <= 0``) is an observation checked against its positive
+control. Trials that failed to run the design (off their realised-load target) are dropped first:
+``usable_rows``.
 """
 
 from __future__ import annotations
@@ -130,6 +131,23 @@ def is_never_condition(condition: Condition) -> bool:
     return condition.op == "<=" and condition.value == 0
 
 
+def pooled_counts(rows: pd.DataFrame, metric: str, trials: pd.Index) -> tuple[int, int] | None:
+    """(successes, total) of share ``metric`` summed over ``trials``, from the counts the
+    experiment recorded beside it (evidence_rules.count_metrics); None unless every one of those
+    trials has both, whole, with 0 <= successes <= total and some total."""
+    successes_name, total_name = evidence_rules.count_metrics(metric)
+    successes = trial_series(rows, successes_name)
+    total = trial_series(rows, total_name)
+    if not (set(trials) <= set(successes.index) and set(trials) <= set(total.index)):
+        return None
+    k, n = successes[trials].to_numpy(), total[trials].to_numpy()
+    if np.any(k != np.round(k)) or np.any(n != np.round(n)) or np.any(k < 0) or np.any(k > n):
+        return None
+    if n.sum() < 1:
+        return None
+    return int(k.sum()), int(n.sum())
+
+
 def _analytic_score(
     condition: Condition, values: np.ndarray, unit: str, run_id: str | None
 ) -> ConditionScore:
@@ -188,6 +206,9 @@ def score_condition(
     need = evidence_rules.min_trials(condition.metric, unit, profile)
     share = intervals.is_share(condition.metric, unit, values)
     interval = intervals.estimate_interval(values, unit, share=share)
+    counts = pooled_counts(rows, condition.metric, series.index) if share else None
+    if counts is not None and values.size > 1:
+        interval = intervals.pooled_share_interval(*counts, intervals.SHARE_SCALE[unit])
     controls: tuple[float | None, ...] = ()
     if is_never_condition(condition):
         control = trial_series(rows, evidence_rules.control_metric(condition.metric))

@@ -79,6 +79,19 @@ REALISED_LOAD = "realised_load"
 OFF_TARGET = "trial_off_target"
 
 
+# Counts behind a share. An experiment recording a share of a whole (unit "%" or "share": SLO
+# attainment, an attack's accuracy) also records, per trial, how many of the whole succeeded and
+# the whole's size, unit "count": ``<metric>_successes`` and ``<metric>_total``. Scoring then pools
+# the counts over trials (intervals.pooled_share_interval) rather than averaging trial shares.
+SUCCESSES_SUFFIX = "_successes"
+TOTAL_SUFFIX = "_total"
+
+
+def count_metrics(metric: str) -> tuple[str, str]:
+    """The names an experiment records the counts of share ``metric`` under."""
+    return f"{metric}{SUCCESSES_SUFFIX}", f"{metric}{TOTAL_SUFFIX}"
+
+
 def control_metric(metric: str) -> str:
     """The metric an experiment records as the positive control of ``metric``."""
     return f"{metric}{CONTROL_SUFFIX}"

@@ -18,6 +18,12 @@ bounds, targets the logit-mean, and is asymmetric near a bound as a proportion's
 A trial mean at a bound (0% or 100%) has no logit; then the t interval is intersected with the
 bounds ("t-bounded"), which keeps its coverage since the true share lies within them.
 
+A share whose experiment also records its counts (``<metric>_successes`` and ``<metric>_total`` per
+trial: requests within their SLO out of requests, probes classified right out of probes) is
+estimated from the pooled counts instead: successes over total across the scored trials, with the
+exact Clopper-Pearson interval ("clopper-pearson"), which never covers less than its level. Five
+trials of 16/16 then give [95.5%, 100%]: an all-success run is evidence, not a constant.
+
 Trials with one identical value each are not evidence of a zero-width interval (a copied
 constant, or a measurement too coarse to vary): they get method "constant" and no interval.
 """
@@ -32,7 +38,7 @@ from scipy import special, stats
 CONFIDENCE_LEVEL = 0.95
 RATIO_UNIT = "x"
 # never: condition_scores.is_never_condition
-METHODS = ("t", "log-t", "logit-t", "t-bounded", "constant", "single", "never")
+METHODS = ("t", "log-t", "logit-t", "t-bounded", "clopper-pearson", "constant", "single", "never")
 SHARE_SCALE = {"share": 1.0, "%": 100.0}  # a share's unit -> the value of the whole
 # Words in a "%" metric's name that make it a share of a whole rather than a change.
 SHARE_WORDS = (
@@ -139,3 +145,31 @@ def estimate_interval(values: np.ndarray, unit: str = "", *, share: bool = False
         return Interval(float(centre), float(lo), float(hi), "log-t")
     centre, lo, hi = t_bounds(values)
     return Interval(float(centre), float(lo), float(hi), "t")
+
+
+def clopper_pearson(
+    successes: int, total: int, level: float = CONFIDENCE_LEVEL
+) -> tuple[float, float]:
+    """The exact two-sided ``level`` interval of a binomial proportion from ``successes`` out
+    of ``total`` (0 <= successes <= total, total >= 1): beta quantiles, 0 and 1 at the ends."""
+    if total < 1 or not 0 <= successes <= total:
+        raise ValueError(f"need 0 <= successes <= total and total >= 1, got {successes}/{total}")
+    alpha = 1.0 - level
+    lo = (
+        0.0
+        if successes == 0
+        else float(stats.beta.ppf(alpha / 2, successes, total - successes + 1))
+    )
+    hi = (
+        1.0
+        if successes == total
+        else float(stats.beta.ppf(1 - alpha / 2, successes + 1, total - successes))
+    )
+    return lo, hi
+
+
+def pooled_share_interval(successes: int, total: int, scale: float) -> Interval:
+    """A share of a whole worth ``scale`` (1 or 100) from counts pooled over trials: the
+    proportion and its Clopper-Pearson interval."""
+    lo, hi = clopper_pearson(successes, total)
+    return Interval(successes / total * scale, lo * scale, hi * scale, "clopper-pearson")

@@ -47,6 +47,7 @@ from claimbench.harness.condition_scores import (
 )
 from claimbench.harness.evidence_rules import ANALYTIC, MEASURED
 from claimbench.harness.results import StoredRun
+from claimbench.harness.trends import Trend, run_trends
 from claimbench.ledger.run_info import RunInfo
 
 VERDICTS = ("confirmed", "refuted", "inconclusive", "indicative-only", "not-run")
@@ -64,6 +65,7 @@ class RunScore:
     verdict: str  # confirmed | refuted | inconclusive: this run's own verdict
     exclusion: str | None = None  # why it may not be scored (run_checks.EXCLUSIONS), or None
     failed_trials: tuple[FailedTrial, ...] = ()  # dropped before scoring
+    trends: tuple[Trend, ...] = ()  # metrics that drift across the scored trials
 
     @property
     def run_id(self) -> str:
@@ -167,6 +169,11 @@ class ClaimScore:
             and g.scored.verdict != self.headline.verdict
         )
 
+    @property
+    def trend_warnings(self) -> tuple[str, ...]:
+        """The shown run's metrics that drift across its trials (harness/trends.py), described."""
+        return tuple(t.describe() for t in self.shown.trends) if self.shown else ()
+
     def group(self, evidence: str) -> EvidenceGroup | None:
         """The group of ``evidence``, if it has runs."""
         return next((g for g in self.groups if g.evidence == evidence), None)
@@ -221,6 +228,7 @@ def score_run(
                 )
             )
     conditions = tuple(scores)
+    measured = [c.metric for c in claim.prediction if c.basis == "measured"]
     return RunScore(
         info=info,
         evidence=evidence,
@@ -229,6 +237,7 @@ def score_run(
         verdict=combine(conditions),
         exclusion=run_checks.exclusion(claim, run.meta, designs, evidence),
         failed_trials=failed,
+        trends=run_trends(rows, measured) if evidence != ANALYTIC else (),
     )
 
 

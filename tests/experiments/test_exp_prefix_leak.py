@@ -92,6 +92,15 @@ def test_tiny_run_shares_the_system_prompt_only_when_shared():
     frame = ctx.measurements_frame("run")
     for metric in METRICS:
         assert list(frame.loc[frame["metric"] == metric, "trial"]) == [0, 1]
+    # The counts behind each attack's accuracy (probes classified right, probes), so scoring
+    # pools them: they give back the recorded share.
+    for mode in ("shared", "salted"):
+        share, right, total = (
+            frame.loc[frame["metric"] == f"{mode}_attack_acc_pct{suffix}", "value"].to_numpy()
+            for suffix in ("", "_successes", "_total")
+        )
+        assert len(share) == 2 and (total == TINY["num_probes"]).all()
+        np.testing.assert_allclose(100 * right / total, share)
     requests = ctx.frames()["requests"]
     hits = requests["prefix_hit_tokens"]
 
