@@ -13,6 +13,8 @@ from mcp.shared.exceptions import MCPError
 
 from claimbench.ops.agents import Agents, add_agent
 from claimbench.ops.audit import AuditLog
+from claimbench.ops.audit_key import load_or_create_key
+from claimbench.ops.audit_verify import verify
 from claimbench.ops.jobs import JobManager
 from claimbench.ops.runbook import OpsConfig
 from claimbench.ops.server import build_server
@@ -62,6 +64,7 @@ class Ops:
         self.tokens = tokens
         self.agents = Agents.load(tmp / "agents.yaml")
         self.log = tmp / "audit" / "mcp.jsonl"
+        self.key = load_or_create_key(tmp / "keys" / "audit.key")
         self.jobs = JobManager()
         options = {"model": None, "dtype": "float32", "server_url": None} | config
         self.config = OpsConfig(root=project, **options)
@@ -70,7 +73,7 @@ class Ops:
         return build_server(
             self.config,
             self.agents,
-            AuditLog(self.log),
+            AuditLog(self.log, self.key),
             self.jobs,
             stdio_token=self.tokens.get(agent, agent),
         )
@@ -118,6 +121,10 @@ class Ops:
             if until(status) or time.monotonic() > deadline:
                 return status
             time.sleep(0.2)
+
+    def verify(self):
+        """The audit log's verdict under this server's key."""
+        return verify(self.log, self.key)
 
     def close(self) -> None:
         self.jobs.shutdown()

@@ -1,4 +1,4 @@
-"""`claimbench audit`: show the MCP audit log and verify its hash chain."""
+"""`claimbench audit`: show the MCP audit log, verify it with its key, record a checkpoint."""
 
 from __future__ import annotations
 
@@ -9,29 +9,13 @@ from typing import Annotated
 import typer
 
 from claimbench.cli.common import console, fail, global_options
-from claimbench.ops.audit import DEFAULT_LOG, read_lines, verify
+from claimbench.ops.audit import DEFAULT_LOG, read_lines
+from claimbench.ops.audit_key import KEY_FILE_ENV_VAR, check_outside, default_key_file, load_key
+
+CHECKPOINT_ENV_VAR = "CLAIMBENCH_AUDIT_CHECKPOINT"
 
 
-def audit(
-    ctx: typer.Context,
-    log: Annotated[
-        Path | None, typer.Option(help=f"The audit log (default: <root>/{DEFAULT_LOG}).")
-    ] = None,
-    tail: Annotated[int, typer.Option(help="Show the last N calls (0: none).", min=0)] = 20,
-    check: Annotated[
-        bool,
-        typer.Option(
-            "--verify",
-            help="Verify the hash chain: exit 1 naming the first line edited, deleted or inserted.",
-        ),
-    ] = False,
-) -> None:
-    """Show the last calls agents made through `claimbench mcp`, allowed or refused."""
-    path = log if log is not None else global_options(ctx).root / DEFAULT_LOG
-    try:
-        lines = read_lines(path)
-    except OSError as e:
-        fail(f"cannot read audit log {path}: {e.strerror}")
+def _show(lines: list[bytes], tail: int) -> None:
     for line in lines[len(lines) - tail :] if tail else []:
         try:
             entry = json.loads(line)
@@ -44,9 +28,80 @@ def audit(
         except (ValueError, AttributeError):
             text = f"(unreadable line) {line[:120]!r}"
         console.print(text, highlight=False, markup=False, soft_wrap=True)
-    if not check:
+
+
+def audit(
+    ctx: typer.Context,
+    log: Annotated[
+        Path | None, typer.Option(help=f"The audit log (default: <root>/{DEFAULT_LOG}).")
+    ] = None,
+    tail: Annotated[int, typer.Option(help="Show the last N calls (0: none).", min=0)] = 20,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--verify",
+            help="Verify every line's MAC and link, the head and (given) the checkpoint: "
+            "exit 1 with one line naming what is wrong.",
+        ),
+    ] = False,
+    key_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--audit-key-file",
+            help=f"The audit key (default: ${KEY_FILE_ENV_VAR}, else "
+            "$XDG_CONFIG_HOME/claimbench/audit.key).",
+        ),
+    ] = None,
+    checkpoint_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--checkpoint-file",
+            envvar=CHECKPOINT_ENV_VAR,
+            help="A checkpoint outside the log's directory: the log must extend it.",
+        ),
+    ] = None,
+    checkpoint: Annotated[
+        bool,
+        typer.Option(
+            "--checkpoint",
+            help="After verifying, record the log's head in --checkpoint-file (created if "
+            "missing).",
+        ),
+    ] = False,
+) -> None:
+    """Show the last calls agents made through `claimbench mcp`, allowed or refused."""
+    from claimbench.ops.audit_verify import record_checkpoint, verify
+
+    path = log if log is not None else global_options(ctx).root / DEFAULT_LOG
+    if checkpoint and checkpoint_file is None:
+        fail(f"--checkpoint needs --checkpoint-file (or ${CHECKPOINT_ENV_VAR})")
+    if path.exists():
+        try:
+            _show(read_lines(path), tail)
+        except OSError as e:
+            fail(f"cannot read audit log {path}: {e.strerror}")
+    elif not (check or checkpoint):
+        fail(f"no audit log at {path}")
+    if not (check or checkpoint):
         return
-    verdict = verify(path)
+    key_path = key_file if key_file is not None else default_key_file()
+    try:
+        check_outside(key_path, path)
+        if checkpoint_file is not None:
+            check_outside(checkpoint_file, path, "the checkpoint")
+        key = load_key(key_path)
+        if checkpoint:
+            verdict = record_checkpoint(path, key, checkpoint_file)
+        else:
+            verdict = verify(path, key, checkpoint_file)
+    except ValueError as e:
+        fail(str(e), code=1)
+    except OSError as e:
+        fail(f"cannot read audit log {path}: {e.strerror}", code=1)
     if not verdict.ok:
-        fail(f"{path} line {verdict.broken_line}: {verdict.reason}", code=1)
-    console.print(f"{path}: chain intact over {verdict.num_lines} line(s)", highlight=False)
+        fail(f"{path}: {verdict.problem}", code=1)
+    against = f", extends checkpoint {checkpoint_file}" if checkpoint_file is not None else ""
+    recorded = "; checkpoint recorded" if checkpoint else ""
+    console.print(
+        f"{path}: intact over {verdict.num_lines} line(s){against}{recorded}", highlight=False
+    )

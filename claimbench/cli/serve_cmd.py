@@ -9,6 +9,7 @@ import typer
 
 from claimbench.cli.common import err_console, fail, global_options
 from claimbench.cli.extras import require_extra
+from claimbench.cli.secret_options import METRICS_KEY_ENV_VAR, MetricsKeyFileOption, read_secret
 from claimbench.serving.state import PrefixSharing
 
 
@@ -85,14 +86,7 @@ def serve(
         int,
         typer.Option(help="Open connections one client address may hold; more get 429."),
     ] = 512,
-    metrics_key: Annotated[
-        str | None,
-        typer.Option(
-            envvar="CLAIMBENCH_METRICS_KEY",
-            help="Put /metrics (tenant names, their traffic) behind this Bearer key; "
-            "none = open, as vLLM's is.",
-        ),
-    ] = None,
+    metrics_key_file: MetricsKeyFileOption = None,
     max_engine_restarts: Annotated[
         int,
         typer.Option(
@@ -149,7 +143,7 @@ def serve(
             shutdown_timeout_s=shutdown_timeout_s,
             precompile=precompile,
             api_batch_policy=api_batch_policy,
-            metrics_key=metrics_key or None,
+            metrics_key=read_secret(metrics_key_file, METRICS_KEY_ENV_VAR, "--metrics-key-file"),
             **limits,
         )
         state, lines = build_server_state(options)

@@ -1,25 +1,31 @@
-"""The audit log of `claimbench mcp`: one JSON line per tool call, allowed or refused, chained.
+"""The audit log of `claimbench mcp`: one JSON line per tool call, allowed or refused, each
+line keyed and chained.
 
-Each line carries ``sha``, the sha256 of its own canonical JSON (every field but ``sha``), and
-``prev``, the previous line's ``sha`` (GENESIS on the first). Editing a line breaks its own
-hash; deleting or inserting one breaks the next line's ``prev``. A chain alone cannot tell that
-its last lines were cut off, so each append also records the line count and last hash in a
-head file beside the log (``mcp.jsonl.head``). `claimbench audit --verify` names the first line
-where any of these breaks. Appends take an exclusive lock on the log, so several servers (stdio
-and HTTP) may share one log without forking the chain.
+Each line carries ``log`` (a random id fixed by the first line), ``seq`` (its 1-based number),
+``prev`` (the previous line's ``mac``; GENESIS on the first) and ``mac``, the HMAC-SHA256 of
+everything else under the audit key (ops/audit_key.py), which the MCP server holds and agents
+cannot read. Without the key no line can be added, edited, re-numbered or re-chained. The
+last lines cannot be cut off unseen either: each append also writes a head beside the log
+(``mcp.jsonl.head``: the log id, line count and last line's MAC, itself MACed), and an append
+that finds the head missing, forged, or not naming the log's last line says so in its own
+keyed line (``fault``), so what an intruder did before is kept as evidence.
+
+What the head cannot show, a log and head both rolled back to an older copy, a signed
+checkpoint kept outside the log's directory does (ops/audit_verify.py). Appends take an
+exclusive lock on the log, so several servers (stdio and HTTP) may share one log.
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass
+import secrets
 from pathlib import Path
 from typing import Any
 
+from claimbench.ops.audit_key import HEAD, LINE, mac, mac_ok
 from claimbench.platform.files import replace_text
 
 GENESIS = "0" * 64
@@ -29,6 +35,7 @@ REDACTED = "[redacted]"
 # starts to must not leak it into a file kept forever.
 _SECRET_NAME = re.compile(r"token|secret|password|passwd|api_?key|authori[sz]ation|bearer", re.I)
 _TAIL_CHUNK_BYTES = 4096
+CHAIN_FIELDS = ("log", "seq", "prev", "fault", "mac")
 
 
 def redact(value: Any) -> Any:
@@ -38,13 +45,6 @@ def redact(value: Any) -> Any:
     if isinstance(value, list):
         return [redact(v) for v in value]
     return value
-
-
-def entry_sha(entry: dict[str, Any]) -> str:
-    """The sha256 of an entry's canonical JSON, without its own ``sha`` field."""
-    body = {k: v for k, v in entry.items() if k != "sha"}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _last_line(f: Any) -> bytes | None:
@@ -63,50 +63,15 @@ def _last_line(f: Any) -> bytes | None:
     return stripped or None
 
 
-def _sha_of_line(line: bytes) -> str:
-    """A line's ``sha`` field; for a line that is not a chained entry, the hash of its bytes
-    (the chain goes on, and --verify names that line)."""
+def parse_entry(key: bytes, line: bytes) -> dict[str, Any] | None:
+    """The line as a chained entry whose MAC holds, else None."""
     try:
-        sha = json.loads(line).get("sha")
-    except (ValueError, AttributeError):
-        sha = None
-    return sha if isinstance(sha, str) else hashlib.sha256(line).hexdigest()
-
-
-class AuditLog:
-    """An append-only, hash-chained JSON-lines file."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def append(self, record: dict[str, Any]) -> dict[str, Any]:
-        """Append ``record`` (plain JSON data) chained to the last line; return the entry."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
-        with os.fdopen(fd, "r+b") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            last = _last_line(f)
-            entry = {**record, "prev": GENESIS if last is None else _sha_of_line(last)}
-            entry["sha"] = entry_sha(entry)
-            line = json.dumps(entry, separators=(",", ":"), default=str) + "\n"
-            data = line.encode()
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-            self._write_head(f.tell(), len(data), entry["sha"])
-        return entry
-
-    def _write_head(self, size_bytes: int, line_bytes: int, sha: str) -> None:
-        """Record the chain's end (under the log's lock): replaced whole, never half written.
-        Counting lines from the size would read the whole log per call; the head is updated
-        from the previous head instead, or counted once when it is missing or stale."""
-        head = read_head(self.path)
-        if head is not None and head.get("size_bytes") == size_bytes - line_bytes:
-            num_lines = int(head["num_lines"]) + 1
-        else:
-            num_lines = len(read_lines(self.path))
-        record = {"num_lines": num_lines, "sha": sha, "size_bytes": size_bytes}
-        replace_text(head_path(self.path), json.dumps(record), new_mode=0o600)  # as the log
+        entry = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(entry, dict) or not isinstance(entry.get("seq"), int):
+        return None
+    return entry if mac_ok(key, LINE, entry) else None
 
 
 def head_path(log: Path) -> Path:
@@ -114,70 +79,85 @@ def head_path(log: Path) -> Path:
 
 
 def read_head(log: Path) -> dict[str, Any] | None:
-    """The head file's record, or None when it is missing or unreadable."""
+    """The head file's record as stored (its MAC not checked), or None when missing/unreadable."""
     try:
         head = json.loads(head_path(log).read_text())
     except (OSError, ValueError):
         return None
-    return head if isinstance(head, dict) and isinstance(head.get("num_lines"), int) else None
+    return head if isinstance(head, dict) else None
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """What --verify found: ok, or the first broken line (1-based) and why."""
+def _head_fault(key: bytes, last: bytes | None, entry: dict | None, head: dict | None) -> str:
+    """What is wrong between the log's end and its head before an append ("" when nothing)."""
+    if head is None:
+        return "" if last is None else "the head was missing"
+    if not mac_ok(key, HEAD, head):
+        return "the head's MAC did not match (edited, or written without the key)"
+    if last is None:
+        return f"the log was empty, its head recorded {head.get('num_lines')} line(s)"
+    if entry is None:
+        return "the log's last line was not a valid keyed entry"
+    if (head.get("log"), head.get("num_lines"), head.get("last_mac")) != (
+        entry["log"],
+        entry["seq"],
+        entry["mac"],
+    ):
+        return (
+            f"the head recorded {head.get('num_lines')} line(s), "
+            f"the log ended at line {entry['seq']}"
+        )
+    return ""
 
-    num_lines: int
-    broken_line: int | None = None
-    reason: str = ""
 
-    @property
-    def ok(self) -> bool:
-        return self.broken_line is None
+class AuditLog:
+    """An append-only, keyed, chained JSON-lines file."""
+
+    def __init__(self, path: Path, key: bytes) -> None:
+        self.path = path
+        self._key = key
+
+    def append(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Append ``record`` (plain JSON data, none of CHAIN_FIELDS) chained to the last line;
+        return the entry."""
+        clash = sorted(set(record) & set(CHAIN_FIELDS))
+        if clash:
+            raise ValueError(f"an audit record may not set {clash}")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "r+b") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            last = _last_line(f)
+            entry = parse_entry(self._key, last) if last is not None else None
+            head = read_head(self.path)
+            fault = _head_fault(self._key, last, entry, head)
+            chain = self._chain_from(entry, head, last)
+            new = {**record, **chain}
+            if fault:
+                new["fault"] = fault
+            new["mac"] = mac(self._key, LINE, new)
+            f.write((json.dumps(new, separators=(",", ":"), default=str) + "\n").encode())
+            f.flush()
+            os.fsync(f.fileno())
+            self._write_head(new)
+        return new
+
+    def _chain_from(self, entry: dict | None, head: dict | None, last: bytes | None) -> dict:
+        """The log id, number and previous MAC a new line takes: from the last line when it
+        is a valid entry, else from a valid head (an emptied log), else a new chain."""
+        if entry is not None:
+            return {"log": entry["log"], "seq": entry["seq"] + 1, "prev": entry["mac"]}
+        if head is not None and mac_ok(self._key, HEAD, head):
+            return {"log": head["log"], "seq": head["num_lines"] + 1, "prev": head["last_mac"]}
+        seq = 1 if last is None else len(read_lines(self.path)) + 1
+        return {"log": secrets.token_hex(8), "seq": seq, "prev": GENESIS}
+
+    def _write_head(self, entry: dict[str, Any]) -> None:
+        """Record the chain's end (under the log's lock): replaced whole, never half written."""
+        head = {"log": entry["log"], "num_lines": entry["seq"], "last_mac": entry["mac"]}
+        head["mac"] = mac(self._key, HEAD, head)
+        replace_text(head_path(self.path), json.dumps(head), new_mode=0o600)  # as the log
 
 
 def read_lines(path: Path) -> list[bytes]:
     """The log's lines (without newlines); OSError if it cannot be read."""
     return [line for line in path.read_bytes().split(b"\n") if line]
-
-
-def verify(path: Path) -> Verdict:
-    """Walk the chain from the first line; stop at the first line that breaks it."""
-    lines = read_lines(path)
-    prev = GENESIS
-    for number, line in enumerate(lines, start=1):
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            return Verdict(len(lines), number, "not a JSON line")
-        if not isinstance(entry, dict) or "sha" not in entry or "prev" not in entry:
-            return Verdict(len(lines), number, "not an audit entry (no sha/prev)")
-        if entry_sha(entry) != entry["sha"]:
-            return Verdict(len(lines), number, "edited: its content does not match its sha")
-        if entry["prev"] != prev:
-            where = "the start" if number == 1 else f"line {number - 1}"
-            return Verdict(
-                len(lines),
-                number,
-                f"does not follow {where}: a line before it was deleted, inserted or edited",
-            )
-        prev = entry["sha"]
-    return _check_head(path, lines)
-
-
-def _check_head(path: Path, lines: list[bytes]) -> Verdict:
-    """The intact chain against the head: as long as it records, ending at its hash. A head
-    behind the log by some lines is a crash between an append and its head update."""
-    num = len(lines)
-    head = read_head(path)
-    if head is None:
-        if not lines:
-            return Verdict(0)
-        return Verdict(num, num, f"{head_path(path).name} is missing: the end cannot be checked")
-    recorded = head["num_lines"]
-    if recorded > num:
-        return Verdict(
-            num, num + 1, f"deleted: the log ends at line {num}, its head records {recorded}"
-        )
-    if recorded and json.loads(lines[recorded - 1]).get("sha") != head.get("sha"):
-        return Verdict(num, recorded, "does not end the chain its head records (rewritten)")
-    return Verdict(num)

@@ -4,10 +4,15 @@ hold the scopes it needs; and one audit line for it, whatever the answer.
 It is server middleware, so it sees every tools/call before the SDK looks the tool up or
 validates its arguments: an unknown tool, an unknown or ill-typed argument and a wrong token
 are each refused with one MCP error naming the problem, and logged like any other call.
+
+A schema's ``pattern`` is matched whole (``re.fullmatch``, ASCII classes), not searched as
+JSON Schema says: every pattern here is anchored with ``^...$``, and a search lets ``$``
+match before a final newline, so "abc\n" passed the guard and only the tool refused it.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -28,7 +33,18 @@ from claimbench.ops.scopes import missing_scopes
 # JSON-RPC's implementation-defined server errors (-32000 to -32099).
 UNAUTHENTICATED = -32001
 FORBIDDEN = -32003
+MAX_OUTCOME_CHARS = 500  # an error's text in the audit line, enough to name the problem
 TOKEN_HELP = "over stdio: CLAIMBENCH_AGENT_TOKEN; over HTTP: Authorization: Bearer <token>"
+
+
+def _pattern_fullmatch(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    if validator.is_type(instance, "string") and not re.fullmatch(pattern, instance, re.ASCII):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator, {"pattern": _pattern_fullmatch}
+)
 
 
 def _bearer(request: Any) -> str | None:
@@ -83,9 +99,7 @@ class Guard:
             raise MCPError(
                 INVALID_PARAMS, f"{tool}: unknown argument {unknown[0]!r}; its arguments: {names}"
             )
-        error = jsonschema.exceptions.best_match(
-            jsonschema.Draft202012Validator(schema).iter_errors(arguments)
-        )
+        error = jsonschema.exceptions.best_match(_Validator(schema).iter_errors(arguments))
         if error is not None:
             where = ".".join(str(p) for p in error.absolute_path) or "arguments"
             raise MCPError(INVALID_PARAMS, f"{tool}: {where}: {error.message}")
@@ -125,12 +139,12 @@ class Guard:
             finally:
                 current_agent.reset(reset)
         except MCPError as err:
-            refused = err.code in (UNAUTHENTICATED, FORBIDDEN)
+            refused = err.code in (UNAUTHENTICATED, FORBIDDEN, INVALID_PARAMS)
             record["outcome"] = f"{'refused' if refused else 'error'}: {err.message}"
             await self._log(record, t0, result)
             raise
         except Exception as err:
-            record["outcome"] = f"error: {type(err).__name__}: {str(err)[:300]}"
+            record["outcome"] = f"error: {type(err).__name__}: {str(err)[:MAX_OUTCOME_CHARS]}"
             await self._log(record, t0, result)
             raise
         record["outcome"] = _outcome(result)
@@ -145,6 +159,18 @@ class Guard:
         await anyio.to_thread.run_sync(self.audit.append, record)
 
 
+def start_refused(problem: str) -> dict[str, Any]:
+    """The audit record of a stdio start refused for its token (``problem``)."""
+    return {
+        "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        "agent": None,
+        "tool": None,
+        "arguments": {},
+        "scope": None,
+        "outcome": f"refused: start over stdio: {problem}",
+    }
+
+
 def _git_sha(root: Path) -> str | None:
     return provenance.git_state(root).get("sha")
 
@@ -157,15 +183,22 @@ def _structured(result: Any) -> dict[str, Any] | None:
 
 
 def _outcome(result: Any) -> str:
-    """ "ok", or the tool's own error text (first line) when it reported one."""
+    """ "ok", or the tool's own error text when it reported one (the result reaches the guard
+    as the SDK's object or as its JSON, with content items as objects or dicts)."""
     is_error = getattr(result, "is_error", None)
     if is_error is None and isinstance(result, dict):
         is_error = result.get("isError")
     if not is_error:
         return "ok"
-    texts = [getattr(c, "text", "") for c in getattr(result, "content", None) or []]
-    first = next((t for t in texts if t), "")
-    return "error: " + (first.splitlines()[0] if first else "tool error")
+    content = getattr(result, "content", None)
+    if content is None and isinstance(result, dict):
+        content = result.get("content")
+    content = content or []
+    texts = [
+        c.get("text") if isinstance(c, dict) else getattr(c, "text", None) for c in content or []
+    ]
+    text = " / ".join(line.strip() for t in texts if t for line in t.splitlines() if line.strip())
+    return "error: " + (text[:MAX_OUTCOME_CHARS] if text else "tool error (no text)")
 
 
 def _job_id(result: Any, record: dict[str, Any]) -> str | None:

@@ -48,11 +48,13 @@ def tenant_metrics(text: str) -> list[TenantMetrics]:
     ]
 
 
-def metrics(base_url: str) -> Metrics:
-    """GET /metrics, summarized per tenant. httpx.HTTPError when the server cannot be reached."""
+def metrics(base_url: str, key: str | None = None) -> Metrics:
+    """GET /metrics (with ``key`` as its Bearer key when the server has one), summarized per
+    tenant. httpx.HTTPError when the server cannot be reached or refuses."""
     import httpx
 
     url = base_url.rstrip("/") + "/metrics"
-    response = httpx.get(url, timeout=TIMEOUT_S)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    response = httpx.get(url, timeout=TIMEOUT_S, headers=headers)
     response.raise_for_status()
     return Metrics(url=url, tenants=tenant_metrics(response.text))

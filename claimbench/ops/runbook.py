@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -41,7 +41,8 @@ TpuChip = Literal[TPU_CHIPS]
 Weights = Literal[WEIGHT_FORMATS]
 KvDtype = Literal[KV_DTYPES]
 AttentionBackend = Literal[BACKENDS]
-Buckets = Annotated[str, Field(pattern=r"^\s*\d+x\d+(\s*,\s*\d+x\d+)*\s*$", max_length=200)]
+# ASCII digits and spaces spelled out: \d and \s also match other scripts' digits and newlines.
+Buckets = Annotated[str, Field(pattern=r"^ *[0-9]+x[0-9]+( *, *[0-9]+x[0-9]+)* *$", max_length=200)]
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ class OpsConfig:
     model: Path | None  # the model experiments and doctor load (None: the shipped one)
     dtype: str
     server_url: str | None  # a running `claimbench serve`, for server_health/server_metrics
+    # The serve's /metrics key (from a file or the environment); kept out of reprs and logs.
+    metrics_key: str | None = field(default=None, repr=False)
 
     @property
     def store(self) -> Path:
@@ -309,7 +312,7 @@ class Runbook:
 
     def server_metrics(self) -> outputs.Metrics:
         """The configured server's /metrics, summarized per tenant."""
-        return self._reach(remote.metrics)
+        return self._reach(lambda url: remote.metrics(url, self.config.metrics_key))
 
     def _reach(self, read: Callable[[str], Any]) -> Any:
         import httpx

@@ -3,6 +3,7 @@ stdio for a local CLI agent or streamable HTTP, every call through the guard (op
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
@@ -48,9 +49,42 @@ def serve_stdio(server: MCPServer, jobs: JobManager) -> None:
         jobs.shutdown()
 
 
-def serve_http(server: MCPServer, jobs: JobManager, host: str, port: int) -> None:
-    """Serve streamable HTTP at http://host:port/mcp until interrupted."""
+@dataclass(frozen=True)
+class HttpLimits:
+    """What one HTTP client may hold of `claimbench mcp --http`."""
+
+    header_timeout_s: float = 10.0  # headers not done by then: 408, closed (serve's default)
+    max_header_bytes: int = 64 * 2**10  # longer headers: 431, closed
+    max_connections: int = 64  # open connections at most; more get 503
+
+    def __post_init__(self) -> None:
+        if not self.header_timeout_s > 0:
+            raise ValueError(f"header_timeout_s must be > 0, got {self.header_timeout_s}")
+        if self.max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, got {self.max_connections}")
+
+
+def serve_http(
+    server: MCPServer, jobs: JobManager, host: str, port: int, limits: HttpLimits
+) -> None:
+    """Serve streamable HTTP at http://host:port/mcp until interrupted. The SDK's own runner
+    starts uvicorn with no bound on header time (slowloris connections stayed open), so the
+    app runs on the serving side's header-limited protocol (serving/api/http_limits.py)."""
+    import uvicorn
+
+    from claimbench.serving.api.http_limits import limited_protocol
+
+    config = uvicorn.Config(
+        server.streamable_http_app(host=host),  # host: the SDK's DNS-rebinding protection
+        host=host,
+        port=port,
+        http=limited_protocol(limits.max_header_bytes, limits.header_timeout_s),
+        h11_max_incomplete_event_size=limits.max_header_bytes,
+        limit_concurrency=limits.max_connections,
+        log_level="warning",
+        access_log=False,
+    )
     try:
-        server.run("streamable-http", host=host, port=port)
+        uvicorn.Server(config).run()
     finally:
         jobs.shutdown()

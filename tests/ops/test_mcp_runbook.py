@@ -12,7 +12,6 @@ import pytest
 from cli_helpers import invoke
 from mcp_helpers import Ops, make_agents
 
-from claimbench.ops.audit import verify
 from claimbench.tpucheck import check as tpu_check
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,4 +82,4 @@ def test_the_runbook_through_mcp_ends_with_the_clis_verdict(tmp_path: Path) -> N
         "list_runs",
         "get_scores",
     ]
-    assert verify(ops.log).ok
+    assert ops.verify().ok

@@ -13,7 +13,6 @@ from mcp_helpers import Ops, add_slow_claim, make_agents
 
 from claimbench.hardware.chips import PRICE_ENV_VAR
 from claimbench.ledger import ledger, provenance
-from claimbench.ops.audit import verify
 from claimbench.ops.guard import FORBIDDEN, UNAUTHENTICATED
 from claimbench.ops.scopes import TOOL_SCOPES
 
@@ -109,7 +108,7 @@ def test_bad_calls_are_one_clear_error_each_and_logged(ops: Ops) -> None:
     entries = log_entries(ops)
     assert [e["agent"] for e in entries] == [None, "runner", "runner", "runner", "runner"]
     assert all(e["outcome"].startswith(("refused: ", "error: ")) for e in entries)
-    assert runs(ops.project) == [] and verify(ops.log).ok
+    assert runs(ops.project) == [] and ops.verify().ok
 
 
 @pytest.mark.slow

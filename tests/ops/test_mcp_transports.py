@@ -20,7 +20,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_helpers import make_agents
 
 from claimbench.ops.agents import TOKEN_ENV_VAR
-from claimbench.ops.audit import verify
+from claimbench.ops.audit_key import default_key_file, load_key
+from claimbench.ops.audit_verify import verify
 from claimbench.ops.guard import FORBIDDEN, UNAUTHENTICATED
 
 
@@ -73,7 +74,7 @@ def test_stdio_agent_with_its_token_in_the_environment(project: Path, tmp_path: 
         ("reader", "list_claims", "ok"),
         ("reader", "run_claims", "refused"),
     ]
-    assert verify(tmp_path / "audit.jsonl").ok
+    assert verify(tmp_path / "audit.jsonl", load_key(default_key_file())).ok
     assert not (project / "results" / "runs").exists()
 
 
@@ -84,13 +85,14 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def http_server(project: Path, tmp_path: Path):
+def http_server(project: Path, tmp_path: Path, request: pytest.FixtureRequest):
     tokens = make_agents(tmp_path / "agents.yaml", reader=["read"], operator=["read", "run"])
     port = free_port()
+    extra = getattr(request, "param", ())
     # The operator's own token in the server's environment must not authenticate HTTP callers.
     env = {**os.environ, TOKEN_ENV_VAR: tokens["operator"]}
     process = subprocess.Popen(
-        [sys.executable, *mcp_args(project, tmp_path, "--http", "--port", str(port))],
+        [sys.executable, *mcp_args(project, tmp_path, "--http", "--port", str(port), *extra)],
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -137,4 +139,32 @@ def test_http_agents_are_their_bearer_tokens(http_server, tmp_path: Path) -> Non
         assert isinstance(errors[-1], MCPError) and errors[-1].code == UNAUTHENTICATED
     entries = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
     assert [e["agent"] for e in entries] == ["reader", "reader", None, None]
-    assert verify(tmp_path / "audit.jsonl").ok
+    assert verify(tmp_path / "audit.jsonl", load_key(default_key_file())).ok
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("http_server", [("--header-timeout-s", "1")], indirect=True)
+def test_http_slow_headers_are_closed(http_server) -> None:
+    url, _ = http_server
+    port = int(url.split(":")[2].split("/")[0])
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as conn:
+        conn.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the rest
+        answer = b""
+        while chunk := conn.recv(4096):  # socket.timeout (a failure) if it is never closed
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+
+
+def test_a_bad_stdio_token_at_start_is_audited(project: Path, tmp_path: Path, monkeypatch):
+    from cli_helpers import invoke
+
+    make_agents(tmp_path / "agents.yaml", reader=["read"])
+    log = tmp_path / "audit.jsonl"
+    for token, problem in (("cba-wrong", "is not the token of any agent"), ("", "is not set")):
+        monkeypatch.setenv(TOKEN_ENV_VAR, token)
+        result = invoke(*mcp_args(project, tmp_path)[2:])
+        assert result.exit_code == 2 and problem in result.stderr
+        entry = json.loads(log.read_text().splitlines()[-1])
+        assert entry["outcome"].startswith("refused: start over stdio: ")
+        assert problem in entry["outcome"] and "cba-wrong" not in entry["outcome"]
+    assert verify(log, load_key(default_key_file())).ok

@@ -95,7 +95,9 @@ def test_mcp_refuses_to_start_on_a_bad_file_or_token(
         *root, "mcp", "--agents", str(path), "--audit-log", str(project / "results" / "a.jsonl")
     )
     assert_one_line_error(inside, "is inside results/")
-    assert not (project / ".audit").exists() and not (project / "results").exists()
+    assert not (project / "results").exists()
+    started = (project / ".audit" / "mcp.jsonl").read_text().splitlines()
+    assert len(started) == 2 and all("refused: start over stdio" in line for line in started)
 
 
 def test_mcp_over_http_refuses_a_place_it_cannot_listen_in_one_line(project, tmp_path) -> None:
