@@ -34,6 +34,10 @@ keeps a queue, up to the whole episode (window_requests / aging_requests horizon
 Metrics: low_wait_over_bound (low tier's worst wait under aging / bound), high_p99_ratio
 (high tier's p99 TTFT under aging / alone), strict_low_wait_ratio (low tier's worst wait
 under strict priority / under aging).
+
+Counterfactuals (``counterfactual``, lab/counterfactuals.py), each one mechanism off:
+``aging-off`` (the aging arm is served by strict priority) and ``tiers-off`` (the aging arm is
+served FCFS: no tier ordering at all, so the high tier waits behind the low tier's work).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from claimbench.engine.sched.fairness import BACKLOG_PREFIX
-from claimbench.lab import open_loop
+from claimbench.lab import counterfactuals, open_loop
 from claimbench.lab import tenant_runs as tr
 from claimbench.site import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
@@ -65,10 +69,13 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "prompt_len": [16, 64],
     "output_len": [16, 48],
     "saturation_requests": 64,
+    "counterfactual": counterfactuals.NONE,
 }
 HIGH, LOW = "high", "low"
 TIERS = {HIGH: 0, LOW: 1}
 POLICIES = {"high-alone": "fcfs", "strict": "priority", "aging": "priority-aging"}
+# Each counterfactual's arm -> the policy that arm is served by instead of its own.
+COUNTERFACTUALS = {"aging-off": {"aging": "priority"}, "tiers-off": {"aging": "fcfs"}}
 
 
 def mix(params: dict[str, Any], seed: int) -> WorkloadSpec:
@@ -133,6 +140,9 @@ def high_backlogged_pct(served: tr.ServedRun, window_s: float) -> float:
 def run(ctx: RunContext) -> None:
     """Record low_wait_over_bound, high_p99_ratio and strict_low_wait_ratio per trial."""
     params = ctx.merged(DEFAULT_PARAMS)
+    policies = POLICIES | COUNTERFACTUALS.get(
+        counterfactuals.chosen(params, tuple(COUNTERFACTUALS)), {}
+    )
     for name in ("aging_requests", "window_requests"):
         if not params[name] > 0:
             raise ValueError(f"param {name} must be > 0, got {params[name]!r}")
@@ -151,7 +161,7 @@ def run(ctx: RunContext) -> None:
                 [r for r in both if r.tenant == HIGH] if mode == "high-alone" else both,
                 {"scheduling_policy": policy},
             )
-            for mode, policy in POLICIES.items()
+            for mode, policy in policies.items()
         }
         # Served to completion: the episode plus its backlog, with a safety margin.
         total = params["high_load"] + params["low_load"]
