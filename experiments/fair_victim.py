@@ -30,6 +30,9 @@ tier at risk at all. A zero under fair-share beside a zero control shows nothing
 The service rate is measured open loop at steady state (lab/open_loop.py), and each
 trial's realised load is recorded: a trial more than ``load_tolerance`` off ``load`` is
 reported, not scored.
+
+Counterfactual (``counterfactual``, lab/counterfactuals.py): ``fair-share-off``, the
+fair-share arm chooses its victims by ``newest`` too (the policy blind to tenants' shares).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import pandas as pd
 
 from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.engine.sched.fairness import INPUT_PREFIX
-from claimbench.lab import open_loop
+from claimbench.lab import counterfactuals, open_loop
 from claimbench.lab import tenant_runs as tr
 from claimbench.site import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
@@ -62,9 +65,12 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "output_len": [32, 96],
     "episode_requests": 128,
     "saturation_requests": 64,
+    "counterfactual": counterfactuals.NONE,
 }
 TIERS = {"top": 0, "mid": 1, "bulk": 1}
 BASELINE, FAIR = "newest", "fair-share"
+# Each counterfactual's arm -> the victim policy that arm is served by instead of its own.
+COUNTERFACTUALS = {"fair-share-off": {FAIR: BASELINE}}
 
 
 def mix(params: dict[str, Any], seed: int) -> WorkloadSpec:
@@ -117,6 +123,7 @@ def top_tier_preemptions(requests: pd.DataFrame) -> int:
 def run(ctx: RunContext) -> None:
     """Record recompute_reduction_pct, top_tier_preemptions and its control per trial."""
     params = ctx.merged(DEFAULT_PARAMS)
+    swapped = COUNTERFACTUALS.get(counterfactuals.chosen(params, tuple(COUNTERFACTUALS)), {})
     pool = tr.kv_pool_bytes(ctx, params["engine"], pool_pages(params))
     engine = ctx.engine(
         precompile=True,
@@ -133,7 +140,10 @@ def run(ctx: RunContext) -> None:
         phase = tr.Phase(params["episode_requests"], params["load"])
         requests = tr.phased_requests(mix(params, seed), saturation, [phase], vocab_size)
         open_loop.record_episode_load(ctx, trial, requests, saturation, params)
-        arms = {mode: tr.Arm(requests, {"victim_policy": mode}) for mode in (BASELINE, FAIR)}
+        arms = {
+            mode: tr.Arm(requests, {"victim_policy": swapped.get(mode, mode)})
+            for mode in (BASELINE, FAIR)
+        }
         # The episode and its backlog to completion, with a safety margin.
         timeout_s = tr.safety_timeout_s(2 * saturation.seconds_for(params["episode_requests"]))
         served = tr.serve_arms(ctx, engine, baseline, arms, trial, timeout_s=timeout_s)

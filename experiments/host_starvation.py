@@ -23,6 +23,9 @@ are left out), each with its period: the wall time from its start to the next st
 Also recorded: the on-arm's share of the period the host spent waiting for the device
 (``blocked_share_pct``: high means the host's work is hidden), the off-arm's detokenisation
 share, each arm's decode step count, and whether the arms emitted the same tokens.
+
+Counterfactual (``counterfactual``, lab/counterfactuals.py): ``overlap-off``, the on arm runs
+synchronously too.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import numpy as np
 from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.engine.outputs import TokenEvent
 from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.lab import counterfactuals
 from claimbench.lab.tenant_runs import kv_pool_bytes, reset_with, rotated
 
 if TYPE_CHECKING:
@@ -47,8 +51,11 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "prompt_len": 128,
     "output_len": 128,
     "engine": {},
+    "counterfactual": counterfactuals.NONE,
 }
 MODES = ("off", "on")
+# Each counterfactual -> each arm's async_scheduling.
+COUNTERFACTUALS = {"overlap-off": {"off": False, "on": False}}
 
 
 @dataclass(frozen=True)
@@ -118,6 +125,9 @@ def run(ctx: RunContext) -> None:
     decode throughput beside them."""
     params = ctx.merged(DEFAULT_PARAMS)
     _check(params)
+    overlapped = COUNTERFACTUALS.get(
+        counterfactuals.chosen(params, tuple(COUNTERFACTUALS)), {"off": False, "on": True}
+    )
     batch, prompt_len, output_len = params["batch"], params["prompt_len"], params["output_len"]
     engine_params = params["engine"]
     overrides: dict[str, Any] = {
@@ -145,7 +155,7 @@ def run(ctx: RunContext) -> None:
         prompts = rng.integers(3, vocab, size=(batch, prompt_len)).tolist()
         arms: dict[str, ArmResult] = {}
         for mode in rotated(MODES, trial):
-            reset_with(engine, async_scheduling=mode == "on")
+            reset_with(engine, async_scheduling=overlapped[mode])
             arm = serve_arm(engine, prompts, output_len)
             if len(arm.periods_s) == 0:
                 raise RuntimeError(f"async {mode}: no full-batch decode step ran")
