@@ -230,7 +230,8 @@ def test_run_claim_meta(project):
     assert meta["hardware"]["platform"] == "cpu"
     assert meta["device_s"] == 0.0 and meta["cost_usd"] == 0.0
     assert meta["wall_s"] >= 0.0
-    assert set(meta["git"]) == {"sha", "dirty"}
+    assert meta["git"]["sha"] == "c0ffee" + "0" * 34  # the fake project's commit
+    assert {"sha", "dirty"} <= set(meta["git"])
     assert meta["model"] is None  # the fake experiment never loads a model
     assert meta["prediction_hash"] == claim.prediction_hash("full")
     # The design it ran: the experiment's code as scoring reads it today.
