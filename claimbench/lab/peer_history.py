@@ -140,24 +140,31 @@ def engine_changes(series: list[EngineSeries], since: str | None = None) -> list
         if not dates:
             return []
         since = max(dates)
+    return [
+        change
+        for s in series
+        for p, q in zip(s.points, s.points[1:], strict=False)
+        if q.date >= since
+        for change in point_changes(s.hardware, p, q)
+    ]
+
+
+def point_changes(hardware: str, before: EnginePoint, after: EnginePoint) -> list[EngineChange]:
+    """The flagged moves from record ``before`` to the next record ``after`` of one series."""
     found = []
-    for s in series:
-        for p, q in zip(s.points, s.points[1:], strict=False):
-            if q.date < since:
-                continue
-            for metric, _ in FLAGGED:
-                kind = _moved(p.values[metric], q.values[metric])
-                if kind:
-                    found.append(
-                        EngineChange(
-                            s.hardware,
-                            metric,
-                            kind,
-                            q.date,
-                            p.commit,
-                            q.commit,
-                            p.values[metric],
-                            q.values[metric],
-                        )
-                    )
+    for metric, _ in FLAGGED:
+        kind = _moved(before.values[metric], after.values[metric])
+        if kind:
+            found.append(
+                EngineChange(
+                    hardware,
+                    metric,
+                    kind,
+                    after.date,
+                    before.commit,
+                    after.commit,
+                    before.values[metric],
+                    after.values[metric],
+                )
+            )
     return found

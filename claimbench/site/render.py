@@ -234,6 +234,12 @@ def render_site(
             peer_last=peers.latest_attempt(peer_records or []),
             changes=changes,
             engine_changes=peer_history.engine_changes(engine_series),
+            engine_series=engine_series,
+            engine_flags={
+                (s.hardware, q.time): peer_history.point_changes(s.hardware, p, q)
+                for s in engine_series
+                for p, q in zip(s.points, s.points[1:], strict=False)
+            },
             since=history.last_night(histories),
         ),
     )

@@ -4,30 +4,11 @@ the new interval lies wholly below the previous one, a move within noise not fla
 from __future__ import annotations
 
 import pytest
+from history_helpers import CPU, peer_record
 
 from claimbench.lab import peer_history
 
-V6E = {"platform": "tpu", "chip": "v6e", "num_chips": 1}
-CPU = {"platform": "cpu", "cpu_model": "Xeon", "host_cpu_count": 2}
-
-
-def record(day: str, ours: list[float], theirs: list[float], hardware=V6E, sha="a" * 40):
-    """A measured peer record with per-round tok/s on both sides."""
-    side = {
-        "mean_tok_s": sum(ours) / len(ours),
-        "tok_s": ours,
-        "ttft_ms": {"p50": 10.0, "p99": 30.0},
-        "tpot_ms": {"p50": 2.0, "p99": 5.0},
-    }
-    peer = {"mean_tok_s": sum(theirs) / len(theirs), "tok_s": theirs}
-    return {
-        "peer": "vllm",
-        "status": "measured",
-        "time": f"{day}T03:00:00+00:00",
-        "hardware": hardware,
-        "git": {"sha": sha},
-        "result": {"ours": side, "vllm": peer, "ratio": side["mean_tok_s"] / peer["mean_tok_s"]},
-    }
+record = peer_record
 
 
 def test_series_per_hardware_with_intervals_from_the_rounds() -> None:
@@ -66,7 +47,9 @@ def test_a_regression_beyond_noise_is_flagged_a_drift_within_it_is_not() -> None
     assert changes[0].before_commit == "b" * 40 and changes[0].after_commit == "c" * 40
     assert "bbbbbbbbbb -> cccccccccc" in changes[0].describe()
     # The other way round it is an improvement.
-    back = peer_history.engine_series([records[2], {**records[0], "time": "2026-12-04T03:00:00+00:00"}])
+    back = peer_history.engine_series(
+        [records[2], {**records[0], "time": "2026-12-04T03:00:00+00:00"}]
+    )
     assert {c.kind for c in peer_history.engine_changes(back)} == {peer_history.IMPROVEMENT}
 
 

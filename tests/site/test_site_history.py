@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from history_helpers import history_project
+from history_helpers import history_project, peer_record
 
 from claimbench.harness import results
 from claimbench.harness.claims import load_claims
@@ -103,3 +103,20 @@ def test_a_claim_s_history_chart_is_on_screen_in_headless_chromium(site: Path, t
     assert chart.index("<svg") < chart.index("</div>")
     if os.environ.get("CLAIMBENCH_KEEP_SCREENSHOT"):
         shutil.copy(shot, os.environ["CLAIMBENCH_KEEP_SCREENSHOT"])
+
+
+def test_the_engine_series_and_its_regression_are_on_the_index(tmp_path: Path) -> None:
+    root = history_project(tmp_path / "p")
+    runs, _ = results.read_runs(root / "results")
+    records = [
+        peer_record("2026-12-02", [100.0, 102.0, 98.0], [50.0, 51.0, 49.0], sha="b" * 40),
+        peer_record("2026-12-03", [80.0, 81.0, 79.0], [50.0, 51.0, 49.0], sha="c" * 40),
+    ]
+    render_site(root, load_claims(root), runs, root / "site", peer_records=records)
+    index = (root / "site" / "index.html").read_text()
+    engine = _section(index, "engine-history")
+    assert "vllm · TPU v6e x1" in engine and engine.count("<code>cccccccccc</code>") == 1
+    assert "ours tok/s: regression beyond noise" in engine
+    changes = _section(index, "since-last-night")
+    assert "engine TPU v6e x1: ours tok/s regression beyond noise" in changes
+    assert "<code>bbbbbbbbbb</code> → <code>cccccccccc</code>" in changes
