@@ -17,8 +17,10 @@ max_num_seqs requests (at least one each); a request over it is rejected at add 
 is not admitted. Every run is served to completion.
 
 Metrics: admitted_p99_ttft_ratio (p99 TTFT of the admitted requests, bounded / base) and
-unbounded_p99_ttft_ratio (unbounded / base). The service rate is measured open loop at
-steady state (lab/open_loop.py), and the overload episode's realised load is recorded
+unbounded_p99_ttft_ratio (unbounded / base). The service rate is the saturation
+measured in every trial (lab/service_rate.py: a closed burst that keeps the batch full);
+a trial's arrivals are built from the one measured just before it, and the overload
+episode's realised load, against the one measured after the trial's arms, is recorded
 per trial: a trial more than ``load_tolerance`` off ``overload`` is reported, not scored.
 
 Why each condition can come out either way: the overload lasts a pre-registered number of
@@ -40,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from claimbench.engine.sched.tenants import Tenant
-from claimbench.lab import counterfactuals, open_loop
+from claimbench.lab import counterfactuals, open_loop, service_rate
 from claimbench.lab import tenant_runs as tr
 from claimbench.site import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
@@ -113,12 +115,12 @@ def run(ctx: RunContext) -> None:
     baseline = engine.config
     limits = ingress_limits(params, baseline.max_num_seqs)
     vocab_size = engine.model_cfg.vocab_size
-    meter = open_loop.ServiceMeter(
+    meter = service_rate.SaturationMeter(
         engine, params["saturation_requests"], config=baseline, via=params["via"]
     )
     for trial in range(ctx.trials):
         seed = tr.trial_seed(ctx, trial)
-        saturation = meter.measure(mix(params, seed))
+        saturation = meter.pace(mix(params, seed))
         arms = {
             mode: tr.Arm(
                 tr.phased_requests(mix(params, seed), saturation, timeline, vocab_size),
@@ -127,9 +129,6 @@ def run(ctx: RunContext) -> None:
             for mode, timeline in timelines.items()
         }
         # The overload episode's realised load (the bounded and unbounded arms share it).
-        open_loop.record_episode_load(
-            ctx, trial, arms["bounded"].requests, saturation, params, target=params["overload"]
-        )
         longest = max(
             sum(saturation.seconds_for(p.service_requests) for p in timeline)
             for timeline in timelines.values()
@@ -143,13 +142,24 @@ def run(ctx: RunContext) -> None:
             timeout_s=tr.safety_timeout_s(longest),
             via=params["via"],
         )
+        service = meter.measure(mix(params, seed))
+        open_loop.record_episode_load(
+            ctx,
+            trial,
+            arms["bounded"].requests,
+            saturation,
+            service,
+            params,
+            target=params["overload"],
+        )
         p99 = {m: tr.percentile(tr.observed_ttft_s(r.requests), 99) for m, r in served.items()}
         rejected = {
             m: int((r.requests["finish_reason"] == "rejected").sum()) for m, r in served.items()
         }
         labels = {
             "p99_base_s": p99["base"],
-            "saturation_tok_s": saturation.output_tokens_per_s,
+            "paced_tok_s": saturation.output_tokens_per_s,
+            "saturation_tok_s": service.output_tokens_per_s,
             "num_requests": len(arms["base"].requests),
             "timed_out": any(r.timed_out for r in served.values()),
         }

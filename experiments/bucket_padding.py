@@ -3,9 +3,10 @@
 Each trial serves one realistic trace on the real engine and reads its step records: every
 step's scheduled tokens, its sequences and the (token, sequence) bucket pair it ran at. The
 trace is the workload generator's: gamma arrivals (``burstiness`` < 1: bursty) at ``load`` x
-the saturation measured in the trial (open loop, steady state: lab/open_loop.py), for
+the saturation measured before the trial (lab/service_rate.py: a closed burst), for
 the time the engine needs to serve ``episode_requests`` requests at saturation (service
-units), then drained; the realised load is recorded, and a trial more than
+units), then drained; the realised load, against the saturation measured after the trial's
+own serve, is recorded, and a trial more than
 ``load_tolerance`` off ``load`` is reported, not scored. Prompt lengths are
 the held-out corpus's documents in the served model's tokenizer (one source file per request,
 clipped to ``prompt_len`` as a code assistant truncates a file to its context); output lengths
@@ -55,7 +56,7 @@ import pandas as pd
 
 from claimbench.engine.config import MIN_TOKEN_BUCKET
 from claimbench.engine.worker.buckets import bucket_pairs, seq_buckets, token_buckets
-from claimbench.lab import open_loop
+from claimbench.lab import open_loop, service_rate
 from claimbench.lab import tenant_runs as tr
 from claimbench.lab.bucket_policies import BucketPolicy, fit_histogram_buckets, geometric_buckets
 from claimbench.models.tokenizer import Tokenizer
@@ -195,22 +196,24 @@ def run(ctx: RunContext) -> None:
     )
     doc_lengths = document_lengths(ctx.model_path)
     fitted: list[BucketPolicy] | None = None
-    meter = open_loop.ServiceMeter(engine, params["saturation_requests"])
+    meter = service_rate.SaturationMeter(engine, params["saturation_requests"])
     for trial in range(ctx.trials):
         spec = trace_spec(params, doc_lengths, tr.trial_seed(ctx, trial))
-        saturation = meter.measure(spec)
+        saturation = meter.pace(spec)
         phase = tr.Phase(params["episode_requests"], params["load"])
         requests = tr.phased_requests(spec, saturation, [phase], vocab)
-        open_loop.record_episode_load(ctx, trial, requests, saturation, params)
         engine.reset()
         timeout_s = tr.safety_timeout_s(saturation.seconds_for(params["episode_requests"]))
         own = serve_with(engine, requests, timeout_s)
         ctx.save_frames(
             requests=own.served.requests, steps=own.served.steps, trial=trial, policy=ENGINE_POLICY
         )
+        service = meter.measure(spec)
+        open_loop.record_episode_load(ctx, trial, requests, saturation, service, params)
         labels = {
             "load": params["load"],
-            "saturation_tok_s": saturation.output_tokens_per_s,
+            "paced_tok_s": saturation.output_tokens_per_s,
+            "saturation_tok_s": service.output_tokens_per_s,
             "num_requests": len(requests),
             "num_steps": len(own.steps),  # in the arrival window
             "timed_out": own.served.timed_out,

@@ -3,8 +3,8 @@ premium tier within its SLO, while without one every tier misses its SLO?
 
 Three tiers share one length mix with poisson arrivals: premium (tier 0), standard (tier 1)
 and best effort (tier 2), each offering its ``share`` of the load. Each trial measures its
-own service rate on the mix the way the load is offered (lab/open_loop.py: open loop,
-steady state; ``mu`` requests/s, one "request time" is 1 / mu), then offers ``overload`` (2x)
+own service rate on the mix at saturation (lab/service_rate.py: a closed burst that keeps
+the batch full; ``mu`` requests/s, one "request time" is 1 / mu), then offers ``overload`` (2x)
 that rate for as long as the engine needs to serve ``episode_requests`` requests at that
 rate; arrivals then stop and every admitted request is served to completion. The same
 requests are served twice, and the control's once, in an order that rotates from trial to
@@ -59,7 +59,7 @@ import pandas as pd
 
 from claimbench.engine.sched.ladder import as_ladder
 from claimbench.engine.sched.tenants import Tenant
-from claimbench.lab import open_loop
+from claimbench.lab import open_loop, service_rate
 from claimbench.lab import tenant_runs as tr
 from claimbench.site import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
@@ -226,16 +226,15 @@ def run(ctx: RunContext) -> None:
     vocab_size = engine.model_cfg.vocab_size
     episode = [tr.Phase(params["episode_requests"], params["overload"])]
     light = [tr.Phase(params["episode_requests"], params["control_load"])]
-    # A closed burst, served first: it warms every step shape (the first run after precompile
-    # is cold) and gives the first trial's open-loop measurement a rough rate to exceed.
     num_burst = params["saturation_requests"]
-    estimate = tr.measure_saturation(engine, mix(params, ctx.seed), num_burst, config=plain)
+    # An unmeasured burst first: it warms every step shape (the first run after precompile
+    # is cold).
+    service_rate.measure_saturation(engine, mix(params, ctx.seed), num_burst, config=plain)
     for trial in range(ctx.trials):
         seed = tr.trial_seed(ctx, trial)
-        saturation = open_loop.measure_service(
-            engine, mix(params, seed), num_burst, estimate, config=plain
+        saturation = service_rate.measure_saturation(
+            engine, mix(params, seed), num_burst, config=plain
         )
-        estimate = saturation
         slos = slo_seconds(params, saturation, engine.config.max_num_seqs)
         # The SLOs travel in the tenants' config (provenance); neither arm acts on them.
         tenants = tuple(

@@ -27,9 +27,11 @@ control, top_tier_preemptions_control, is the same count under ``newest`` in the
 episode: a policy blind to tiers whose top-tier preemptions show that the load put the top
 tier at risk at all. A zero under fair-share beside a zero control shows nothing.
 
-The service rate is measured open loop at steady state (lab/open_loop.py), and each
-trial's realised load is recorded: a trial more than ``load_tolerance`` off ``load`` is
-reported, not scored.
+The service rate is the saturation measured in every trial (lab/service_rate.py: a closed
+burst that keeps the batch full, whatever the trial's load); a trial's arrivals are built
+from the one measured just before it, and its realised load, taken against the one
+measured in the trial itself, is recorded: a trial more than ``load_tolerance`` off
+``load`` is reported, not scored.
 
 Counterfactual (``counterfactual``, lab/counterfactuals.py): ``fair-share-off``, the
 fair-share arm chooses its victims by ``newest`` too (the policy blind to tenants' shares).
@@ -44,7 +46,7 @@ import pandas as pd
 
 from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.engine.sched.fairness import INPUT_PREFIX
-from claimbench.lab import counterfactuals, open_loop
+from claimbench.lab import counterfactuals, open_loop, service_rate
 from claimbench.lab import tenant_runs as tr
 from claimbench.site import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
@@ -133,13 +135,12 @@ def run(ctx: RunContext) -> None:
     )
     baseline = engine.config
     vocab_size = engine.model_cfg.vocab_size
-    meter = open_loop.ServiceMeter(engine, params["saturation_requests"], config=baseline)
+    meter = service_rate.SaturationMeter(engine, params["saturation_requests"], config=baseline)
     for trial in range(ctx.trials):
         seed = tr.trial_seed(ctx, trial)
-        saturation = meter.measure(mix(params, seed))
+        saturation = meter.pace(mix(params, seed))
         phase = tr.Phase(params["episode_requests"], params["load"])
         requests = tr.phased_requests(mix(params, seed), saturation, [phase], vocab_size)
-        open_loop.record_episode_load(ctx, trial, requests, saturation, params)
         arms = {
             mode: tr.Arm(requests, {"victim_policy": swapped.get(mode, mode)})
             for mode in (BASELINE, FAIR)
@@ -147,6 +148,8 @@ def run(ctx: RunContext) -> None:
         # The episode and its backlog to completion, with a safety margin.
         timeout_s = tr.safety_timeout_s(2 * saturation.seconds_for(params["episode_requests"]))
         served = tr.serve_arms(ctx, engine, baseline, arms, trial, timeout_s=timeout_s)
+        service = meter.measure(mix(params, seed))
+        open_loop.record_episode_load(ctx, trial, requests, saturation, service, params)
         recomputed = {mode: recomputed_tokens(r) for mode, r in served.items()}
         if recomputed[BASELINE] == 0:
             raise ValueError(
@@ -155,7 +158,8 @@ def run(ctx: RunContext) -> None:
             )
         top = {mode: top_tier_preemptions(r.requests) for mode, r in served.items()}
         labels = {
-            "saturation_tok_s": saturation.output_tokens_per_s,
+            "paced_tok_s": saturation.output_tokens_per_s,
+            "saturation_tok_s": service.output_tokens_per_s,
             "num_requests": len(requests),
         }
         reduction = 100.0 * (recomputed[BASELINE] - recomputed[FAIR]) / recomputed[BASELINE]

@@ -6,9 +6,11 @@ arrivals at ``load`` x the trial's saturation for as long as the engine needs to
 ``heavy_share`` of them; then arrivals stop and the backlog is served to completion. Each
 trial measures its own saturation first, then serves the same requests twice, under FCFS
 and under VTC (the only difference), in an order that rotates from trial to trial.
-The service rate is measured open loop at steady state (lab/open_loop.py), and each
-trial's realised load is recorded: a trial more than ``load_tolerance`` off ``load`` is
-reported, not scored.
+The service rate is the saturation measured in every trial (lab/service_rate.py: a closed
+burst that keeps the batch full, whatever the trial's load); a trial's arrivals are built
+from the one measured just before it, and its realised load, taken against the one
+measured in the trial itself, is recorded: a trial more than ``load_tolerance`` off
+``load`` is reported, not scored.
 
 Service is w_in * input + w_out * output tokens (``input_weight``, ``output_weight``). The gap
 is the largest difference in service two tenants received over an interval in which both
@@ -43,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from claimbench.engine.sched.fairness import RUNNING_TOKENS
-from claimbench.lab import counterfactuals, open_loop
+from claimbench.lab import counterfactuals, open_loop, service_rate
 from claimbench.lab import tenant_runs as tr
 from claimbench.lab.service import cumulative_service, max_service_gap, steps_backlog
 from claimbench.site import tenant_charts
@@ -119,14 +121,13 @@ def run(ctx: RunContext) -> None:
     )
     baseline = engine.config
     vocab_size = engine.model_cfg.vocab_size
-    meter = open_loop.ServiceMeter(
+    meter = service_rate.SaturationMeter(
         engine, params["saturation_requests"], config=baseline, via=params["via"]
     )
     for trial in range(ctx.trials):
         seed = tr.trial_seed(ctx, trial)
-        saturation = meter.measure(mix(params, seed))
+        saturation = meter.pace(mix(params, seed))
         requests = episode(params, saturation, seed, vocab_size)
-        open_loop.record_episode_load(ctx, trial, requests, saturation, params)
         # The episode, then its drain at full speed: twice its length, with a safety margin.
         timeout_s = tr.safety_timeout_s(2 * saturation.seconds_for(params["episode_requests"]))
         arms = {
@@ -135,13 +136,16 @@ def run(ctx: RunContext) -> None:
         served = tr.serve_arms(
             ctx, engine, baseline, arms, trial, timeout_s=timeout_s, via=params["via"]
         )
+        service = meter.measure(mix(params, seed))
+        open_loop.record_episode_load(ctx, trial, requests, saturation, service, params)
         results = {
             mode: service_gap(r, params) | {"throughput": tr.backlogged_throughput(r.steps)}
             for mode, r in served.items()
         }
         labels = {
             "load": params["load"],
-            "saturation_tok_s": saturation.output_tokens_per_s,
+            "paced_tok_s": saturation.output_tokens_per_s,
+            "saturation_tok_s": service.output_tokens_per_s,
             "num_requests": len(requests),
             "timed_out": any(r.timed_out for r in served.values()),
         }

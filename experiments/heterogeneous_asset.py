@@ -2,9 +2,11 @@
 
 Two tenants with opposite shapes share one engine: "prefill" sends long prompts and wants
 short answers, "decode" sends short prompts and wants long answers (``prefill_share`` of the
-requests are prefill's). Each trial measures the engine's saturation on the mix (open loop,
-steady state: lab/open_loop.py; the realised load is recorded, and a trial more than
-``load_tolerance`` off ``load`` is reported, not scored), then each
+requests are prefill's). Each trial's arrivals are built from the engine's saturation on the
+mix measured just before it (lab/service_rate.py: a closed burst that keeps the batch
+full), and its realised load is taken against the saturation measured after its arms (a
+trial more than ``load_tolerance`` off ``load`` is reported, not scored). Each trial
+measures each
 tenant's isolated latency (``probe_requests`` of its requests served alone, one at a time:
 median TTFT and TPOT), then serves the same requests twice on the same engine, in an order
 that rotates from trial to trial:
@@ -45,7 +47,7 @@ import numpy as np
 import pandas as pd
 
 from claimbench.engine.worker.sampler import SamplingParams
-from claimbench.lab import open_loop
+from claimbench.lab import open_loop, service_rate
 from claimbench.lab import tenant_runs as tr
 from claimbench.lab.time_slicing import serve_time_sliced
 from claimbench.site import tenant_charts
@@ -141,11 +143,11 @@ def run(ctx: RunContext) -> None:
     params = ctx.merged(DEFAULT_PARAMS)
     engine = ctx.engine(precompile=True, compile_cache=params["compile_cache"])
     vocab = engine.model_cfg.vocab_size
-    meter = open_loop.ServiceMeter(engine, params["saturation_requests"])
+    meter = service_rate.SaturationMeter(engine, params["saturation_requests"])
     for trial in range(ctx.trials):
         seed = tr.trial_seed(ctx, trial)
         spec = mix(params, seed)
-        saturation = meter.measure(spec)
+        saturation = meter.pace(spec)
         isolated = {}
         for tenant in TENANTS:
             probe = mix(params, seed + 7919, tenants=(tenant,))
@@ -154,7 +156,6 @@ def run(ctx: RunContext) -> None:
         slo = slos(params, isolated)
         phase = tr.Phase(params["episode_requests"], params["load"])
         requests = tr.phased_requests(spec, saturation, [phase], vocab)
-        open_loop.record_episode_load(ctx, trial, requests, saturation, params)
         window_s = saturation.seconds_for(params["window_requests"])
         timeout_s = tr.safety_timeout_s(2 * saturation.seconds_for(params["episode_requests"]))
         order = tuple(tr.rotated(list(TENANTS), trial))  # who gets the first window
@@ -166,11 +167,14 @@ def run(ctx: RunContext) -> None:
             ctx.save_frames(
                 requests=served[mode].requests, steps=served[mode].steps, mode=mode, trial=trial
             )
+        service = meter.measure(spec)
+        open_loop.record_episode_load(ctx, trial, requests, saturation, service, params)
         span_s = requests[-1].arrival_s - requests[0].arrival_s
         num_good = {mode: int(good(s.requests, slo).sum()) for mode, s in served.items()}
         labels = {
             "load": params["load"],
-            "saturation_tok_s": saturation.output_tokens_per_s,
+            "paced_tok_s": saturation.output_tokens_per_s,
+            "saturation_tok_s": service.output_tokens_per_s,
             "window_s": window_s,
             "num_requests": len(requests),
             "slo": slo,

@@ -2,9 +2,10 @@
 
 A quiet tenant sends short requests, a noisy one long requests, into a KV pool that holds
 ``pool_requests`` of the noisy kind at once, so pages (not the sequence limit) bind. Each
-trial measures its own saturation on the noisy mix in that pool (open loop, steady state:
-lab/open_loop.py; the episode's realised load is recorded, and a trial more than
-``load_tolerance`` off noisy_load + quiet_load is reported, not scored), then builds one timeline in
+trial's timeline is built from the saturation on the noisy mix in that pool measured just
+before it (lab/service_rate.py: a closed burst that keeps the batch full; the episode's
+realised load, against the saturation measured after the trial's arms, is recorded, and a
+trial more than ``load_tolerance`` off noisy_load + quiet_load is reported, not scored), in
 its service units: the noisy tenant bursts at ``noisy_load`` x saturation for as long as the
 engine needs to serve ``episode_requests`` noisy requests at saturation and then stops; the
 quiet tenant offers ``quiet_load`` x saturation (in output tokens) through the episode and a
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.engine.sched.tenants import Tenant
-from claimbench.lab import counterfactuals, open_loop
+from claimbench.lab import counterfactuals, open_loop, service_rate
 from claimbench.lab import tenant_runs as tr
 from claimbench.site import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
@@ -120,16 +121,12 @@ def run(ctx: RunContext) -> None:
     engine = ctx.engine(precompile=True, compile_cache=params["compile_cache"], kv_pool_bytes=pool)
     baseline = engine.config
     quotas = (Tenant(QUIET, guaranteed_pages=int(params["quiet_guarantee"] * pages)),)
-    meter = open_loop.ServiceMeter(engine, params["saturation_requests"], config=baseline)
+    meter = service_rate.SaturationMeter(engine, params["saturation_requests"], config=baseline)
     for trial in range(ctx.trials):
         seed = tr.trial_seed(ctx, trial)
-        saturation = meter.measure(noisy_mix(params, seed))
+        saturation = meter.pace(noisy_mix(params, seed))
         both = tr.workload_requests(
             trial_mix(params, saturation, seed), engine.model_cfg.vocab_size
-        )
-        # The episode's realised load: both tenants, noisy_load + quiet_load nominal.
-        open_loop.record_episode_load(
-            ctx, trial, both, saturation, params, target=params["noisy_load"] + params["quiet_load"]
         )
         arms = {
             "alone": tr.Arm([r for r in both if r.tenant == QUIET], {"tenants": ()}),
@@ -143,13 +140,25 @@ def run(ctx: RunContext) -> None:
         served = tr.serve_arms(
             ctx, engine, baseline, arms, trial, timeout_s=tr.safety_timeout_s(expected_s)
         )
+        service = meter.measure(noisy_mix(params, seed))
+        # The episode's realised load: both tenants, noisy_load + quiet_load nominal.
+        open_loop.record_episode_load(
+            ctx,
+            trial,
+            both,
+            saturation,
+            service,
+            params,
+            target=params["noisy_load"] + params["quiet_load"],
+        )
         p99 = {}
         for mode, arm_run in served.items():
             quiet = arm_run.requests["tenant"] == QUIET
             p99[mode] = tr.percentile(tr.observed_ttft_s(arm_run.requests)[quiet], 99)
         labels = {
             "p99_alone_s": p99["alone"],
-            "saturation_tok_s": saturation.output_tokens_per_s,
+            "paced_tok_s": saturation.output_tokens_per_s,
+            "saturation_tok_s": service.output_tokens_per_s,
             "num_quiet": len(arms["alone"].requests),
             "num_noisy": len(both) - len(arms["alone"].requests),
             "timed_out": any(r.timed_out for r in served.values()),

@@ -1,8 +1,8 @@
 """priority-aging: does aging keep the low tier from starving without hurting the high tier?
 
-Every trial first measures the engine's service rate on the trial's request mix the way the
-load is offered (lab/open_loop.py: open loop, steady state; ``mu`` requests/s), and sets
-every load and window in that unit, so the experiment is the same on a slow and a fast
+Every trial sets every load and window in units of the engine's saturation on the trial's
+request mix (lab/service_rate.py: a closed burst that keeps the batch full; ``mu``
+requests/s) measured just before it, so the experiment is the same on a slow and a fast
 engine. One "request time" is 1 / mu.
 
 The workload is an overload episode: for ``window_requests`` request times a high-tier
@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from claimbench.engine.sched.fairness import BACKLOG_PREFIX
-from claimbench.lab import counterfactuals, open_loop
+from claimbench.lab import counterfactuals, open_loop, service_rate
 from claimbench.lab import tenant_runs as tr
 from claimbench.site import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
@@ -148,10 +148,12 @@ def run(ctx: RunContext) -> None:
             raise ValueError(f"param {name} must be > 0, got {params[name]!r}")
     engine = ctx.engine(precompile=True, compile_cache=params["compile_cache"])
     vocab_size = engine.model_cfg.vocab_size
-    meter = open_loop.ServiceMeter(engine, params["saturation_requests"], config=engine.config)
+    meter = service_rate.SaturationMeter(
+        engine, params["saturation_requests"], config=engine.config
+    )
     for trial in range(ctx.trials):
         seed = tr.trial_seed(ctx, trial)
-        saturation = meter.measure(mix(params, seed))
+        saturation = meter.pace(mix(params, seed))
         aging_s = saturation.seconds_for(params["aging_requests"])
         # Every arm carries the same horizon; only the ordering (and, alone, the requests) differ.
         baseline = dataclasses.replace(engine.config, priority_aging_s=aging_s)
@@ -167,11 +169,12 @@ def run(ctx: RunContext) -> None:
         total = params["high_load"] + params["low_load"]
         timeout_s = tr.safety_timeout_s(saturation.seconds_for(params["window_requests"] * total))
         served = tr.serve_arms(ctx, engine, baseline, arms, trial, timeout_s=timeout_s)
+        service = meter.measure(mix(params, seed))
         outcomes = {mode: tier_outcome(r.requests) for mode, r in served.items()}
         metrics = aging_metrics(outcomes, aging_s)
         window_s = saturation.seconds_for(params["window_requests"])
         open_loop.record_load(
-            ctx, trial, both, window_s, saturation, target=total, tolerance=params["load_tolerance"]
+            ctx, trial, both, window_s, service, target=total, tolerance=params["load_tolerance"]
         )
         ctx.record(
             "strict_high_backlogged_pct",
@@ -183,7 +186,8 @@ def run(ctx: RunContext) -> None:
             "aging_s": aging_s,
             "bound_s": metrics["bound_s"],
             "window_s": window_s,
-            "saturation_tok_s": saturation.output_tokens_per_s,
+            "paced_tok_s": saturation.output_tokens_per_s,
+            "saturation_tok_s": service.output_tokens_per_s,
             "timed_out": any(r.timed_out for r in served.values()),
         }
         ctx.record(

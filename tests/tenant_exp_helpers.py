@@ -126,6 +126,15 @@ def modes_in_order(ctx: RunContext, trial: int) -> list[str]:
     return list(dict.fromkeys(requests.loc[requests["trial"] == trial, "mode"]))
 
 
+def _trial_rates(frame: pd.DataFrame, trial: int) -> dict[str, float] | None:
+    """The paced and measured saturation of ``trial`` from any of its rows' labels."""
+    for text in frame.loc[frame["trial"] == trial, "labels"]:
+        labels = json.loads(text)
+        if "paced_tok_s" in labels:
+            return {k: labels[k] for k in ("paced_tok_s", "saturation_tok_s")}
+    return None
+
+
 def assert_realised_loads(ctx: RunContext, target: float) -> None:
     """Every trial recorded one realised load against ``target``, and carries the off-target
     flag exactly when that load is outside its recorded tolerance (so scoring drops it).
@@ -133,9 +142,12 @@ def assert_realised_loads(ctx: RunContext, target: float) -> None:
     The value itself is only held to the order of magnitude: a unit slip (requests for
     output tokens, one sequence's rate for the batch's) moves it by the engine's batch or
     the mean output length, 4x or more at the tiny sizes. At tiny size a trial's realised
-    load is a draw, not a setting: a 16-request poisson episode against a rate measured in
-    another open-loop run spreads past a 25% tolerance (a full test run saw 0.94 for a 2x
-    target), and whether a trial ran the design is what the off-target flag records."""
+    load is a draw, not a setting: a 16-request poisson episode spreads past a 25% tolerance
+    (a full test run saw 0.94 for a 2x target), and whether a trial ran the design is what
+    the off-target flag records. Where the trial's labels carry the rate its arrivals were
+    built from (``paced_tok_s``) beside the one measured in it (``saturation_tok_s``), the
+    order of magnitude is checked over the former: two bursts of 1 ms steps on a busy host
+    can read 3x apart, which is the host, not a unit slip."""
     frame = ctx.measurements_frame("run")
     realised = frame[frame["metric"] == evidence_rules.REALISED_LOAD].sort_values("trial")
     assert realised["trial"].tolist() == list(range(ctx.trials))
@@ -144,6 +156,8 @@ def assert_realised_loads(ctx: RunContext, target: float) -> None:
     for trial, value, text in rows:
         labels = json.loads(text)
         assert labels["target"] == pytest.approx(target)
-        assert target / 4 < value < 4 * target, (trial, value)
+        rates = _trial_rates(frame, trial)
+        over_pace = value * rates["saturation_tok_s"] / rates["paced_tok_s"] if rates else value
+        assert target / 4 < over_pace < 4 * target, (trial, value, rates)
         hit = evidence_rules.on_target(value, target, labels["tolerance"])
         assert (trial in off) == (not hit), (trial, value, labels)

@@ -1,10 +1,10 @@
 """Shared steps of the multi-tenant experiments: saturation, load levels, serving, percentiles.
 
 Load levels are fractions of a saturation throughput measured on the running hardware, so
-"90% load" means the same thing on a laptop CPU and on a TPU: a closed-loop burst of the
-experiment's own request mix (every request submitted at once) is served and its output
-tokens per second while the batch is full is the saturation point. A workload is then
-scaled so that its offered output tokens per second is the wanted fraction of that.
+"90% load" means the same thing on a laptop CPU and on a TPU: the engine's output tokens per
+second with its batch kept full on the experiment's own request mix (service_rate.py). A
+workload is then scaled so that its offered output tokens per second is the wanted fraction
+of that.
 
 Every trial measures its own saturation (the host's speed drifts, and that drift belongs in
 the trial-to-trial spread the confidence interval is built from), and durations are given
@@ -32,7 +32,6 @@ from claimbench.workload.build import WorkloadRequest, build_requests
 from claimbench.workload.lengths import UniformLength
 from claimbench.workload.spec import (
     WorkloadSpec,
-    offered_requests_per_s,
     scale_rates,
     tenant_rate,
 )
@@ -148,51 +147,6 @@ def outputs_and_backlog(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     outputs = steps[[c for c in steps.columns if c.startswith(OUTPUT_PREFIX)]].sum(axis=1)
     queued = steps[[c for c in steps.columns if c.startswith(BACKLOG_PREFIX)]].any(axis=1)
     return outputs.to_numpy(float), queued.to_numpy(bool)
-
-
-def measure_saturation(
-    engine: LLMEngine,
-    spec: WorkloadSpec,
-    num_requests: int,
-    *,
-    config: EngineConfig | None = None,
-    via: str = "engine",
-) -> Saturation:
-    """Submit the first ``num_requests`` requests of ``spec`` all at once to the emptied
-    engine (under ``config`` if given) and measure the output throughput while requests are
-    still waiting, i.e. while the batch is kept full.
-
-    The engine is reset first: a prefix cache warm from an earlier run of the same prompts
-    would skip their prefill and overstate the rate. The ramp-down after the queue empties
-    (a shrinking batch) is left out: it is the burst's artefact, not the engine's capacity.
-    ``num_requests`` should be several times ``max_num_seqs`` so the full-batch window spans
-    many steps. requests_per_s divides by the mix's expected output length, the one
-    ``at_load`` scales rates by, so loads and service units agree. ``via`` is ``serve``'s:
-    over HTTP the rate is the server's, so loads are in units of what it can serve.
-    """
-    engine.reset(config)
-    burst = dataclasses.replace(spec, max_requests=num_requests, max_duration_s=None)
-    requests = [
-        dataclasses.replace(r, arrival_s=0.0)
-        for r in workload_requests(burst, engine.model_cfg.vocab_size)
-    ]
-    steps = serve(engine, requests, 3600.0, via).steps
-    outputs, queued = outputs_and_backlog(steps)
-    # Steps 0..last queued step ran full; the next step's start ends the window.
-    last = int(np.flatnonzero(queued)[-1]) if queued.any() else -1
-    if last < 1 or last + 1 >= len(steps):
-        raise ValueError(
-            f"a burst of {num_requests} requests kept the queue busy for {last + 1} of "
-            f"{len(steps)} steps; saturation needs more requests than max_num_seqs"
-        )
-    span_s = float(steps["start_s"].iloc[last + 1] - steps["start_s"].iloc[0])
-    tokens = float(outputs[last])  # made by steps 0..last
-    mean_output = offered_output_tokens_per_s(spec) / offered_requests_per_s(spec)
-    return Saturation(
-        output_tokens_per_s=tokens / span_s,
-        requests_per_s=tokens / span_s / mean_output,
-        num_requests=num_requests,
-    )
 
 
 def backlogged_throughput(steps: pd.DataFrame) -> float:

@@ -72,6 +72,8 @@ def test_tiny_run_compares_the_same_requests_under_both_policies(tmp_path):
     assert modes_in_order(ctx, 1) == ["bounded", "unbounded", "base"]
     labels = trial_labels(ctx, "admitted_p99_ttft_ratio")
     assert labels[0]["saturation_tok_s"] != labels[1]["saturation_tok_s"]
+    # The second trial was paced by the saturation the first measured after its arms.
+    assert labels[1]["paced_tok_s"] == labels[0]["saturation_tok_s"]
     for trial in range(2):
         base, bounded, unbounded = (
             arm_requests(ctx, trial, mode) for mode in ("base", "bounded", "unbounded")

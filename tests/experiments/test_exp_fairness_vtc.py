@@ -67,6 +67,8 @@ def test_tiny_run_serves_one_episode_to_both_policies(tmp_path):
         assert {"heavy", "light"} == set(fcfs["tenant"])
     # Each trial measured its own saturation, and the trials drew different requests.
     assert gaps[0]["saturation_tok_s"] != gaps[1]["saturation_tok_s"]
+    # The second trial was paced by the saturation the first measured after its arms.
+    assert gaps[1]["paced_tok_s"] == gaps[0]["saturation_tok_s"]
     assert not arm_requests(ctx, 0, "fcfs")["arrival_s"].equals(
         arm_requests(ctx, 1, "fcfs")["arrival_s"]
     )

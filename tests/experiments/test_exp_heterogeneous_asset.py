@@ -136,6 +136,8 @@ def test_tiny_run_serves_the_same_requests_together_and_sliced(tmp_path):
         good = labels[trial]["good"]
         assert 0 <= good["sliced"] <= len(sliced) and 0 <= good["together"] <= len(together)
     assert labels[0]["saturation_tok_s"] != labels[1]["saturation_tok_s"]
+    # The second trial was paced by the saturation the first measured after its arms.
+    assert labels[1]["paced_tok_s"] == labels[0]["saturation_tok_s"]
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     ctx.frames()["requests"].to_parquet(run_dir / "requests.parquet")

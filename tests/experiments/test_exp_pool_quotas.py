@@ -67,6 +67,8 @@ def test_tiny_run_serves_the_same_requests_in_every_arm(tmp_path):
     assert modes_in_order(ctx, 1) == ["shared", "quota", "alone"]
     labels = trial_labels(ctx, "quota_p99_ratio")
     assert labels[0]["saturation_tok_s"] != labels[1]["saturation_tok_s"]
+    # The second trial was paced by the saturation the first measured after its arms.
+    assert labels[1]["paced_tok_s"] == labels[0]["saturation_tok_s"]
     for trial in range(2):
         alone, shared, quota = (arm_requests(ctx, trial, m) for m in ("alone", "shared", "quota"))
         assert set(alone["tenant"]) == {"quiet"} and set(shared["tenant"]) == {"quiet", "noisy"}

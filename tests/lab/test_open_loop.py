@@ -1,4 +1,4 @@
-"""The open-loop service rate's steady stretch, and the load a trial really offered."""
+"""A served run's steady stretch, and the load a trial really offered."""
 
 import pandas as pd
 import pytest
@@ -77,3 +77,24 @@ def test_a_trial_off_its_load_is_marked_and_one_on_it_is_not():
     realised = frame[frame["metric"] == "realised_load"].sort_values("trial")
     assert list(realised["value"]) == pytest.approx([3.0, 2.0])
     assert list(frame.loc[frame["metric"] == "trial_off_target", "trial"]) == [0]
+
+
+def test_an_episode_s_load_is_taken_against_the_trial_s_own_saturation():
+    ctx = RunContext(
+        claim_id="fair-victim",
+        profile="quick",
+        params={},
+        trials=1,
+        seed=0,
+        hardware={"platform": "cpu"},
+        dtype="float32",
+    )
+    # Arrivals built from 10 tok/s (1 request/s): 4 episode requests span 4 s and ask for 40
+    # tokens, 10 tok/s. The saturation measured in the trial is 20 tok/s: half that load.
+    paced = tr.Saturation(output_tokens_per_s=10.0, requests_per_s=1.0, num_requests=8)
+    service = tr.Saturation(output_tokens_per_s=20.0, requests_per_s=2.0, num_requests=8)
+    episode = [request(float(t), 10) for t in range(4)]
+    params = {"episode_requests": 4, "load": 1.0, "load_tolerance": 0.25}
+    assert not open_loop.record_episode_load(ctx, 0, episode, paced, service, params)
+    frame = ctx.measurements_frame("run")
+    assert frame.loc[frame["metric"] == "realised_load", "value"].tolist() == pytest.approx([0.5])

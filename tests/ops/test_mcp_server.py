@@ -194,3 +194,35 @@ def test_a_second_metered_run_waits_for_the_first(ops: Ops, on_v6e) -> None:
     second = ops.refused("payer", "run_claims", {"claims": ["fake-pass"]})
     assert f"run job {first['job_id']} is still spending" in second.message
     assert ops.call("payer", "job_cancel", {"job_id": first["job_id"]})["state"] == "cancelled"
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "fragment"),
+    [
+        ("show_claim", {"claim_id": "fake-pass\n"}, "does not match"),
+        ("job_status", {"job_id": "job-0000000a\n"}, "does not match"),
+        ("tpu_check", {"chip": "v5e", "buckets": "16x8\n"}, "does not match"),
+        ("tpu_check", {"chip": "v5e", "buckets": "\u0661\u0666x8"}, "does not match"),  # ١٦
+        ("tpu_check", {"chip": "v5e", "kv_dtype": "kv-int8\n"}, "is not one of"),
+    ],
+)
+def test_a_value_a_pattern_or_choice_refuses_is_refused_by_the_guard_and_logged(
+    ops: Ops, tool: str, arguments: dict, fragment: str
+) -> None:
+    err = ops.refused("payer", tool, arguments)
+    assert fragment in err.message
+    (entry,) = log_entries(ops)
+    assert entry["outcome"] == f"refused: {err.message}"
+
+
+def test_a_tool_that_fails_logs_the_error_text_it_returned(ops: Ops, monkeypatch) -> None:
+    def broken(root: Path) -> None:
+        raise RuntimeError("the claims file vanished")
+
+    monkeypatch.setattr("claimbench.ops.runbook.load_claims", broken)
+    result = ops.session("reader", lambda c: c.call_tool("list_claims", {}))
+    assert result.is_error
+    (entry,) = log_entries(ops)
+    # The SDK tells the client only which tool failed (not the exception); the line says that
+    # much, where it said "tool error".
+    assert entry["outcome"] == "error: Error executing tool list_claims"

@@ -50,12 +50,24 @@ def test_metrics_are_summarized_per_tenant_without_buckets() -> None:
     }
 
 
+METRICS_KEY = "cb-metrics-key"
+
+
 class _Serving(BaseHTTPRequestHandler):
-    """What `claimbench serve` answers on the two paths the tools read (not ready: 503)."""
+    """What `claimbench serve` answers on the two paths the tools read (not ready: 503),
+    /metrics behind a key when the server has one (``metrics_key``)."""
+
+    metrics_key: str | None = None
 
     def do_GET(self) -> None:
         if self.path == "/health/ready":
             status, body, kind = 503, b'{"ready": false, "detail": "golden differs"}', "json"
+        elif (
+            self.path == "/metrics"
+            and self.metrics_key
+            and (self.headers.get("Authorization") != f"Bearer {self.metrics_key}")
+        ):
+            status, body, kind = 401, b'{"error": "needs the metrics key"}', "json"
         elif self.path == "/metrics":
             status, body, kind = 200, METRICS.encode(), "plain"
         else:
@@ -70,9 +82,19 @@ class _Serving(BaseHTTPRequestHandler):
         pass
 
 
+@pytest.fixture(params=[None, METRICS_KEY], ids=["open-metrics", "keyed-metrics"])
+def serving(request: pytest.FixtureRequest) -> Iterator[str]:
+    yield from _serve(request.param)
+
+
 @pytest.fixture
-def serving() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Serving)
+def keyed_serving() -> Iterator[str]:
+    yield from _serve(METRICS_KEY)
+
+
+def _serve(metrics_key: str | None) -> Iterator[str]:
+    handler = type("Serving", (_Serving,), {"metrics_key": metrics_key})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
@@ -80,7 +102,7 @@ def serving() -> Iterator[str]:
 
 def test_the_tools_read_the_configured_server(project: Path, tmp_path: Path, serving) -> None:
     tokens = make_agents(tmp_path / "agents.yaml", checker=["check"], reader=["read"])
-    ops = Ops(project, tmp_path, tokens, server_url=serving)
+    ops = Ops(project, tmp_path, tokens, server_url=serving, metrics_key=METRICS_KEY)
     health = ops.call("checker", "server_health")
     assert (health["status_code"], health["ready"]) == (503, False)
     assert health["body"] == {"ready": False, "detail": "golden differs"}
@@ -104,3 +126,9 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_server_metrics_without_the_key_names_the_refusal(project, tmp_path, keyed_serving):
+    tokens = make_agents(tmp_path / "agents.yaml", checker=["check"])
+    ops = Ops(project, tmp_path, tokens, server_url=keyed_serving)
+    assert "401" in ops.refused("checker", "server_metrics").message
