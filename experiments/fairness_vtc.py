@@ -30,8 +30,10 @@ scheduler really equalises counters under chunked prefill and batching; its thro
 cost is measured in the same saturated window as FCFS's.
 
 Counterfactuals (``counterfactual``, lab/counterfactuals.py), each one mechanism off:
-``vtc-off`` (the VTC arm is served FCFS: its gap is arrival order's) and ``fcfs-fair`` (the
-FCFS arm is served by VTC: its gap is the counter's).
+``vtc-off`` (the VTC arm is served FCFS: its gap is arrival order's), ``fcfs-fair`` (the
+FCFS arm is served by VTC: its gap is the counter's) and ``vtc-idle`` (the VTC arm is not
+work-conserving: while a request waits it schedules at most half of max_num_seqs tokens a
+step, a degradation-ladder rung, so it leaves batch slots idle that FCFS fills).
 
 Params (claims.yaml, per profile): engine, compile_cache, load, heavy_share, prompt_len and
 output_len ([lo, hi] uniform), episode_requests, saturation_requests, input_weight,
@@ -45,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from claimbench.engine.sched.fairness import RUNNING_TOKENS
+from claimbench.engine.sched.ladder import Rung
 from claimbench.lab import counterfactuals, open_loop, service_rate
 from claimbench.lab import tenant_runs as tr
 from claimbench.lab.service import cumulative_service, max_service_gap, steps_backlog
@@ -75,6 +78,15 @@ DEFAULT_PARAMS: dict[str, Any] = {
 MODES = ("fcfs", "vtc")
 # Each counterfactual's arm -> the policy that arm is served by instead of its own.
 COUNTERFACTUALS = {"vtc-off": {"vtc": "fcfs"}, "fcfs-fair": {"fcfs": "vtc"}}
+VTC_IDLE = (*COUNTERFACTUALS, "vtc-idle")
+
+
+def idle_half(max_num_seqs: int) -> tuple[Rung, ...]:
+    """vtc-idle's ladder: while any request waits, at most half the batch's tokens a step."""
+    rung = Rung(
+        "lower_token_budget", "waiting_requests", 1, 0, token_budget=max(1, max_num_seqs // 2)
+    )
+    return (rung,)
 
 
 def mix(params: dict[str, Any], seed: int) -> WorkloadSpec:
@@ -112,7 +124,8 @@ def service_gap(served: tr.ServedRun, params: dict[str, Any]) -> dict[str, float
 def run(ctx: RunContext) -> None:
     """Record vtc_gap_over_bound, fcfs_gap_over_bound and throughput_cost_pct per trial."""
     params = ctx.merged(DEFAULT_PARAMS)
-    swapped = COUNTERFACTUALS.get(counterfactuals.chosen(params, tuple(COUNTERFACTUALS)), {})
+    chosen = counterfactuals.chosen(params, VTC_IDLE)
+    swapped = COUNTERFACTUALS.get(chosen, {})
     engine = ctx.engine(
         precompile=True,
         compile_cache=params["compile_cache"],
@@ -120,6 +133,7 @@ def run(ctx: RunContext) -> None:
         vtc_output_weight=params["output_weight"],
     )
     baseline = engine.config
+    idle = {"vtc": {"ladder": idle_half(baseline.max_num_seqs)}} if chosen == "vtc-idle" else {}
     vocab_size = engine.model_cfg.vocab_size
     meter = service_rate.SaturationMeter(
         engine, params["saturation_requests"], config=baseline, via=params["via"]
@@ -131,7 +145,10 @@ def run(ctx: RunContext) -> None:
         # The episode, then its drain at full speed: twice its length, with a safety margin.
         timeout_s = tr.safety_timeout_s(2 * saturation.seconds_for(params["episode_requests"]))
         arms = {
-            mode: tr.Arm(requests, {"scheduling_policy": swapped.get(mode, mode)}) for mode in MODES
+            mode: tr.Arm(
+                requests, {"scheduling_policy": swapped.get(mode, mode)} | idle.get(mode, {})
+            )
+            for mode in MODES
         }
         served = tr.serve_arms(
             ctx, engine, baseline, arms, trial, timeout_s=timeout_s, via=params["via"]

@@ -32,3 +32,12 @@ def test_fcfs_served_fairly_keeps_its_gap_under_three_bounds(checkpoint):
     )
     frame = ctx.measurements_frame("run")
     assert_fails(CLAIM, "fcfs_gap_over_bound", metric_values(frame, "fcfs_gap_over_bound"))
+
+
+@pytest.mark.slow
+def test_vtc_idling_half_the_batch_costs_throughput(checkpoint):
+    ctx = run_tiny(
+        CLAIM, checkpoint, trials=1, base=TINY_ENGINE_PARAMS, counterfactual="vtc-idle", **EPISODE
+    )
+    frame = ctx.measurements_frame("run")
+    assert_fails(CLAIM, "throughput_cost_pct", metric_values(frame, "throughput_cost_pct"))
