@@ -87,6 +87,14 @@ def serve(
         typer.Option(help="Open connections one client address may hold; more get 429."),
     ] = 512,
     metrics_key_file: MetricsKeyFileOption = None,
+    compile_cache: Annotated[
+        bool,
+        typer.Option(
+            help="Load and store compiled step programs in the persistent compilation cache "
+            "that warm_cache fills (CLAIMBENCH_COMPILE_CACHE moves it): a start or an engine "
+            "restart then loads them instead of compiling."
+        ),
+    ] = True,
     max_engine_restarts: Annotated[
         int,
         typer.Option(
@@ -118,6 +126,10 @@ def serve(
     engine = dict(dtype=opts.dtype, kv_dtype=kv_dtype, weights=weights, max_model_len=max_model_len)
     engine |= dict(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
     engine |= dict(scheduling_policy=scheduling_policy, victim_policy=victim_policy)
+    if compile_cache:
+        from claimbench.harness.context import COMPILE_CACHE_DIR
+
+        engine |= dict(compilation_cache_dir=COMPILE_CACHE_DIR)
     try:
         check_serve_limits(
             port=port,

@@ -121,7 +121,10 @@ def build_server_state(options: ServeOptions) -> tuple[ServerState, list[str]]:
         lines.append(set_batch_policy(True))
     lines.append(f"async scheduling: {'on' if info.async_scheduling else 'off'}")
     if options.precompile:
-        lines.append(f"compiled {info.num_compiled} step shapes in {info.compile_s:.1f} s")
+        lines.append(
+            f"compiled {info.num_compiled} step shapes in {info.compile_s:.1f} s "
+            f"({info.num_cache_hits} programs loaded from the compilation cache)"
+        )
     lines.append(f"golden completion recorded: {info.golden_tokens}")
     lines.append(f"event loop: {event_loop()}")
     state = ServerState(

@@ -41,11 +41,13 @@ from claimbench.serving.engine_loop.engine_core import (
     REPLY,
     STEP,
     STOP,
+    TOTALS,
     CoreInfo,
     CoreOptions,
     decode_event,
     run_engine_core,
 )
+from claimbench.serving.monitoring.metric_totals import MetricTotals
 
 log = logging.getLogger("claimbench.serving")
 READ_SIZE = 1 << 20  # bytes asked of the pipe per read
@@ -121,15 +123,19 @@ class ProcessEngine:
         self._ending = False  # this side is ending the process: its end is no failure
         self.heartbeat = time.monotonic()
         self.error: BaseException | None = None
+        self._pid: int | None = None  # kept once the process is reaped and released
+        self._exitcode: int | None = None
+        # The engine process's latest metric totals (TOTALS): a replacement starts from them.
+        self.metric_totals: MetricTotals | None = None
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
+        return self._process.pid if self._process is not None else self._pid
 
     @property
     def exitcode(self) -> int | None:
         """How the engine process ended (None while it runs); -9 when killed."""
-        return self._process.exitcode if self._process is not None else None
+        return self._process.exitcode if self._process is not None else self._exitcode
 
     @property
     def is_alive(self) -> bool:
@@ -304,6 +310,8 @@ class ProcessEngine:
                     future.set_result(value)
                 else:
                     future.set_exception(value)
+        elif kind == TOTALS:
+            self.metric_totals = message[1]
         elif kind != BEAT:
             log.warning("unexpected message from the engine process: %r", kind)
 
@@ -359,3 +367,9 @@ class ProcessEngine:
         for conn in (self._conn, self._inbox):
             if conn is not None:
                 conn.close()
+        if process is not None and process.exitcode is not None:
+            # Process.close releases the two pipes its spawn keeps (its sentinel and the
+            # one it sent the process's arguments on); without it each restart leaked both.
+            self._pid, self._exitcode = process.pid, process.exitcode
+            process.close()
+            self._process = None

@@ -11,7 +11,8 @@ spawned.
 Messages are pickled tuples. In: ``(ADD, seq, prompt_ids, sampling, tenant, priority,
 cache_salt)``, ``(ABORT, request_id, reason)``, ``(CALL, seq, fn, args)``, ``(METRICS, seq)``,
 ``(STOP,)``. Out: ``(READY, info)`` (or ``(FAILED, message)``) once, then
-``(REPLY, seq, ok, value)`` for each ADD/CALL/METRICS, ``(STEP, events)`` with every
+``(REPLY, seq, ok, value)`` for each ADD/CALL/METRICS, ``(TOTALS, metric_totals)`` after
+each METRICS and every TOTALS_S while it steps (metric_totals.py), ``(STEP, events)`` with every
 event of one engine step (not a message per token) as plain tuples (``encode_event``: a
 third of a dataclass's pickling time, paid on the engine's own loop), and ``(BEAT,)`` when
 nothing else went out for ``HEARTBEAT_S``. The process ignores SIGINT and SIGTERM (the
@@ -45,14 +46,17 @@ from claimbench.serving.engine_loop.async_engine import (
     snapshot_of,
 )
 from claimbench.serving.monitoring.health import GOLDEN_PROMPT, record_golden
+from claimbench.serving.monitoring.metric_totals import TOTALS_S, MetricTotals
 from claimbench.serving.monitoring.metrics import ServerMetrics
 
 log = logging.getLogger("claimbench.serving")
 ADD, ABORT, CALL, METRICS, STOP = "add", "abort", "call", "metrics", "stop"
 READY, FAILED, REPLY, STEP, BEAT = "ready", "failed", "reply", "step", "beat"
+TOTALS = "totals"
 HEARTBEAT_S = 0.5  # the longest the process stays silent while its loop goes round
 REPLACEMENT_WAIT_SHARE = 0.5  # of the last step's device time, at most, per wait
 POLL_S = 0.0005  # how often the wait checks whether the step in flight has ended
+CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"  # jax.monitoring's, per program loaded
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,7 @@ class CoreOptions:
     stream_interval: int = 1  # tokens per hand-over at most (first token and finish at once)
     keep_finished_requests: int = KEEP_FINISHED_REQUESTS
     keep_step_records: int = KEEP_STEP_RECORDS
+    carried_metrics: MetricTotals | None = None  # a dead predecessor's (metric_totals.py)
 
     def __post_init__(self) -> None:
         if self.stream_interval < 1:
@@ -80,6 +85,7 @@ class CoreInfo:
     num_compiled: int  # step shapes compiled before serving (0 without precompile)
     compile_s: float
     async_scheduling: bool  # steps overlap; the loop then waits for replacements meanwhile
+    num_cache_hits: int = 0  # programs loaded from the persistent compilation cache
 
 
 def run_engine_core(options: CoreOptions, inbox: Connection, outbox: Connection) -> None:
@@ -87,8 +93,17 @@ def run_engine_core(options: CoreOptions, inbox: Connection, outbox: Connection)
     ``inbox`` and ``outbox`` are the two one-way pipes from and to the server."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    from jax import monitoring
+
     from claimbench.engine.build import build_engine
 
+    cache_hits = []  # a restart with the persistent compilation cache loads, not compiles
+
+    def on_event(event: str, **kwargs: object) -> None:
+        if event == CACHE_HIT_EVENT:
+            cache_hits.append(event)
+
+    monitoring.register_event_listener(on_event)
     try:
         engine = build_engine(options.config)
         num, seconds = engine.precompile() if options.precompile else (0, 0.0)
@@ -100,8 +115,16 @@ def run_engine_core(options: CoreOptions, inbox: Connection, outbox: Connection)
         message = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
         outbox.send_bytes(pickle.dumps((FAILED, (message.splitlines() or [""])[0])))
         return
+    finally:
+        monitoring.unregister_event_listener(on_event)
     info = CoreInfo(
-        prompt_ids, golden, engine.config.max_model_len, num, seconds, engine.async_scheduling
+        prompt_ids,
+        golden,
+        engine.config.max_model_len,
+        num,
+        seconds,
+        engine.async_scheduling,
+        len(cache_hits),
     )
     outbox.send_bytes(pickle.dumps((READY, info)))
     EngineCore(engine, options, inbox, outbox).run()
@@ -115,7 +138,9 @@ class EngineCore:
     ) -> None:
         self.engine = engine
         self.inbox, self.outbox = inbox, outbox
-        self.metrics = ServerMetrics()
+        self.metrics = ServerMetrics(options.carried_metrics)
+        self.totals_sent = time.monotonic()
+        self.steps_at_totals = 0  # the engine's step count when totals last went out
         self.interval = StreamInterval(options.stream_interval)
         self.keep_finished = options.keep_finished_requests
         self.keep_step_records = options.keep_step_records
@@ -138,7 +163,10 @@ class EngineCore:
                     finished = self._deliver(engine.step())
                     if finished and not self._await_replacements(finished):
                         return
-                if time.monotonic() - self.last_sent > HEARTBEAT_S:
+                now = time.monotonic()
+                if now - self.totals_sent > TOTALS_S and engine.num_steps != self.steps_at_totals:
+                    self._send_totals()
+                if now - self.last_sent > HEARTBEAT_S:
                     self._send((BEAT,))
             for request_id, request in engine.requests.items():
                 if not request.is_finished:
@@ -222,6 +250,7 @@ class EngineCore:
             self._reply(seq, fn, self.engine, *args)
         elif kind == METRICS:
             self._reply(message[1], self._render_metrics)
+            self._send_totals()  # never below what a scraper has just read
         elif kind == STOP:
             self.stopping = True
 
@@ -276,6 +305,11 @@ class EngineCore:
         if len(engine.step_records) >= 2 * self.keep_step_records:
             engine.trim_step_records(self.keep_step_records)
         return finished
+
+    def _send_totals(self) -> None:
+        self._send((TOTALS, self.metrics.totals()))
+        self.totals_sent = time.monotonic()
+        self.steps_at_totals = self.engine.num_steps
 
     def _send(self, message: tuple) -> None:
         self.outbox.send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))

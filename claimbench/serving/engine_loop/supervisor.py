@@ -6,7 +6,8 @@ server answering 503 to every tenant until a person restarted it, and SIGTERM th
 reason, and starts a new engine process (bounded tries, backoff doubling from
 ``backoff_s``). The new one serves only once its golden completion equals the one recorded
 at start-up (a restart must not silently serve a different model); until then /health and
-/health/ready answer 503. /metrics counts restarts (``claimbench:engine_restarts_total``).
+/health/ready answer 503. /metrics counts restarts (``claimbench:engine_restarts_total``),
+and the new process's metrics start from the dead one's last totals (metric_totals.py).
 Past ``max_restarts`` consecutive failed tries it gives up: ``state.engine_failure`` says
 why and ``on_give_up`` ends the server, which then exits non-zero, so a supervisor above
 (systemd, Kubernetes) sees the crash.
@@ -15,6 +16,7 @@ why and ``on_give_up`` ends the server, which then exits non-zero, so a supervis
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -59,6 +61,10 @@ class EngineSupervisor:
             reason = getattr(engine, "error", None) or "the engine loop stopped"
             log.error("engine process ended (exit code %s): %s; restarting it", code, reason)
             await engine.shutdown(timeout_s=1.0)  # reaps it and closes its pipes
+            # The new process's metrics start where the dead one's last totals were.
+            carried = getattr(engine, "metric_totals", None)
+            if carried is not None and self.options is not None:
+                self.options = dataclasses.replace(self.options, carried_metrics=carried)
             if not await self._restart(state):
                 state.engine_failure = (
                     f"the engine process ended (exit code {code}) and "
@@ -97,7 +103,12 @@ class EngineSupervisor:
             state.engine = engine
             state.readiness.forget()
             state.num_engine_restarts += 1
-            log.warning("engine process restarted (pid %s)", engine.pid)
+            hits = engine.info.num_cache_hits if engine.info is not None else 0
+            log.warning(
+                "engine process restarted (pid %s, %d programs from the compilation cache)",
+                engine.pid,
+                hits,
+            )
             return True
         return False
 

@@ -57,6 +57,11 @@ class LabelledHistogram:
         self._series: dict[str, HistogramSeries] = {}
         registry.register(self)
 
+    @property
+    def series(self) -> dict[str, HistogramSeries]:
+        """Each label value's series."""
+        return self._series
+
     def labels(self, value: str) -> HistogramSeries:
         series = self._series.get(value)
         if series is None:

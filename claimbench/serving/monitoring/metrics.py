@@ -18,6 +18,7 @@ from claimbench.engine.engine import LLMEngine
 from claimbench.engine.outputs import Event, FinishEvent, RejectEvent, TokenEvent
 from claimbench.serving.engine_loop.async_engine import EngineSnapshot
 from claimbench.serving.monitoring.labelled_histogram import HistogramSeries, LabelledHistogram
+from claimbench.serving.monitoring.metric_totals import MetricTotals, carry_into, totals_of
 
 # vLLM's buckets (vllm/v1/metrics/loggers.py).
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0)
@@ -41,7 +42,8 @@ class _TenantSeries(NamedTuple):
 
 
 class ServerMetrics:
-    def __init__(self) -> None:
+    def __init__(self, carried: MetricTotals | None = None) -> None:
+        """Empty metrics, or ones starting from ``carried`` (a dead engine's, metric_totals)."""
         self.registry = CollectorRegistry()
         r = self.registry
         # Observed per token or request where the engine runs: lock-free (labelled_histogram).
@@ -111,8 +113,14 @@ class ServerMetrics:
             registry=r,
         )
         self._steps_seen = 0  # the engine's step count when observe() last ran
-        self._tenants_seen: set[str] = set()
+        self.tenants_seen: set[str] = set()
         self._series: dict[str, _TenantSeries] = {}
+        if carried is not None:
+            carry_into(self, carried)
+
+    def totals(self) -> MetricTotals:
+        """Every counter and per-tenant histogram series's values now (metric_totals.py)."""
+        return totals_of(self)
 
     def observe(self, engine: LLMEngine, events: list[Event]) -> None:
         """Record one step's events and the steps run since the last call (called where the
@@ -124,7 +132,7 @@ class ServerMetrics:
             request = requests[event.request_id]
             tenant = request.tenant
             if type(event) is RejectEvent:
-                self._tenants_seen.add(tenant)
+                self.tenants_seen.add(tenant)
                 self.rejected.labels(tenant).inc()
                 continue
             mine = series.get(tenant) or self._of(tenant)
@@ -155,7 +163,7 @@ class ServerMetrics:
         and the engine observes every token)."""
         series = self._series.get(tenant)
         if series is None:
-            self._tenants_seen.add(tenant)
+            self.tenants_seen.add(tenant)
             series = self._series[tenant] = _TenantSeries(
                 self.ttft.labels(tenant),
                 self.itl.labels(tenant),
@@ -167,10 +175,10 @@ class ServerMetrics:
 
     def render(self, snapshot: EngineSnapshot) -> bytes:
         """The text exposition, with the gauges set from ``snapshot``."""
-        self._tenants_seen |= set(snapshot.running) | set(snapshot.waiting)
-        self._tenants_seen |= set(snapshot.tenant_pages)
+        self.tenants_seen |= set(snapshot.running) | set(snapshot.waiting)
+        self.tenants_seen |= set(snapshot.tenant_pages)
         # list(): the engine thread may add a tenant meanwhile (a set copy is atomic).
-        for tenant in list(self._tenants_seen):  # a tenant gone idle reads 0, not its last
+        for tenant in list(self.tenants_seen):  # a tenant gone idle reads 0, not its last
             self.running.labels(tenant).set(snapshot.running.get(tenant, 0))
             self.waiting.labels(tenant).set(snapshot.waiting.get(tenant, 0))
             pages = snapshot.tenant_pages.get(tenant, 0)
