@@ -5,7 +5,9 @@ tamperer able to write the log, its head and its directory but not to read the k
 from __future__ import annotations
 
 import json
+import multiprocessing
 import shutil
+import stat
 import threading
 from pathlib import Path
 
@@ -89,6 +91,32 @@ def test_concurrent_appends_keep_one_chain(tmp_path: Path, key: bytes) -> None:
         t.join()
     verdict = verify(path, key)
     assert verdict.ok and verdict.num_lines == 100, verdict
+
+
+def _append_from_process(path: Path, key: bytes, worker: int) -> None:
+    log = AuditLog(path, key)
+    for i in range(25):
+        log.append({"worker": worker, "i": i})
+
+
+def test_appends_from_several_processes_keep_one_chain(tmp_path: Path, key: bytes) -> None:
+    path = tmp_path / "mcp.jsonl"
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_append_from_process, args=(path, key, w)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+        assert p.exitcode == 0
+    verdict = verify(path, key)
+    assert verdict.ok and verdict.num_lines == 100, verdict
+
+
+def test_the_key_file_is_private_and_made_once(tmp_path: Path, key: bytes) -> None:
+    key_file = tmp_path / "keys" / "audit.key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(key_file.parent.stat().st_mode) == 0o700
+    assert load_or_create_key(key_file) == key and len(key) == 32
 
 
 def test_an_appended_line_with_its_hash_recomputed(path: Path, key: bytes) -> None:
