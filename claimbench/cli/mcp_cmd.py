@@ -82,7 +82,7 @@ def mcp(
     key_file = audit_key_file if audit_key_file is not None else default_key_file()
     try:
         check_outside(key_file, log)
-        audit = AuditLog(log, load_or_create_key(key_file))
+        audit = AuditLog(log, load_or_create_key(key_file, log))
     except (ValueError, OSError) as e:
         fail(f"audit key: {e}")
     if server_url is not None:

@@ -58,10 +58,17 @@ def load_key(key_file: Path) -> bytes:
     return bytes.fromhex(text)
 
 
-def load_or_create_key(key_file: Path) -> bytes:
+def load_or_create_key(key_file: Path, log: Path | None = None) -> bytes:
     """The key in ``key_file``, created 0600 (its directory 0700) when missing. Two servers
-    starting at once agree: the file appears whole, by a hard link that fails if it exists."""
+    starting at once agree: the file appears whole, by a hard link that fails if it exists.
+    ValueError when it is missing but ``log`` already holds lines: a new key would leave the
+    old lines unverifiable, and a deleted key must be restored, not replaced."""
     if not key_file.exists():
+        if log is not None and log.exists() and log.stat().st_size > 0:
+            raise ValueError(
+                f"audit key {key_file} is missing but {log} already holds lines: "
+                "restore the key that signed them (or move the log aside)"
+            )
         key_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=key_file.parent, prefix=".audit-key.", suffix=".tmp")
         try:

@@ -119,6 +119,12 @@ def test_the_key_file_is_private_and_made_once(tmp_path: Path, key: bytes) -> No
     assert load_or_create_key(key_file) == key and len(key) == 32
 
 
+def test_a_missing_key_is_not_replaced_while_the_log_has_lines(path: Path, tmp_path) -> None:
+    with pytest.raises(ValueError, match="is missing but .* already holds lines"):
+        load_or_create_key(tmp_path / "elsewhere" / "audit.key", path)
+    assert not (tmp_path / "elsewhere").exists()
+
+
 def test_an_appended_line_with_its_hash_recomputed(path: Path, key: bytes) -> None:
     last = json.loads(lines(path)[-1])
     forged = {"tool": "run_claims", "log": last["log"], "seq": NUM_LINES + 1, "prev": last["mac"]}
