@@ -23,6 +23,11 @@ limit never binds and only compute, the token budget or the KV pool can.
 Both are measured in every trial, on that trial's own sweep. The recorded ratio is knee /
 exhaustion; each level's throughput and minimum KV headroom (free pages / usable pages) are
 recorded too, labelled with the concurrency.
+
+Counterfactual (``counterfactual``, lab/counterfactuals.py): ``kv-elastic``, the engine serves
+with a pool ``ELASTIC_POOL`` times the registered one, so KV never binds within the sweep,
+while exhaustion is still read against the registered pool: the first level at which the
+pages in use exceed its usable pages (where it would have stalled or preempted).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import pandas as pd
 
 from claimbench.engine.outputs import FinishEvent, TokenEvent
 from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.lab import counterfactuals
 from claimbench.workload.build import WorkloadRequest, build_requests
 from claimbench.workload.lengths import length_dist_from_dict
 from claimbench.workload.spec import WorkloadSpec
@@ -55,8 +61,11 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "prompt_len": {"kind": "lognormal", "mean": 96, "sigma": 0.8, "lo": 4, "hi": 256},
     "output_len": {"kind": "lognormal", "mean": 48, "sigma": 0.8, "lo": 4, "hi": 128},
     "engine": {},
+    "counterfactual": counterfactuals.NONE,
 }
 LENGTHS = ("prompt_len", "output_len")
+COUNTERFACTUALS = ("kv-elastic",)
+ELASTIC_POOL = 4  # kv-elastic's pool over the registered one: beyond the sweep's 2x levels
 
 
 @dataclass(frozen=True)
@@ -110,8 +119,16 @@ def kv_stalled(engine: LLMEngine) -> bool:
     return engine.stats().head_blocked_on_kv
 
 
-def closed_loop(engine: LLMEngine, requests: list[WorkloadRequest], concurrency: int) -> Level:
-    """Keep ``concurrency`` of ``requests`` in flight until all are submitted, then drain."""
+def closed_loop(
+    engine: LLMEngine,
+    requests: list[WorkloadRequest],
+    concurrency: int,
+    registered_pages: int | None = None,
+) -> Level:
+    """Keep ``concurrency`` of ``requests`` in flight until all are submitted, then drain.
+
+    ``registered_pages`` (kv-elastic): the engine's pool is larger than the registered one,
+    whose exhaustion is then counted as the steps that held more than its usable pages."""
     engine.reset()
     token_times: list[float] = []
     in_flight = submitted = stalls = 0
@@ -138,6 +155,9 @@ def closed_loop(engine: LLMEngine, requests: list[WorkloadRequest], concurrency:
     num_tokens = int(((times >= window_start) & (times < window_end)).sum())
     steps = engine.steps_frame()
     headroom = steps["pages_free"] / (steps["pages_used"] + steps["pages_free"])
+    if registered_pages is not None:
+        stalls = int((steps["pages_used"] > registered_pages).sum())
+        headroom = 1.0 - steps["pages_used"] / registered_pages
     return Level(
         concurrency=concurrency,
         output_throughput=num_tokens / (window_end - window_start),
@@ -172,27 +192,36 @@ def _check(params: dict[str, Any]) -> None:
         raise ValueError(f"param knee_fraction must be in (0, 1], got {params['knee_fraction']!r}")
 
 
-def sweep_levels(ctx: RunContext, params: dict[str, Any]) -> tuple[LLMEngine, list[int]]:
-    """The engine, sized so the sequence limit never binds, and the sweep's concurrencies."""
+def sweep_levels(
+    ctx: RunContext, params: dict[str, Any]
+) -> tuple[LLMEngine, list[int], int | None]:
+    """The engine, sized so the sequence limit never binds, the sweep's concurrencies and,
+    under kv-elastic, the registered pool's usable pages (the engine's pool is larger)."""
     # The pool's size does not depend on max_num_seqs: a probe engine's pool sizes the sweep.
     probe = ctx.engine(prefix_caching="off")
     kv_fit = kv_fit_concurrency(params, probe.stats().num_usable_pages, probe.config.page_size)
     levels_n = concurrencies(params["kv_fit_levels"], kv_fit)
     budget = max(levels_n[-1], probe.config.max_num_batched_tokens)
+    overrides: dict[str, Any] = {}
+    registered_pages = None
+    if counterfactuals.chosen(params, COUNTERFACTUALS) == "kv-elastic":
+        overrides["kv_pool_bytes"] = ELASTIC_POOL * probe.config.kv_pool_bytes
+        registered_pages = probe.stats().num_usable_pages
     engine = ctx.engine(
         precompile=True,
         max_num_seqs=levels_n[-1],
         max_num_batched_tokens=budget,
         prefix_caching="off",
+        **overrides,
     )
-    return engine, levels_n
+    return engine, levels_n, registered_pages
 
 
 def run(ctx: RunContext) -> None:
     """Record knee_over_kv_exhaustion per trial (plus each level's throughput and headroom)."""
     params = ctx.merged(DEFAULT_PARAMS)
     _check(params)
-    engine, levels_n = sweep_levels(ctx, params)
+    engine, levels_n, registered_pages = sweep_levels(ctx, params)
     num_requests = levels_n[-1] * (1 + params["requests_per_slot"])
     for trial in range(ctx.trials):
         stream = draw_requests(
@@ -204,7 +233,9 @@ def run(ctx: RunContext) -> None:
         )
         levels = []
         for n in levels_n:
-            level = closed_loop(engine, stream[: n * (1 + params["requests_per_slot"])], n)
+            level = closed_loop(
+                engine, stream[: n * (1 + params["requests_per_slot"])], n, registered_pages
+            )
             levels.append(level)
             ctx.save_frames(steps=engine.steps_frame(), concurrency=n, trial=trial)
             labels = {"trial": trial, "concurrency": n}

@@ -34,3 +34,19 @@ def assert_holds(claim_id: str, metric: str, values: list[float]) -> None:
     """Every value lands on the predicted side of the claim's threshold on ``metric``."""
     cond = condition(claim_id, metric)
     assert values and all(cond.holds(v) for v in values), (str(cond), values)
+
+
+def assert_fails_op(claim_id: str, metric: str, op: str, values: list[float]) -> None:
+    """Every value lands on the other side of the claim's ``op`` condition on ``metric`` (for a
+    metric the claim bounds on both sides)."""
+    claim = find_claim(load_claims(ROOT), claim_id)
+    [cond] = [c for c in claim.prediction if c.metric == metric and c.op == op]
+    assert values and not any(cond.holds(v) for v in values), (str(cond), values)
+
+
+def assert_mean_fails(claim_id: str, metric: str, values: list[float]) -> None:
+    """The trials' mean (what scoring judges) lands on the other side of the threshold: for
+    a metric that timing noise on a shared host can move in a single trial."""
+    cond = condition(claim_id, metric)
+    mean = sum(values) / len(values)
+    assert values and not cond.holds(mean), (str(cond), values)
