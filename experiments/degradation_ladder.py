@@ -39,13 +39,25 @@ than ``load_tolerance`` off ``overload`` did not run the design and is not score
 Why each can come out either way: without a ladder the fcfs queue grows by (overload - 1)
 requests per request time, so at 2x a request arriving t request times into the episode
 waits about t, and a tier's attainment is about its TTFT objective over the episode's
-length (both in request times). The episode is sized so that this fluid estimate puts the
-loosest tier (best effort) at its own attainment target: whether it meets it is left to the
-engine's real queueing (batching, chunked prefill, the spread of output lengths), so
-"every tier misses" can happen and can fail. With the ladder the premium tier is never
-shed or capped: its TTFT is the wait behind whatever queue the ladder lets stand, plus its
-own bursts, and whether that stays under its objective for 99% of its requests is what is
-measured.
+length (both in request times). The episode is sized so that the overload is unmistakable:
+its length is several times the loosest tier's TTFT objective, so that fluid estimate puts
+every tier far below its target (an episode that put best effort at its own target would
+leave "every tier misses" to noise); whether the engine's real queueing (batching, chunked
+prefill, the spread of output lengths) lets a tier meet its SLO anyway is what is measured.
+With the ladder the premium tier is never shed or capped: its TTFT is the wait behind
+whatever queue the ladder lets stand, plus its own bursts, and whether that stays under its
+objective for 99% of its requests is measured over enough premium requests (pooled over the
+trials) for an exact interval on a 100% share to clear 99%.
+
+Manipulation check, per trial: ``late_wait_over_loosest_slo`` (and ``_control``) is the
+median TTFT of the last quarter of the requests to arrive, in the no-ladder arm (the
+control's), over the loosest tier's TTFT objective: well above 1 shows the overload
+the design intends (even best effort waits past its objective by the episode's end), below
+1 the control's light load. ``num_premium_requests`` counts the premium requests a trial
+judged.
+
+Counterfactuals (``counterfactual``, lab/counterfactuals.py): ``ladder-off`` (the ladder arm
+serves without its ladder) and ``overload-off`` (the episode offered at ``control_load``).
 """
 
 from __future__ import annotations
@@ -59,7 +71,7 @@ import pandas as pd
 
 from claimbench.engine.sched.ladder import as_ladder
 from claimbench.engine.sched.tenants import Tenant
-from claimbench.lab import open_loop, service_rate
+from claimbench.lab import counterfactuals, open_loop, service_rate
 from claimbench.lab import tenant_runs as tr
 from claimbench.site import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
@@ -128,8 +140,20 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "prompt_len": [16, 64],
     "output_len": [16, 48],
     "saturation_requests": 32,
+    "counterfactual": counterfactuals.NONE,
 }
 MODES = ("ladder", "none", "control")
+COUNTERFACTUALS = ("ladder-off", "overload-off")
+LATE_SHARE = 0.25  # the last quarter of the arrivals: where the queue has grown the longest
+
+
+def late_wait_over_slo(requests: pd.DataFrame, ttft_slo_s: float) -> float:
+    """Median TTFT of the last LATE_SHARE of the requests to arrive, over ``ttft_slo_s``; a
+    request that never got a first token (shed) is left out. NaN if none is left."""
+    arrival_s = requests["arrival_s"]
+    late = requests[arrival_s >= arrival_s.quantile(1.0 - LATE_SHARE)]
+    ttft = late["ttft_s"].dropna()
+    return float(ttft.median() / ttft_slo_s) if len(ttft) else float("nan")
 
 
 def check_tiers(tiers: Any) -> dict[str, dict[str, float]]:
@@ -215,6 +239,7 @@ def run(ctx: RunContext) -> None:
         raise ValueError(f"param overload must be > 1, got {params['overload']!r}")
     if not 0 < params["control_load"] < 1:
         raise ValueError(f"param control_load must be in (0, 1), got {params['control_load']!r}")
+    counterfactual = counterfactuals.chosen(params, COUNTERFACTUALS)
     ladder = as_ladder(params["ladder"])
     engine = ctx.engine(
         precompile=True,
@@ -224,7 +249,8 @@ def run(ctx: RunContext) -> None:
     # A ladder in the engine params would act in both arms: the baseline has none.
     plain = dataclasses.replace(engine.config, ladder=())
     vocab_size = engine.model_cfg.vocab_size
-    episode = [tr.Phase(params["episode_requests"], params["overload"])]
+    load = params["control_load"] if counterfactual == "overload-off" else params["overload"]
+    episode = [tr.Phase(params["episode_requests"], load)]
     light = [tr.Phase(params["episode_requests"], params["control_load"])]
     num_burst = params["saturation_requests"]
     # An unmeasured burst first: it warms every step shape (the first run after precompile
@@ -244,7 +270,9 @@ def run(ctx: RunContext) -> None:
         baseline = dataclasses.replace(plain, tenants=tenants)
         requests = tr.phased_requests(mix(params, seed), saturation, episode, vocab_size)
         arms = {
-            "ladder": tr.Arm(requests, {"ladder": ladder}),
+            "ladder": tr.Arm(
+                requests, {} if counterfactual == "ladder-off" else {"ladder": ladder}
+            ),
             "none": tr.Arm(requests, {}),
             "control": tr.Arm(tr.phased_requests(mix(params, seed), saturation, light, vocab_size)),
         }
@@ -265,9 +293,18 @@ def run(ctx: RunContext) -> None:
         window_s = saturation.seconds_for(params["episode_requests"])
         steady_tok_s = open_loop.steady_service_tok_s(served["none"])
         realised = open_loop.realised_load(requests, window_s, steady_tok_s)
-        ctx.record_realised_load(
-            trial, realised, target=params["overload"], tolerance=params["load_tolerance"]
-        )
+        ctx.record_realised_load(trial, realised, target=load, tolerance=params["load_tolerance"])
+        loosest_ttft_s = max(ttft_s for ttft_s, _ in slos.values())
+        for mode, metric in (("none", ""), ("control", "_control")):
+            ctx.record(
+                f"late_wait_over_loosest_slo{metric}",
+                late_wait_over_slo(served[mode].requests, loosest_ttft_s),
+                trial=trial,
+                unit="x",
+                loosest_ttft_slo_s=loosest_ttft_s,
+            )
+        premium_rows = served["ladder"].requests["tenant"] == PREMIUM
+        ctx.record("num_premium_requests", int(premium_rows.sum()), trial=trial, unit="requests")
         labels = {
             "service_tok_s": saturation.output_tokens_per_s,
             "episode_service_tok_s": steady_tok_s,
