@@ -53,8 +53,12 @@ def test_threshold_zero_skips_half_of_two_layers(checkpoint):
     saved = ctx.frames()["steps"]
     large = saved[saved["batch"] == 4]
     order = [list(dict.fromkeys(large.loc[large["trial"] == t, "mode"])) for t in (0, 1)]
-    assert order == [["off", "on"], ["on", "off"]]
+    assert order == [["off", "never", "on"], ["never", "on", "off"]]
     assert all(len(x) == 0 for x in large.loc[large["mode"] == "off", "exit_layers"])
+    # The "never" arm runs the exit machinery and exits nowhere: every token runs both layers.
+    never = large.loc[large["mode"] == "never", "exit_layers"]
+    assert all(set(x) <= {0, 2} for x in never) and any(2 in x for x in never)
+    assert len(_values(frame, "exit_overhead_pct_b32")) == 2
 
 
 @pytest.mark.slow
