@@ -33,9 +33,13 @@ On an accelerator a decode step is bandwidth-bound and prefill compute-bound, so
 is nearly free; on a CPU both are compute-bound, which is why this claim is scoped to
 accelerators and CPU runs are indicative.
 
+Counterfactual (``counterfactual``, lab/counterfactuals.py): ``co-location-off``, the
+together arm is time-sliced too.
+
 Params (claims.yaml, per profile): engine, compile_cache, load, prefill_share,
 prefill_prompt_len, prefill_output_len, decode_prompt_len, decode_output_len ([lo, hi]
-uniform), episode_requests, saturation_requests, window_requests, probe_requests, slo_scale.
+uniform), episode_requests, saturation_requests, window_requests, probe_requests, slo_scale,
+counterfactual.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ import numpy as np
 import pandas as pd
 
 from claimbench.engine.worker.sampler import SamplingParams
-from claimbench.lab import open_loop, service_rate
+from claimbench.lab import counterfactuals, open_loop, service_rate
 from claimbench.lab import tenant_runs as tr
 from claimbench.lab.time_slicing import serve_time_sliced
 from claimbench.site import tenant_charts
@@ -73,9 +77,11 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "window_requests": 2,
     "probe_requests": 3,
     "slo_scale": {"prefill": {"ttft": 10.0, "tpot": 5.0}, "decode": {"ttft": 10.0, "tpot": 5.0}},
+    "counterfactual": counterfactuals.NONE,
 }
 TENANTS = ("prefill", "decode")
 MODES = ("together", "sliced")
+COUNTERFACTUALS = ("co-location-off",)
 
 
 def mix(params: dict[str, Any], seed: int, *, tenants: tuple[str, ...] = TENANTS) -> WorkloadSpec:
@@ -141,6 +147,7 @@ def serve_arm(
 def run(ctx: RunContext) -> None:
     """Record goodput_gain_pct per trial, with each arm's goodput and attainment beside."""
     params = ctx.merged(DEFAULT_PARAMS)
+    sliced_only = counterfactuals.chosen(params, COUNTERFACTUALS) == "co-location-off"
     engine = ctx.engine(precompile=True, compile_cache=params["compile_cache"])
     vocab = engine.model_cfg.vocab_size
     meter = service_rate.SaturationMeter(engine, params["saturation_requests"])
@@ -162,7 +169,12 @@ def run(ctx: RunContext) -> None:
         served = {}
         for mode in tr.rotated(list(MODES), trial):
             served[mode] = serve_arm(
-                engine, mode, requests, window_s=window_s, order=order, timeout_s=timeout_s
+                engine,
+                "sliced" if sliced_only else mode,
+                requests,
+                window_s=window_s,
+                order=order,
+                timeout_s=timeout_s,
             )
             ctx.save_frames(
                 requests=served[mode].requests, steps=served[mode].steps, mode=mode, trial=trial
