@@ -27,9 +27,17 @@ from claimbench.serving.api.body_bounds import OFFLOAD_BYTES, TooManyContainers
 from claimbench.serving.api.errors import ApiError, install_handlers, validation_message
 from claimbench.serving.api.event_stream import RawSendApp
 from claimbench.serving.api.limits import BodyLimit, BodyTooLarge
+from claimbench.serving.api.openapi import (
+    HEALTH_RESPONSES,
+    METRICS_RESPONSES,
+    publish_request_bodies,
+    responses_for,
+)
 from claimbench.serving.api.protocol import (
     ChatCompletionRequest,
+    ChatCompletionResponse,
     CompletionRequest,
+    CompletionResponse,
     ModelCard,
     ModelList,
 )
@@ -58,7 +66,9 @@ def create_app(state: ServerState) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=state.max_request_bytes)
     install_handlers(app)
 
-    @app.get("/v1/models")
+    generation = (400, 401, 404, 408, 413, 429, 503)  # what a generation request may get
+
+    @app.get("/v1/models", responses=responses_for(401))
     async def models(request: Request) -> ModelList:
         authenticate(state, request)
         card = ModelCard(
@@ -66,13 +76,15 @@ def create_app(state: ServerState) -> FastAPI:
         )
         return ModelList(data=[card])
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", responses=responses_for(*generation, ok=CompletionResponse))
     async def create_completion(request: Request) -> Response:
         tenant = authenticate(state, request)
         body = await parse(state, request, CompletionRequest)
         return await completions.completions(state, tenant, body, request)
 
-    @app.post("/v1/chat/completions")
+    @app.post(
+        "/v1/chat/completions", responses=responses_for(*generation, ok=ChatCompletionResponse)
+    )
     async def create_chat_completion(request: Request) -> Response:
         tenant = authenticate(state, request)
         body = await parse(state, request, ChatCompletionRequest)
@@ -81,7 +93,7 @@ def create_app(state: ServerState) -> FastAPI:
         except ValueError as e:  # the chat template failed on these messages
             raise ApiError(400, str(e), param="messages") from e
 
-    @app.get("/health")
+    @app.get("/health", responses=HEALTH_RESPONSES)
     async def health() -> JSONResponse:
         """Liveness: the engine loop is running and going round."""
         stalled_s = time.monotonic() - state.engine.heartbeat
@@ -90,7 +102,7 @@ def create_app(state: ServerState) -> FastAPI:
             return JSONResponse({"status": "dead", "detail": detail}, status_code=503)
         return JSONResponse({"status": "ok", "loop_idle_wait_s": IDLE_WAIT_S})
 
-    @app.get("/health/ready")
+    @app.get("/health/ready", responses=HEALTH_RESPONSES)
     async def ready() -> JSONResponse:
         """Readiness: the golden completion still matches the one recorded at start-up."""
         if state.draining:
@@ -106,7 +118,7 @@ def create_app(state: ServerState) -> FastAPI:
         body = {"status": "ready" if result.ok else "unready", "detail": result.detail}
         return JSONResponse(body, status_code=200 if result.ok else 503)
 
-    @app.get("/metrics")
+    @app.get("/metrics", responses=METRICS_RESPONSES)
     async def metrics(request: Request) -> Response:
         if state.metrics_key_sha256 is not None:
             _, _, key = request.headers.get("authorization", "").partition(" ")
@@ -127,6 +139,10 @@ def create_app(state: ServerState) -> FastAPI:
             return Response(b"engine loop stopped\n" + restarts, status_code=503)
         return Response(text + restarts, media_type=CONTENT_TYPE)
 
+    publish_request_bodies(
+        app,
+        {"/v1/completions": CompletionRequest, "/v1/chat/completions": ChatCompletionRequest},
+    )
     return app
 
 

@@ -62,7 +62,9 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, e: HTTPException) -> JSONResponse:
-        return JSONResponse(error_body(str(e.detail), e.status_code), status_code=e.status_code)
+        # Starlette's own headers kept: a 405 names the methods allowed (``Allow``).
+        body = error_body(str(e.detail), e.status_code)
+        return JSONResponse(body, status_code=e.status_code, headers=e.headers)
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, e: Exception) -> JSONResponse:

@@ -264,6 +264,19 @@ class ModelList(BaseModel):
     data: list[ModelCard]
 
 
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: int
+
+
+class ErrorResponse(BaseModel):
+    """OpenAI's error JSON: what every refusal and failure of the API sends."""
+
+    error: ErrorDetail
+
+
 def error_body(message: str, status: int, param: str | None = None) -> dict:
     """OpenAI's error JSON."""
     kind = {
