@@ -24,8 +24,13 @@ a step's touched percentage is its touched experts over all layers' experts; the
 experts_touched_pct_b32 = the lowest such step (the claim says "in every decode step"), and
 experts_touched_mean_pct_b32 = their mean, as a side metric.
 
+Counterfactual (``counterfactual``, lab/counterfactuals.py): ``same-prompt`` serves one prompt
+``batch`` times, so the batch carries one sequence's routing instead of 32 different ones and
+every step touches only the experts one token picks (the diversity of a batch is the claim's
+mechanism).
+
 Params: model, num_experts, experts_per_token, chip (analytic); moe_model, batch, prompt_len
-([min, max] tokens), output_len, ``engine`` (measured).
+([min, max] tokens), output_len, ``engine``, counterfactual (measured).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import numpy as np
 from claimbench.hardware.chips import get_chip
 from claimbench.hardware.model_presets import ModelShape, get_preset
 from claimbench.hardware.roofline import expert_fraction_touched, weight_bytes
+from claimbench.lab import counterfactuals
 from claimbench.lab.engine_settings import EngineSettings
 
 if TYPE_CHECKING:
@@ -58,6 +64,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "prompt_len": [32, 96],
     "output_len": 24,
     "engine": {},
+    "counterfactual": counterfactuals.NONE,
 }
 
 
@@ -174,6 +181,8 @@ def measure_trial(
     batch, (min_len, max_len) = params["batch"], params["prompt_len"]
     seed = int(np.random.SeedSequence([ctx.seed, trial]).generate_state(1)[0])
     prompts = heldout_prompts(Tokenizer.from_dir(path), batch, min_len, max_len, seed)
+    if params["counterfactual"] == "same-prompt":
+        prompts = [prompts[0]] * batch
     engine.reset()
     engine.generate(prompts, SamplingParams(max_tokens=params["output_len"], ignore_eos=True))
     steps = engine.steps_frame()
@@ -187,6 +196,7 @@ def measure_trial(
 def run(ctx: RunContext) -> None:
     """Analytic ratios once; experts touched per decode step at ``batch`` per trial."""
     params = ctx.merged(DEFAULT_PARAMS)
+    counterfactuals.chosen(params, ("same-prompt",))
     lengths = params["prompt_len"]
     if not (isinstance(lengths, list) and len(lengths) == 2 and 2 <= lengths[0] <= lengths[1]):
         raise ValueError(f"param prompt_len must be [min, max] with 2 <= min <= max, got {lengths}")
