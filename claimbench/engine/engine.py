@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import secrets
 import time
@@ -343,13 +342,11 @@ class LLMEngine:
         except StepInputError as e:
             self.fail_requests(e.request_ids, events)  # the others run next step
             return events
-        inputs = plan.inputs
         if self.speculator is not None:
             for request in scheduled.preempted:
                 self.speculator.free(request)
-            inputs = dataclasses.replace(inputs, draft_probs=self.speculator.draft_probs(plan))
         t1 = time.perf_counter()
-        out = self.runner.execute(inputs, plan.wants_prompt_logprobs)
+        out = self.runner.execute(plan.inputs, plan.wants_prompt_logprobs)
         t_blocked = time.perf_counter()
         out = jax.block_until_ready(out)
         t2 = time.perf_counter()
@@ -489,7 +486,7 @@ class LLMEngine:
 
     def precompile(self, prompt_logprobs: bool = False) -> tuple[int, float]:
         """Compile every bucket ahead of serving (the draft's steps too): (number compiled,
-        seconds). A sampled batch's verify step with draft distributions compiles on first use."""
+        seconds)."""
         num, seconds = self.runner.precompile(prompt_logprobs)
         if self.speculator is not None:
             num_draft, draft_s = self.speculator.precompile()

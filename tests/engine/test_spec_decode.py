@@ -1,6 +1,8 @@
 """Speculative decoding's pieces without an engine: n-gram lookup, exact acceptance, the
 multi-token append and the block manager's trim."""
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -8,7 +10,7 @@ from engine_helpers import make_request
 
 from claimbench.engine.kv.block_manager import BlockManager
 from claimbench.engine.spec.spec_decode import accept, propose_ngram
-from claimbench.engine.worker.sampler import SamplingBatch
+from claimbench.engine.worker.sampler import SamplingBatch, sample
 
 accept_jit = jax.jit(accept)
 
@@ -53,7 +55,7 @@ def test_greedy_acceptance_lengths_differ_per_sequence():
         np.int32,
     )
     num_draft = np.array([3, 3, 3, 1], np.int32)
-    tokens, logprobs, num_accepted = accept_jit(logits, drafts, num_draft, None, batch(4))
+    tokens, logprobs, num_accepted = accept_jit(logits, drafts, num_draft, batch(4))
     assert np.asarray(num_accepted).tolist() == [0, 2, 3, 1]
     emitted = [np.asarray(tokens)[i, : a + 1].tolist() for i, a in enumerate([0, 2, 3, 1])]
     assert emitted == [[1], [1, 2, 3], [1, 2, 3, 4], [1, 2]]
@@ -71,7 +73,7 @@ def _total_variation(samples, dist):
 def test_sampled_tokens_follow_the_target_distribution(proposer):
     # vLLM's rejection-sampler check: a known target p and draft q over 8 tokens; every
     # emitted token must be p-distributed whatever q proposed. "draft-prefix": a draft whose
-    # vocabulary is the target's first 6 ids (q f32[..., 6], read as 0 on ids 6 and 7).
+    # vocabulary is the target's first 6 ids (it never proposes ids 6 and 7).
     rng = np.random.default_rng(0)
     vocab, k, num_samples = 8, 2, 20000
     p = rng.dirichlet(np.ones(vocab))
@@ -79,17 +81,14 @@ def test_sampled_tokens_follow_the_target_distribution(proposer):
     logits = np.broadcast_to(np.log(p), (num_samples, k + 1, vocab)).astype(np.float32)
     if proposer == "draft":
         drafts = rng.choice(vocab, size=(num_samples, k), p=q).astype(np.int32)
-        probs = np.broadcast_to(q, (num_samples, k, vocab)).astype(np.float32)
     elif proposer == "draft-prefix":
         q = np.concatenate([rng.dirichlet(np.ones(vocab - 2)), np.zeros(2)])
         drafts = rng.choice(vocab, size=(num_samples, k), p=q).astype(np.int32)
-        probs = np.broadcast_to(q[:-2], (num_samples, k, vocab - 2)).astype(np.float32)
     else:  # n-gram: a deterministic guess, q one-hot on it
-        drafts = np.full((num_samples, k), int(np.argmin(p)), np.int32)
-        probs = None
+        drafts = np.full((num_samples, k), int(np.argmax(p)), np.int32)
     num_draft = np.full(num_samples, k, np.int32)
     tokens, _, num_accepted = accept_jit(
-        logits, drafts, num_draft, probs, batch(num_samples, temperature=1.0)
+        logits, drafts, num_draft, batch(num_samples, temperature=1.0)
     )
     tokens, num_accepted = np.asarray(tokens), np.asarray(num_accepted)
     # Every emitted token, pooled (each position's target is the same p).
@@ -138,3 +137,37 @@ def test_trim_releases_the_rejected_tail_pages():
     bm.free(r)
     # Only the one full computed block (tokens 0..3) entered the cache.
     assert bm.pool.num_cached_blocks == 1
+
+
+def test_sampled_acceptance_emits_the_plain_samplers_tokens_whatever_was_drafted():
+    # Each row's emitted tokens are those sample() draws at the same (seed, output index),
+    # for any drafts and any number of them: the batch cannot change a seeded request's text.
+    rng = np.random.default_rng(3)
+    num_seqs, k, vocab = 64, 3, 12
+    logits = rng.normal(size=(num_seqs, k + 1, vocab)).astype(np.float32) * 2
+    seeds = rng.integers(0, 2**32, size=num_seqs, dtype=np.uint32)
+    rows = batch(num_seqs * (k + 1), temperature=0.9, seeds=np.repeat(seeds, k + 1))
+    rows = dataclasses.replace(
+        rows, output_index=np.tile(np.arange(k + 1, dtype=np.int32), num_seqs)
+    )
+    plain = np.asarray(sample(logits.reshape(-1, vocab), rows)[0]).reshape(num_seqs, k + 1)
+    drafts = plain[:, :k].copy()
+    drafts[::2, 1] = (drafts[::2, 1] + 1) % vocab  # every other row's draft 1 is wrong
+    for num in (0, 1, k):
+        num_draft = np.full(num_seqs, num, np.int32)
+        tokens, _, accepted = accept_jit(
+            logits, drafts, num_draft, batch(num_seqs, temperature=0.9, seeds=seeds)
+        )
+        tokens, accepted = np.asarray(tokens), np.asarray(accepted)
+        for i in range(num_seqs):
+            assert tokens[i, : accepted[i] + 1].tolist() == plain[i, : accepted[i] + 1].tolist()
+        assert accepted[1::2].tolist() == [num] * (num_seqs // 2)  # right drafts: all taken
+        assert (accepted[::2] <= 1).all()
+
+
+def test_threefry_draws_are_prefix_consistent():
+    # A draft with fewer ids samples under the target's key: its noise on ids below its size
+    # must be the target's, or its guesses decouple from the target's draws (acceptance drops;
+    # what is emitted would not change).
+    key = jax.random.key(11)
+    assert (jax.random.gumbel(key, (80,)) == jax.random.gumbel(key, (97,))[:80]).all()

@@ -1,6 +1,6 @@
 """A draft whose vocabulary is a prefix of the target's (one tokenizer, the target's embedding
-padded with rows no token uses): it proposes, greedy output stays plain decoding's, sampled
-verification pads its distributions; a larger or foreign vocabulary is refused in one line."""
+padded with rows no token uses): it proposes, greedy and seeded sampled output stay plain
+decoding's; a larger or foreign vocabulary is refused in one line."""
 
 import dataclasses
 
@@ -59,12 +59,13 @@ def test_greedy_output_with_a_smaller_draft_vocabulary_is_plain_decodings():
 
 
 @pytest.mark.slow
-def test_sampled_verification_reads_the_draft_as_zero_past_its_vocabulary():
+def test_seeded_sampled_output_with_a_smaller_draft_vocabulary_is_plain_decodings():
     engine = prefix_engine()
     hot = SamplingParams(max_tokens=16, temperature=0.8, seed=7, ignore_eos=True)
-    outs = engine.generate(prompts([9, 30], seed=4), [hot, hot])
-    assert [len(o.token_ids) for o in outs] == [16, 16]
-    assert all(0 <= t < TINY_MODEL.vocab_size for o in outs for t in o.token_ids)
+    batch = prompts([9, 30], seed=4)
+    outs = [o.token_ids for o in engine.generate(batch, [hot, hot])]
+    assert outs == [o.token_ids for o in tiny_engine().generate(batch, [hot, hot])]
+    assert all(0 <= t < TINY_MODEL.vocab_size for out in outs for t in out)
     steps = engine.steps_frame()
     assert 0 < steps["num_accepted_tokens"].sum() <= steps["num_draft_tokens"].sum()
 

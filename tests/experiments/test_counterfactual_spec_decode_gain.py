@@ -32,14 +32,14 @@ def test_acceptance_rules_emit_the_drafts_or_none_of_them():
     logits = jnp.eye(5)[jnp.array([[1, 2, 3, 4]])] * 10.0
     drafts, num_draft = jnp.array([[1, 0, 3]]), jnp.array([3])
     batch = greedy_batch(1)
-    tokens, _, accepted = accept(logits, drafts, num_draft, None, batch)
+    tokens, _, accepted = accept(logits, drafts, num_draft, batch)
     assert accepted.tolist() == [1] and tokens[0, :2].tolist() == [1, 2]  # exact: 1, then 2
-    tokens, _, accepted = accept(logits, drafts, num_draft, None, batch, "all")
+    tokens, _, accepted = accept(logits, drafts, num_draft, batch, "all")
     assert accepted.tolist() == [3] and tokens[0].tolist() == [1, 0, 3, 4]  # drafts + bonus
-    tokens, _, accepted = accept(logits, drafts, num_draft, None, batch, "none")
+    tokens, _, accepted = accept(logits, drafts, num_draft, batch, "none")
     assert accepted.tolist() == [0] and tokens[0, 0].tolist() == 1  # the target's own only
     with pytest.raises(ValueError, match="'some'"):
-        accept(logits, drafts, num_draft, None, batch, "some")
+        accept(logits, drafts, num_draft, batch, "some")
 
 
 @pytest.mark.slow

@@ -1,8 +1,8 @@
 """Which draft may propose for a target: loading one and checking that its token ids mean
 the same tokens. The draft's vocabulary may be a prefix of the target's (the same tokenizer,
 the target's embedding padded with rows no token uses, as Qwen2.5-7B's 152,064 rows against
-Qwen2.5-0.5B's 151,936): it proposes ids below its own size, and verification reads its
-distributions as probability 0 on the target's rows beyond them (spec_decode.pad_vocab)."""
+Qwen2.5-0.5B's 151,936): it proposes ids below its own size, and verification, which compares
+tokens only (spec_decode.accept), never reads the rows beyond them."""
 
 from __future__ import annotations
 

@@ -78,14 +78,14 @@ class DraftProposer:
         num = 0
         for num_tokens, num_seqs in bucket_pairs(self.cfg):
             inputs = empty_inputs(self.cfg, num_tokens, num_seqs)
-            _, _, self.kv_caches = catch_up_step(
+            _, self.kv_caches = catch_up_step(
                 self._static, self.weights, self.rope, self.kv_caches, inputs
             )
             num += 1
             for num_slots in seq_buckets(self.cfg):
                 if num_slots > num_seqs:
                     continue  # the proposers are among the catch-up step's sequences
-                _, _, self.kv_caches = propose_steps(
+                _, self.kv_caches = propose_steps(
                     self._static,
                     self.cfg.num_spec_tokens,
                     self.weights,
@@ -104,14 +104,9 @@ class DraftProposer:
         if seq is not None:
             self._free_pages.extend(seq.block_table)
 
-    def propose(
-        self, requests: list[Request]
-    ) -> tuple[dict[str, list[int]], dict[str, int], jax.Array | None]:
-        """Catch the draft up on every running request and propose for the caught-up ones.
-
-        -> (draft tokens by request id; each proposer's row in the distributions; the
-        distributions f32[num_proposing, k, V] the draft tokens were drawn from, or None
-        when every proposing request is greedy)."""
+    def propose(self, requests: list[Request]) -> dict[str, list[int]]:
+        """Catch the draft up on every running request and propose for the caught-up ones:
+        the draft tokens by request id."""
         budget = self.cfg.max_num_batched_tokens
         chunks: list[tuple[Request, _DraftSeq, list[int]]] = []  # (request, state, tokens)
         wants: dict[str, int] = {}  # draft tokens each proposing request asks for
@@ -137,19 +132,19 @@ class DraftProposer:
             # Draft token j >= 1 is sampled after feeding token j - 1 at position goal + j - 1.
             self._grow(seq, seq.num_computed + n + (num_wanted - 1 if proposes else 0))
         if not chunks:
-            return {}, {}, None
+            return {}
         catch_up, slot_of = self._catch_up_inputs(chunks)
         proposing = [(r, s) for r, s, _ in chunks if r.request_id in wants]
         if not proposing:
-            _, _, self.kv_caches = catch_up_step(
+            _, self.kv_caches = catch_up_step(
                 self._static, self.weights, self.rope, self.kv_caches, catch_up
             )
-            return {}, {}, None
+            return {}
         num_slots = pick_bucket(seq_buckets(self.cfg), len(proposing))
         inputs = self._decode_inputs(
             proposing, num_slots, [slot_of[r.request_id] for r, _ in proposing]
         )
-        drafts, probs, self.kv_caches = propose_steps(
+        drafts, self.kv_caches = propose_steps(
             self._static,
             self.cfg.num_spec_tokens,
             self.weights,
@@ -164,9 +159,7 @@ class DraftProposer:
             num = wants[request.request_id]
             out[request.request_id] = drafts[i, :num].tolist()
             seq.num_computed += num - 1  # draft tokens 0..num-2 were fed
-        rows_of = {r.request_id: i for i, (r, _) in enumerate(proposing)}
-        greedy = all(r.sampling.greedy for r, _ in proposing)
-        return out, rows_of, None if greedy else probs
+        return out
 
     def _state(self, request: Request) -> _DraftSeq:
         """The request's draft state, rolled back to its verified tokens."""

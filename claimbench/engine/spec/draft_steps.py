@@ -3,8 +3,8 @@
 and one host round trip for the whole proposal, where k separate steps cost k of each). A
 round where no request proposes (its chunks are prefill) runs ``catch_up_step`` alone.
 
-Draft sampling draws from the request's filtered distribution q (temperature, top-k,
-top-p) under its own random stream, and returns q: acceptance needs it (spec_decode.py).
+Draft sampling draws from the request's filtered distribution (temperature, top-k, top-p)
+under the key the target's sample at the same output index uses (``_sample``).
 """
 
 from __future__ import annotations
@@ -19,17 +19,10 @@ from flax import nnx
 
 from claimbench.engine.worker.batch import StepInputs
 from claimbench.engine.worker.runner import StaticModel
-from claimbench.engine.worker.sampler import (
-    MIN_TEMPERATURE,
-    SamplingBatch,
-    filtered_probs,
-    greedy_tokens,
-)
+from claimbench.engine.worker.sampler import SamplingBatch, sample
 from claimbench.kernels.kv_quant import LayerKV
 from claimbench.kernels.metadata import NULL_PAGE, AttentionMetadata
 from claimbench.models.llama import Rope
-
-DRAFT_STREAM = 2  # random stream of draft sampling under a token's key (spec_decode.py)
 
 
 @jax.tree_util.register_dataclass
@@ -45,21 +38,14 @@ class DecodeInputs:
     sampling: SamplingBatch  # output_index: draft token 0's index in the output
 
 
-def _sample(logits: jax.Array, batch: SamplingBatch) -> tuple[jax.Array, jax.Array]:
-    """logits f32[N, V] -> (draft tokens i32[N], q f32[N, V]); q is zeros for a greedy
-    batch, whose acceptance never reads it."""
-
-    def sampled() -> tuple[jax.Array, jax.Array]:
-        probs = filtered_probs(logits, batch)
-        keys = jax.vmap(
-            lambda s, i: jax.random.fold_in(jax.random.fold_in(jax.random.key(s), i), DRAFT_STREAM)
-        )(batch.seeds, batch.output_index)
-        tokens = jax.vmap(jax.random.categorical)(keys, jnp.log(probs)).astype(jnp.int32)
-        return jnp.where(batch.temperature < MIN_TEMPERATURE, greedy_tokens(logits), tokens), probs
-
-    return jax.lax.cond(
-        batch.all_greedy, lambda: (greedy_tokens(logits), jnp.zeros_like(logits)), sampled
-    )
+def _sample(logits: jax.Array, batch: SamplingBatch) -> jax.Array:
+    """logits f32[N, V_draft] -> draft tokens i32[N]: the plain sampler's draw (sampler.sample)
+    from the draft's distribution under the request's key for that output index, the key the
+    target's own sample there uses. Threefry draws are prefix-consistent (a test checks), so
+    each token id below V_draft gets the same Gumbel noise in both, and the draft's token is
+    the target's whenever their distributions agree closely: acceptance compares tokens only
+    (spec_decode.py), and what the draft guesses never changes what is emitted."""
+    return sample(logits, batch)[0]
 
 
 def _model(static: StaticModel, weights: list[jax.Array]) -> nnx.Module:
@@ -72,9 +58,9 @@ def _catch_up(
     rope: Rope,
     kv_caches: list[LayerKV],
     inputs: StepInputs,
-) -> tuple[jax.Array, jax.Array, list[LayerKV]]:
-    """One ragged draft step -> (token i32[N], q f32[N, V], cache): feeds each sequence the
-    tokens its draft K/V lacks and samples draft token 0 after the last."""
+) -> tuple[jax.Array, list[LayerKV]]:
+    """One ragged draft step -> (token i32[N], cache): feeds each sequence the tokens its
+    draft K/V lacks and samples draft token 0 after the last."""
     model = _model(static, weights)
     # A token past the draft's vocabulary (a target row no tokenizer id uses, drawn only by
     # a sampled or untrained target) is fed as the draft's last id: only the draft's guesses
@@ -88,8 +74,8 @@ def _catch_up(
         attention=static.attention,
         rope=rope,
     )
-    tokens, probs = _sample(model.logits(hidden[inputs.logits_indices[:, 0]]), inputs.sampling)
-    return tokens, probs, kv_caches
+    tokens = _sample(model.logits(hidden[inputs.logits_indices[:, 0]]), inputs.sampling)
+    return tokens, kv_caches
 
 
 catch_up_step = jax.jit(_catch_up, static_argnums=(0,), donate_argnums=(3,))
@@ -102,14 +88,13 @@ def _decode_steps(
     rope: Rope,
     kv_caches: list[LayerKV],
     first_tokens: jax.Array,
-    first_probs: jax.Array,
     inputs: DecodeInputs,
-) -> tuple[jax.Array, jax.Array, list[LayerKV]]:
+) -> tuple[jax.Array, list[LayerKV]]:
     """Draft tokens 1..k-1 for every slot, on the device.
 
-    first_tokens i32[M], first_probs f32[M, V]: the catch-up step's outputs -> (drafts
-    i32[N, k], q f32[N, k, V], cache). A slot stops writing K/V once its wanted drafts are
-    fed (its later writes go to the null page; its later tokens are never read)."""
+    first_tokens i32[M]: the catch-up step's outputs -> (drafts i32[N, k], cache). A slot
+    stops writing K/V once its wanted drafts are fed (its later writes go to the null page;
+    its later tokens are never read)."""
     model = _model(static, weights)
     page_size = kv_caches[0].pages.shape[1]
     num_slots, pages_per_seq = inputs.page_indices.shape
@@ -135,17 +120,15 @@ def _decode_steps(
         md = AttentionMetadata(slot_mapping=slot.astype(jnp.int32), kv_lens=kv_lens, **md_fixed)
         hidden, kv = model(tokens, positions, kv, md, attention=static.attention, rope=rope)
         batch = dataclasses.replace(inputs.sampling, output_index=inputs.sampling.output_index + j)
-        new_tokens, probs = _sample(model.logits(hidden), batch)
-        return (new_tokens, kv), (new_tokens, probs)
+        new_tokens = _sample(model.logits(hidden), batch)
+        return (new_tokens, kv), new_tokens
 
     tokens0 = first_tokens[inputs.first_index]
-    probs0 = first_probs[inputs.first_index]
-    (_, kv_caches), (tokens, probs) = jax.lax.scan(
+    (_, kv_caches), tokens = jax.lax.scan(
         step, (tokens0, kv_caches), jnp.arange(1, num_spec_tokens)
     )
     drafts = jnp.concatenate([tokens0[:, None], jnp.moveaxis(tokens, 0, 1)], axis=1)
-    q = jnp.concatenate([probs0[:, None], jnp.moveaxis(probs, 0, 1)], axis=1)
-    return drafts, q, kv_caches
+    return drafts, kv_caches
 
 
 @partial(jax.jit, static_argnums=(0, 1), donate_argnums=(4,))
@@ -157,8 +140,8 @@ def propose_steps(
     kv_caches: list[LayerKV],
     catch_up: StepInputs,
     decode: DecodeInputs,
-) -> tuple[jax.Array, jax.Array, list[LayerKV]]:
+) -> tuple[jax.Array, list[LayerKV]]:
     """The catch-up step, then draft tokens 1..k-1, in one dispatch -> (drafts i32[N, k],
-    q f32[N, k, V], cache); ``decode.first_index`` picks each slot's catch-up row."""
-    tokens, probs, kv_caches = _catch_up(static, weights, rope, kv_caches, catch_up)
-    return _decode_steps(static, num_spec_tokens, weights, rope, kv_caches, tokens, probs, decode)
+    cache); ``decode.first_index`` picks each slot's catch-up row."""
+    tokens, kv_caches = _catch_up(static, weights, rope, kv_caches, catch_up)
+    return _decode_steps(static, num_spec_tokens, weights, rope, kv_caches, tokens, decode)

@@ -1,4 +1,4 @@
-"""The engine's speculation state: who proposes, and what each verify step reads.
+"""The engine's speculation state: who proposes for which running request.
 
 After every step the speculator proposes draft tokens for every running request that is
 caught up (``request.spec_token_ids``); the scheduler then gives such a request 1 + k tokens
@@ -8,15 +8,10 @@ has its old draft cleared, so a verify step never reads a stale draft.
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.request import Request
 from claimbench.engine.spec.draft_runner import DraftProposer
 from claimbench.engine.spec.spec_decode import propose_ngram
-from claimbench.engine.worker.batch import StepPlan
 from claimbench.models.llama import LlamaForCausalLM
 
 
@@ -29,8 +24,6 @@ class Speculator:
         self.reset()
 
     def reset(self) -> None:
-        self._rows: dict[str, int] = {}  # each proposer's row in _probs
-        self._probs: jax.Array | None = None  # f32[num_proposing, k, V] or None (one-hot q)
         if self.drafter is not None:
             self.drafter.reset()
 
@@ -47,7 +40,7 @@ class Speculator:
     def propose(self, running: list[Request]) -> None:
         """Set ``spec_token_ids`` on every running request (empty where none is proposed)."""
         if self.drafter is not None:
-            drafts, self._rows, self._probs = self.drafter.propose(running)
+            drafts = self.drafter.propose(running)
             for request in running:
                 request.spec_token_ids = drafts.get(request.request_id, [])
             return
@@ -63,14 +56,3 @@ class Speculator:
                 if caught_up and wanted > 0
                 else []
             )
-
-    def draft_probs(self, plan: StepPlan) -> jax.Array | None:
-        """The draft distributions in the plan's slot order, f32[seq_bucket, k, V], or None
-        (one-hot: n-gram, or every proposer greedy). Slots without drafts read row 0, which
-        their num_draft of 0 masks."""
-        if self._probs is None or not any(plan.num_draft):
-            return None
-        rows = np.zeros(plan.seq_bucket, np.int32)
-        for slot, request in enumerate(plan.requests):
-            rows[slot] = self._rows.get(request.request_id, 0)
-        return jnp.take(self._probs, jnp.asarray(rows), axis=0)

@@ -50,9 +50,6 @@ class StepInputs:
     target_ids: np.ndarray  # i32[T] the prompt token following each position (prompt logprobs)
     draft_tokens: np.ndarray  # i32[N, k] proposed tokens being verified (k = spec_tokens)
     num_draft: np.ndarray  # i32[N] how many of each row's draft tokens are real
-    # f32[N, k, V] the distribution each draft token was drawn from; None = one-hot (n-gram,
-    # or a greedy batch, whose acceptance never reads it).
-    draft_probs: jax.Array | None = None
 
 
 @dataclass(frozen=True)

@@ -159,7 +159,6 @@ def step_fn(
             logits,
             inputs.draft_tokens,
             inputs.num_draft,
-            inputs.draft_probs,
             inputs.sampling,
             static.acceptance,
         )
