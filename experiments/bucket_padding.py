@@ -22,10 +22,13 @@ What is measured and what is arithmetic:
   hardware (on a CPU a decode step of two sequences is far cheaper than a full prefill step,
   so fewer sequences overlap than on an accelerator, where decode steps cost about the same
   whatever their batch).
-* num_programs (analytic): the engine compiles one program per (token bucket, sequence
-  bucket) pair ahead of serving (precompile), so the count is arithmetic on its config and is
-  recorded once with its inputs. ``programs_used`` (measured) is how many pairs the trace
-  touched, and ``compiles_while_serving`` checks that serving compiled none.
+* num_programs (analytic): the claim counts compiled step programs, and the engine compiles
+  one program per (token bucket, sequence bucket) pair ahead of serving (precompile), so the
+  count is the pairs (17 for a 512-token budget and 32 sequences: 6 token buckets by 3
+  sequence buckets, less the pairs with more sequences than tokens), arithmetic on its config
+  and recorded once with its inputs, the token buckets alone (6) among them.
+  ``programs_used`` (measured) is how many pairs the trace touched, and
+  ``compiles_while_serving`` checks that serving compiled none.
 * The curve (measured): the same trace served again by engines configured with other token
   buckets (EngineConfig.token_buckets; the engine's sequence buckets kept): geometric buckets
   at ``ratios`` (2 is the engine's powers of two, whose serving is the measurement above) and
@@ -40,9 +43,13 @@ steps. Under load, chunked prefill fills steps to the budget (a bucket, so no pa
 bursts, decode-only steps of a few sequences pad up to the next power of two and to the
 sequence bucket's floor. Which dominates is the trace's, at the pre-registered load.
 
+Counterfactual (``counterfactual``, lab/counterfactuals.py): ``one-bucket`` serves the trace on
+an engine with a single token bucket, the step budget (one static shape, as a server without
+buckets pads every step to), in place of the powers of two.
+
 Params (claims.yaml, per profile): engine, compile_cache, load, burstiness, prompt_len ([lo,
 hi] clip of the document lengths), output_mean, output_sigma, output_max, episode_requests,
-saturation_requests, ratios, histogram_buckets.
+saturation_requests, ratios, histogram_buckets, counterfactual.
 """
 
 from __future__ import annotations
@@ -56,7 +63,7 @@ import pandas as pd
 
 from claimbench.engine.config import MIN_TOKEN_BUCKET
 from claimbench.engine.worker.buckets import bucket_pairs, seq_buckets, token_buckets
-from claimbench.lab import open_loop, service_rate
+from claimbench.lab import counterfactuals, open_loop, service_rate
 from claimbench.lab import tenant_runs as tr
 from claimbench.lab.bucket_policies import BucketPolicy, fit_histogram_buckets, geometric_buckets
 from claimbench.models.tokenizer import Tokenizer
@@ -84,6 +91,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "saturation_requests": 64,
     "ratios": [4.0, 2.0, 1.5],
     "histogram_buckets": [2, 4, 8],
+    "counterfactual": counterfactuals.NONE,
 }
 
 
@@ -181,7 +189,14 @@ def run(ctx: RunContext) -> None:
     policy's served policy_padding_pct (its programs and compiles beside), programs_used and
     compiles_while_serving."""
     params = ctx.merged(DEFAULT_PARAMS)
+    counterfactual = counterfactuals.chosen(params, ("one-bucket",))
     engine = ctx.engine(precompile=True, compile_cache=params["compile_cache"])
+    if counterfactual == "one-bucket":
+        budget = engine.config.max_num_batched_tokens
+        del engine  # its KV pool goes before the one-bucket engine's
+        engine = ctx.engine(
+            precompile=True, compile_cache=params["compile_cache"], token_buckets=(budget,)
+        )
     cfg, vocab = engine.config, engine.model_cfg.vocab_size
     pairs = bucket_pairs(cfg)
     ctx.record_analytic(
@@ -191,6 +206,7 @@ def run(ctx: RunContext) -> None:
         inputs={
             "token_buckets": list(token_buckets(cfg)),
             "seq_buckets": list(seq_buckets(cfg)),
+            "num_token_buckets": len(token_buckets(cfg)),
             "rule": "one program per (token, seq) bucket pair with seq <= token",
         },
     )
