@@ -17,6 +17,11 @@ Per trial and batch: the median full-batch decode step, its roofline, their rati
 MFU (useful FLOPs / step time / peak), labelled ``batch``. The claim's metrics per trial are
 the worst over the batches: ``step_over_roofline`` (the largest ratio) and ``mfu_pct`` (the
 largest MFU), since it says every batch up to 32 stays within 1.3x and under 10%.
+
+Counterfactual (``counterfactual``, lab/counterfactuals.py): ``one-bucket`` pads every step to
+the token budget (the engine's one token bucket), so a decode step of a few sequences
+computes a budget's worth of tokens and moves the same bytes: a step the weights' streaming no
+longer bounds.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.hardware.chips import get_chip
 from claimbench.hardware.decode_roofline import decode_bytes, weight_storage_bytes
 from claimbench.hardware.model_presets import shape_from_config
+from claimbench.lab import counterfactuals
 from claimbench.lab.engine_settings import EngineSettings
 from claimbench.lab.memory_probe import matmul_flops_per_s, stream_bytes_per_s
 from claimbench.lab.tenant_runs import reset_with
@@ -46,6 +52,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "prompt_len": 128,
     "output_len": 32,
     "engine": {},
+    "counterfactual": counterfactuals.NONE,
 }
 
 
@@ -125,8 +132,13 @@ def run(ctx: RunContext) -> None:
     _check(params)
     batches, prompt_len, output_len = params["batches"], params["prompt_len"], params["output_len"]
     max_batch = max(batches)
-    settings = engines(params, read_config(ctx.model_path), ctx.dtype).settings
-    engine = ctx.engine(precompile=True, **settings[""])
+    counterfactual = counterfactuals.chosen(params, ("one-bucket",))
+    options = engines(params, read_config(ctx.model_path), ctx.dtype).settings[""]
+    engine = ctx.engine(precompile=True, **options)
+    if counterfactual == "one-bucket":
+        budget = engine.config.max_num_batched_tokens
+        del engine  # its KV pool goes before the one-bucket engine's
+        engine = ctx.engine(precompile=True, token_buckets=(budget,), **options)
     config = engine.config
     if prompt_len + output_len > config.max_model_len:
         raise ValueError(

@@ -1,0 +1,29 @@
+"""decode-bandwidth-bound: step_over_roofline, with every step padded to the token budget
+(compute the byte roofline does not count), lands on the other side of its threshold."""
+
+from __future__ import annotations
+
+import pytest
+from counterfactual_helpers import assert_fails, metric_values
+from tenant_exp_helpers import run_tiny, write_checkpoint
+from test_exp_decode_bandwidth_bound import TINY
+
+CLAIM = "decode-bandwidth-bound"
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "model")
+
+
+def test_steps_padded_to_the_budget_are_far_from_the_byte_roofline(checkpoint):
+    ctx = run_tiny(CLAIM, checkpoint, trials=1, base=TINY | {"counterfactual": "one-bucket"})
+    steps = ctx.frames()["steps"]
+    assert set(steps["token_bucket"]) == {TINY["engine"]["max_num_batched_tokens"]}
+    frame = ctx.measurements_frame("run")
+    assert_fails(CLAIM, "step_over_roofline", metric_values(frame, "step_over_roofline"))
+
+
+def test_an_unknown_counterfactual_is_named(checkpoint):
+    with pytest.raises(ValueError, match="'no-kv'"):
+        run_tiny(CLAIM, checkpoint, trials=1, base=TINY | {"counterfactual": "no-kv"})
