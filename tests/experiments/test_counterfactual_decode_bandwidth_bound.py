@@ -16,6 +16,7 @@ def checkpoint(tmp_path_factory):
     return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "model")
 
 
+@pytest.mark.slow
 def test_steps_padded_to_the_budget_are_far_from_the_byte_roofline(checkpoint):
     ctx = run_tiny(CLAIM, checkpoint, trials=1, base=TINY | {"counterfactual": "one-bucket"})
     steps = ctx.frames()["steps"]
