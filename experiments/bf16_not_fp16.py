@@ -23,6 +23,11 @@ fit beside anything on a 32 GB chip. Per trial:
 
 Supporting metrics: every setting's perplexity (the reference's included), each engine's
 prompt tokens/s, both agreements, both decode throughputs.
+
+Counterfactual (``counterfactual``, lab/counterfactuals.py): ``bf16-destroyed``, the bf16
+engine serves a copy of the model whose every matrix holds two values per output channel
+(lab/destructive_quantizers.py: two_level_checkpoint); the fp16 engine and the float32
+reference are unchanged, so fp16 is far closer to the reference than that bf16.
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.harness.context import COMPILE_CACHE_DIR
+from claimbench.lab import counterfactuals
+from claimbench.lab.destructive_quantizers import two_level_checkpoint
 from claimbench.lab.engine_settings import EngineSettings
 from claimbench.lab.f32_reference import reference_pass
 from claimbench.lab.interleaved_arms import interleaved_trials
@@ -53,6 +61,7 @@ DEFAULT_PARAMS: dict[str, Any] = QUALITY_DEFAULTS | {
     "decode_batch": 8,
     "decode_prompt_len": 32,
     "decode_tokens": 64,
+    "counterfactual": counterfactuals.NONE,
 }
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # the engines; float32 is the reference
 
@@ -105,6 +114,10 @@ def run(ctx: RunContext) -> None:
     for trial, ref in enumerate(reference):
         ctx.record("perplexity", ref.perplexity, trial=trial, setting="f32")
     options = engines(params, None, ctx.dtype).settings
+    if counterfactuals.chosen(params, ("bf16-destroyed",)) == "bf16-destroyed":
+        # In the compile cache, kept by content: provenance hashes it after the run.
+        destroyed = two_level_checkpoint(ctx.model_path, COMPILE_CACHE_DIR / "two-level-models")
+        options["bf16"] = options["bf16"] | {"model_path": destroyed}
     batch, prompt_len = params["decode_batch"], params["decode_prompt_len"]
 
     def warm(setting: str, engine: LLMEngine) -> None:
