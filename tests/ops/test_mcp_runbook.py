@@ -22,6 +22,8 @@ def copy_project(dest: Path) -> Path:
     dest.mkdir(parents=True)
     shutil.copy(REPO / "claims.yaml", dest / "claims.yaml")
     shutil.copytree(REPO / "experiments", dest / "experiments")
+    # The commit its runs record, as an exported tree carries it: a run without one is not scored.
+    (dest / "SOURCE_COMMIT").write_text("c0ffee" + "0" * 34 + "\n")
     return dest
 
 
