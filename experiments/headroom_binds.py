@@ -24,10 +24,15 @@ Both are measured in every trial, on that trial's own sweep. The recorded ratio 
 exhaustion; each level's throughput and minimum KV headroom (free pages / usable pages) are
 recorded too, labelled with the concurrency.
 
-Counterfactual (``counterfactual``, lab/counterfactuals.py): ``kv-elastic``, the engine serves
-with a pool ``ELASTIC_POOL`` times the registered one, so KV never binds within the sweep,
-while exhaustion is still read against the registered pool: the first level at which the
-pages in use exceed its usable pages (where it would have stalled or preempted).
+Counterfactuals (``counterfactual``, lab/counterfactuals.py): ``kv-elastic``, the engine
+serves with a pool ``ELASTIC_POOL`` times the registered one, so KV never binds within the
+sweep, while exhaustion is still read against the registered pool: the first level at which
+the pages in use exceed its usable pages (where it would have stalled or preempted); and
+``compute-bound``, every step takes ``COMPUTE_BOUND_S_PER_TOKEN`` longer per token it
+scheduled (the closed loop waits that long after it), so a step's time grows with its batch as
+a compute-bound device's does, batching buys nothing, and throughput stops rising long
+before the pool runs out (admission, and so exhaustion, is unchanged). Its wait dwarfs a CPU
+step of the tests' tiny sizes; at the profiles' sizes it would take hours.
 """
 
 from __future__ import annotations
@@ -61,11 +66,15 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "prompt_len": {"kind": "lognormal", "mean": 96, "sigma": 0.8, "lo": 4, "hi": 256},
     "output_len": {"kind": "lognormal", "mean": 48, "sigma": 0.8, "lo": 4, "hi": 128},
     "engine": {},
+    # Seconds the closed loop waits after every step (0: none). A test's stand-in for a device
+    # whose step time does not depend on its batch, so its throughput is not a busy host's noise.
+    "step_wait_s": 0.0,
     "counterfactual": counterfactuals.NONE,
 }
 LENGTHS = ("prompt_len", "output_len")
-COUNTERFACTUALS = ("kv-elastic",)
+COUNTERFACTUALS = ("kv-elastic", "compute-bound")
 ELASTIC_POOL = 4  # kv-elastic's pool over the registered one: beyond the sweep's 2x levels
+COMPUTE_BOUND_S_PER_TOKEN = 0.05  # compute-bound's added step time per scheduled token
 
 
 @dataclass(frozen=True)
@@ -124,11 +133,15 @@ def closed_loop(
     requests: list[WorkloadRequest],
     concurrency: int,
     registered_pages: int | None = None,
+    s_per_token: float = 0.0,
+    step_wait_s: float = 0.0,
 ) -> Level:
     """Keep ``concurrency`` of ``requests`` in flight until all are submitted, then drain.
 
     ``registered_pages`` (kv-elastic): the engine's pool is larger than the registered one,
-    whose exhaustion is then counted as the steps that held more than its usable pages."""
+    whose exhaustion is then counted as the steps that held more than its usable pages.
+    ``s_per_token`` (compute-bound): seconds waited after each step per token it scheduled;
+    ``step_wait_s``: seconds waited after every step besides."""
     engine.reset()
     token_times: list[float] = []
     in_flight = submitted = stalls = 0
@@ -143,7 +156,11 @@ def closed_loop(
             if submitted == len(requests):
                 window_end = time.perf_counter()
         stalls += kv_stalled(engine)
-        for event in engine.step():
+        events = engine.step()
+        if (s_per_token or step_wait_s) and engine.step_records:
+            num_tokens = engine.step_records[-1].num_scheduled_tokens
+            time.sleep(step_wait_s + s_per_token * num_tokens)
+        for event in events:
             if isinstance(event, TokenEvent):
                 token_times.append(event.time_s)
             elif isinstance(event, FinishEvent):
@@ -176,6 +193,9 @@ def knee_and_exhaustion(levels: list[Level], knee_fraction: float) -> tuple[int,
 
 
 def _check(params: dict[str, Any]) -> None:
+    wait = params["step_wait_s"]
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait < 1:
+        raise ValueError(f"param step_wait_s must be a number of seconds in [0, 1), got {wait!r}")
     levels = params["kv_fit_levels"]
     if (
         not isinstance(levels, list)
@@ -222,6 +242,8 @@ def run(ctx: RunContext) -> None:
     params = ctx.merged(DEFAULT_PARAMS)
     _check(params)
     engine, levels_n, registered_pages = sweep_levels(ctx, params)
+    compute_bound = counterfactuals.chosen(params, COUNTERFACTUALS) == "compute-bound"
+    s_per_token = COMPUTE_BOUND_S_PER_TOKEN if compute_bound else 0.0
     num_requests = levels_n[-1] * (1 + params["requests_per_slot"])
     for trial in range(ctx.trials):
         stream = draw_requests(
@@ -234,7 +256,12 @@ def run(ctx: RunContext) -> None:
         levels = []
         for n in levels_n:
             level = closed_loop(
-                engine, stream[: n * (1 + params["requests_per_slot"])], n, registered_pages
+                engine,
+                stream[: n * (1 + params["requests_per_slot"])],
+                n,
+                registered_pages,
+                s_per_token,
+                params["step_wait_s"],
             )
             levels.append(level)
             ctx.save_frames(steps=engine.steps_frame(), concurrency=n, trial=trial)

@@ -13,6 +13,8 @@ PARAMS = FIXED | {
     "kv_fit_levels": [0.5, 1.0, 2.0, 2.5],
     "output_len": {"kind": "fixed", "value": 48},
     "counterfactual": "kv-elastic",
+    # Every step 30 ms longer, whatever its batch: throughput follows the batch, not the host.
+    "step_wait_s": 0.03,
 }
 
 
@@ -24,3 +26,14 @@ def test_kv_elastic_puts_the_knee_past_the_registered_pools_exhaustion():
     assert metric_values(frame, "kv_exhaustion_concurrency") == [2]
     values = metric_values(frame, "knee_over_kv_exhaustion")
     assert_fails_op(CLAIM, "knee_over_kv_exhaustion", "<=", values)
+
+
+@pytest.mark.slow
+def test_compute_bound_steps_put_the_knee_well_before_exhaustion():
+    # FIXED's 1, 2, 4 and 8 in flight; the pool runs out at 8 as in the registered design.
+    ctx = _ctx(FIXED | {"counterfactual": "compute-bound"}, trials=1)
+    _experiment().run(ctx)
+    frame = ctx.measurements_frame("run")
+    assert metric_values(frame, "kv_exhaustion_concurrency") == [8]
+    values = metric_values(frame, "knee_over_kv_exhaustion")
+    assert_fails_op(CLAIM, "knee_over_kv_exhaustion", ">=", values)

@@ -113,3 +113,8 @@ def test_bad_params():
         _experiment().run(_ctx(FIXED | {"kv_fit_levels": [0.8, 0.4]}, trials=1))
     with pytest.raises(ValueError, match=r"unknown param\(s\) \['concurrencies'\]"):
         _experiment().run(_ctx(FIXED | {"concurrencies": [1, 2]}, trials=1))
+
+
+def test_step_wait_is_checked():
+    with pytest.raises(ValueError, match="step_wait_s must be a number of seconds in"):
+        _experiment().run(_ctx(FIXED | {"step_wait_s": -1.0}, trials=1))
