@@ -71,6 +71,7 @@ import pandas as pd
 
 from claimbench.engine.sched.ladder import as_ladder
 from claimbench.engine.sched.tenants import Tenant
+from claimbench.harness import evidence_rules
 from claimbench.lab import counterfactuals, open_loop, service_rate
 from claimbench.lab import tenant_runs as tr
 from claimbench.site import tenant_charts
@@ -324,6 +325,17 @@ def run(ctx: RunContext) -> None:
             **ladder_labels(served["ladder"], len(ladder)),
             **labels,
         )
+        # The counts behind the share (premium requests within their SLO, premium requests), so
+        # scoring pools them over trials.
+        is_premium = served["ladder"].requests["tenant"] == PREMIUM
+        num_premium = int(is_premium.sum())
+        num_within = round(attainment["ladder"][PREMIUM] * num_premium / 100.0)
+        for metric, count in zip(
+            evidence_rules.count_metrics("premium_slo_attainment_pct"),
+            (num_within, num_premium),
+            strict=True,
+        ):
+            ctx.record(metric, count, trial=trial, unit="count")
         ctx.record(
             "tiers_meeting_slo_without",
             float(len(meeting["none"])),

@@ -109,6 +109,12 @@ def test_tiny_run_serves_the_same_requests_with_the_ladder_and_without(tmp_path)
             .query("metric == 'premium_slo_attainment_pct' and trial == @trial")["value"]
             .item()
         )
+        # The counts behind it: premium requests within their SLO out of premium requests.
+        counts = frame[frame["trial"] == trial].set_index("metric")["value"]
+        within = counts["premium_slo_attainment_pct_successes"]
+        total = counts["premium_slo_attainment_pct_total"]
+        assert total == is_premium.sum() > 0
+        assert 100 * within / total == pytest.approx(counts["premium_slo_attainment_pct"])
         # Without: the tiers whose attainment reached their target, and only those.
         tiers = experiment(CLAIM).DEFAULT_PARAMS["tiers"]
         attained = without[trial]["attainment_none_pct"]
