@@ -75,6 +75,9 @@ KNOBS: dict[str, Knob] = {
         True, "build step N+1 while step N runs on the device (default: on for CPU only)"
     ),
     "early_exit_threshold": Knob(False, "early exit: exit heads and their threshold compiled in"),
+    "batch_invariant": Knob(
+        False, "batch-invariant matmuls and attention: a request's bits ignore its batch (CPU)"
+    ),
     "token_buckets": Knob(False, "token counts steps are padded to: one compiled step each"),
 }
 # Fields only the host reads: LLMEngine.reset may switch them without recompiling.
@@ -102,9 +105,14 @@ class ModelOptions:
     # Early exit (models/early_exit.py): a decode token leaves at the first exit head whose
     # confidence reaches this; None = off. Needs exit heads beside the model (train-exits).
     early_exit_threshold: float | None = None
+    # Batch-invariant kernels (models/packed.py, docs/serving.md): a request's greedy tokens
+    # and log-probs are the same bits whatever else its steps hold. CPU ("cpu" backend) only.
+    batch_invariant: bool = False
 
     def __post_init__(self) -> None:
         _one_of("dtype", self.dtype, DTYPES)
+        if not isinstance(self.batch_invariant, bool):
+            raise ValueError(f"batch_invariant must be a bool, got {self.batch_invariant!r}")
         _one_of("weights", self.weights, WEIGHT_FORMATS)
         _one_of("attention_backend", self.attention_backend, BACKENDS)
         threshold = self.early_exit_threshold
@@ -310,6 +318,30 @@ class EngineConfig:
             raise ValueError(
                 f"early_exit_threshold needs tp=1 and speculative='none', "
                 f"got tp={self.tp}, speculative={self.speculative!r}"
+            )
+
+        if self.batch_invariant:
+            self._check_batch_invariant()
+
+    def _check_batch_invariant(self) -> None:
+        # What the invariant path covers: one device's packed float matmuls and the native
+        # attention. Quantized weights, split weights, drafts and exit heads are not on it.
+        if self.attention_backend not in ("auto", "cpu"):
+            raise ValueError(
+                f"batch_invariant needs attention_backend 'cpu' (or 'auto' on a CPU), "
+                f"got {self.attention_backend!r}"
+            )
+        others = {
+            "weights": (self.weights, "bf16"),
+            "tp": (self.tp, 1),
+            "speculative": (self.speculative, "none"),
+            "early_exit_threshold": (self.early_exit_threshold, None),
+        }
+        wrong = {name: got for name, (got, want) in others.items() if got != want}
+        if wrong:
+            raise ValueError(
+                "batch_invariant needs weights='bf16', tp=1, speculative='none' and "
+                f"early_exit_threshold=None, got {wrong}"
             )
 
     def flat(self) -> dict[str, Any]:

@@ -230,7 +230,9 @@ class ModelRunner:
         # XLA's dot (models/packed.py). One device only: packed weights are not split.
         self.dense = "xla"
         if backend == "cpu" and (self.tp is None or self.tp.tp == 1):
-            self.dense = dense_path(model)
+            self.dense = dense_path(model, batch_invariant=cfg.batch_invariant)
+        elif cfg.batch_invariant:  # XLA's and Pallas's tiling follow the step's shapes
+            raise ValueError(f"batch_invariant needs the 'cpu' attention backend, got {backend!r}")
         if self.dense == "native":
             model = pack_model(model)
         graphdef, state = nnx.split(model)
