@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from claimbench.harness import evidence_rules, intervals
+from claimbench.harness import confseq, evidence_rules, intervals
 from claimbench.harness.claims import Condition
 from claimbench.harness.evidence_rules import ANALYTIC
 from claimbench.ledger.run_info import format_params
@@ -193,9 +193,12 @@ def score_condition(
     profile: str,
     run_id: str | None = None,
     num_params: int | None = None,
+    sequential: bool = False,
 ) -> ConditionScore:
     """Score ``condition`` on ``rows`` (one run's usable measurements of one ``evidence``
-    class, from a model of ``num_params`` parameters when known)."""
+    class, from a model of ``num_params`` parameters when known). ``sequential``: the run
+    chose its trial count by looking at its evidence (run --until-decided), so its intervals
+    are the confidence sequences it stopped on (harness/confseq.py), not fixed-n ones."""
     series = trial_series(rows, condition.metric)
     values = series.to_numpy(dtype=np.float64)
     unit = _unit(rows, condition.metric)
@@ -205,10 +208,14 @@ def score_condition(
         return _analytic_score(condition, values, unit, run_id)
     need = evidence_rules.min_trials(condition.metric, unit, profile)
     share = intervals.is_share(condition.metric, unit, values)
-    interval = intervals.estimate_interval(values, unit, share=share)
+    if sequential:
+        interval = confseq.sequence_interval(values, unit, share=share)
+    else:
+        interval = intervals.estimate_interval(values, unit, share=share)
     counts = pooled_counts(rows, condition.metric, series.index) if share else None
     if counts is not None and values.size > 1:
-        interval = intervals.pooled_share_interval(*counts, intervals.SHARE_SCALE[unit])
+        pooled = confseq.pooled_share_sequence if sequential else intervals.pooled_share_interval
+        interval = pooled(*counts, intervals.SHARE_SCALE[unit])
     controls: tuple[float | None, ...] = ()
     if is_never_condition(condition):
         control = trial_series(rows, evidence_rules.control_metric(condition.metric))

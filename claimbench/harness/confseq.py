@@ -40,6 +40,8 @@ import math
 import numpy as np
 from scipy import special
 
+from claimbench.harness.intervals import SHARE_SCALE, Interval, is_ratio
+
 CONFIDENCE_LEVEL = 0.95
 G_MIXTURE = 2.0  # prior variance of the standardised effect in the Gaussian mixture
 BETA_PRIOR = 0.5  # Beta(a, a) mixture over the share (Jeffreys)
@@ -129,3 +131,34 @@ def share_cs(
         return inside
 
     return edge(share, 0.0), edge(share, 1.0)
+
+
+def sequence_interval(values: np.ndarray, unit: str = "", *, share: bool = False) -> Interval:
+    """The confidence sequence of a sequential run's per-trial ``values`` f64[n], the analogue
+    of intervals.estimate_interval: ratios on their logs ("log-cs"), shares cut at their bounds
+    ("cs-bounded"), anything else as it is ("cs"); one value or a constant has none."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 1 or values.size == 0:
+        raise ValueError(f"values must be a non-empty 1-D array, got shape {values.shape}")
+    if values.size == 1:
+        return Interval(float(values[0]), None, None, "single")
+    if np.ptp(values) == 0:
+        return Interval(float(values[0]), None, None, "constant")
+    if share:
+        centre, lo, hi = t_cs(values)
+        scale = SHARE_SCALE[unit]
+        return Interval(centre, max(lo, 0.0), min(hi, scale), "cs-bounded")
+    if is_ratio(unit, values):
+        centre, lo, hi = t_cs(np.log(values))
+        return Interval(math.exp(centre), math.exp(lo), math.exp(hi), "log-cs")
+    centre, lo, hi = t_cs(values)
+    return Interval(centre, lo, hi, "cs")
+
+
+def pooled_share_sequence(successes: int, total: int, scale: float) -> Interval:
+    """A share of a whole worth ``scale`` from counts pooled over a sequential run's trials:
+    the proportion and its beta-binomial confidence sequence."""
+    if total < 1:
+        raise ValueError(f"need total >= 1, got {total}")
+    lo, hi = share_cs(successes, total)
+    return Interval(successes / total * scale, lo * scale, hi * scale, "beta-binomial-cs")

@@ -37,8 +37,21 @@ from scipy import special, stats
 
 CONFIDENCE_LEVEL = 0.95
 RATIO_UNIT = "x"
-# never: condition_scores.is_never_condition
-METHODS = ("t", "log-t", "logit-t", "t-bounded", "clopper-pearson", "constant", "single", "never")
+# never: condition_scores.is_never_condition; the *cs methods: a sequential run (confseq.py)
+METHODS = (
+    "t",
+    "log-t",
+    "logit-t",
+    "t-bounded",
+    "clopper-pearson",
+    "constant",
+    "single",
+    "never",
+    "cs",
+    "log-cs",
+    "cs-bounded",
+    "beta-binomial-cs",
+)
 SHARE_SCALE = {"share": 1.0, "%": 100.0}  # a share's unit -> the value of the whole
 # Words in a "%" metric's name that make it a share of a whole rather than a change.
 SHARE_WORDS = (

@@ -30,6 +30,7 @@ from claimbench.harness.claims import PROFILES, Claim
 from claimbench.harness.design import design_of, source_root_of
 from claimbench.harness.evidence_rules import ANALYTIC, MEASURED
 from claimbench.harness.registry import experiment_path
+from claimbench.harness.stopping import SEQUENTIAL, STOP_REASONS
 
 EARLIER_PREDICTION = "measured against an earlier prediction"
 EARLIER_DESIGN = "measured with an earlier design"
@@ -110,6 +111,18 @@ def _model_gaps(model: Any, label: str) -> list[str]:
     return gaps
 
 
+def _is_stopping_record(stopping: Any, trials: Any) -> bool:
+    """Whether a sequential run's ``stopping`` record is whole: its rule, why it stopped, and
+    the trials it ran, the run's own count (the scorer picks its intervals by it)."""
+    return (
+        isinstance(stopping, dict)
+        and stopping.get("rule") == SEQUENTIAL
+        and stopping.get("reason") in STOP_REASONS
+        and isinstance(stopping.get("num_trials"), int)
+        and stopping.get("num_trials") == trials
+    )
+
+
 def provenance_gaps(meta: dict[str, Any], evidence: str | None = None) -> list[str]:
     """The provenance fields the scorer relies on that ``meta`` lacks or holds in the wrong
     form ([] when complete). ``evidence``: the class being scored (a measured class must be
@@ -134,6 +147,8 @@ def provenance_gaps(meta: dict[str, Any], evidence: str | None = None) -> list[s
         gaps.append(f"hardware class ({platform} run holding {evidence} evidence)")
     if meta.get("model") is not None:
         gaps.extend(_model_gaps(meta["model"], "model"))
+    if "stopping" in meta and not _is_stopping_record(meta["stopping"], meta.get("trials")):
+        gaps.append("stopping rule")
     others = meta.get("other_models")
     if others is not None:
         if not isinstance(others, list):

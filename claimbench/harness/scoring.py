@@ -225,6 +225,7 @@ def score_run(
                     profile=info.profile,
                     run_id=info.run_id,
                     num_params=info.model_params,
+                    sequential=info.sequential,
                 )
             )
     conditions = tuple(scores)

@@ -31,6 +31,14 @@ class RunInfo:
     model_params: int | None  # parameters stored in the model's weight files
     git_sha: str | None
     prediction_hash: str | None
+    # The stopping rule when the run chose its trial count by its evidence (run
+    # --until-decided), else None: a fixed count. harness/run_checks refuses a malformed one.
+    stopping_rule: str | None = None
+    stop_reason: str | None = None
+
+    @property
+    def sequential(self) -> bool:
+        return self.stopping_rule is not None
 
     @property
     def date(self) -> str:
@@ -74,7 +82,16 @@ class RunInfo:
             model_params=_num_params(meta.get("model")),
             git_sha=str(git["sha"])[:10] if git.get("sha") else None,
             prediction_hash=str(meta["prediction_hash"]) if meta.get("prediction_hash") else None,
+            stopping_rule=_stopping(meta, "rule"),
+            stop_reason=_stopping(meta, "reason"),
         )
+
+
+def _stopping(meta: dict[str, Any], key: str) -> str | None:
+    stopping = meta.get("stopping")
+    if not isinstance(stopping, dict):
+        return None
+    return str(stopping[key]) if stopping.get(key) else None
 
 
 def format_params(count: int) -> str:
