@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import math
+import numbers
 import secrets
 import time
 from collections.abc import Sequence
@@ -108,6 +110,8 @@ class LLMEngine:
 
         The new block manager and scheduler are built before anything is swapped, so a config
         they reject (guaranteed pages above the pool, say) leaves the engine as it was."""
+        if config is not None and not isinstance(config, EngineConfig):
+            raise ValueError(f"config must be an EngineConfig or None, got {type(config)}")
         config = config or self.config
         now = self.config.flat()
         changed = [
@@ -151,6 +155,7 @@ class LLMEngine:
         registered or charged, so a caller's bad input leaves no state behind."""
         sampling = SamplingParams() if sampling is None else sampling
         token_ids = self._check_request(prompt, sampling, tenant, priority, cache_salt)
+        arrival_time = _check_arrival_time(arrival_time)
         seq_no = next(self._seq_no)
         now = time.perf_counter()
         seed = sampling.seed
@@ -194,7 +199,7 @@ class LLMEngine:
         """The RejectEvent a request was refused with at ``add_request`` (reason, kind and
         retry-after), or None if it was admitted: a server answers the caller at once with
         it. ValueError for an unknown (or forgotten) id."""
-        request = self.requests.get(request_id)
+        request = self.requests.get(_check_id(request_id))
         if request is None:
             raise ValueError(f"no request {request_id!r} in this engine")
         return request.rejection
@@ -214,6 +219,9 @@ class LLMEngine:
             raise ValueError(f"tenant must be a non-empty string, got {tenant!r}")
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise ValueError(f"priority must be an integer tier, got {priority!r}")
+        if not -(2**31) <= priority < 2**31:
+            # Orderings do arithmetic on it (priority-aging: arrival + priority * aging_s).
+            raise ValueError(f"priority must fit an int32, got {priority}")
         if cache_salt is not None and not isinstance(cache_salt, str):
             raise ValueError(f"cache_salt must be a string or None, got {cache_salt!r}")
         if isinstance(prompt, str):
@@ -234,8 +242,11 @@ class LLMEngine:
 
     def abort(self, request_id: str, reason: str = "abort") -> None:
         """Stop a request now and free its pages (no-op if it already finished); its
-        FinishEvent comes with the next ``step()``. ValueError for an unknown id."""
-        request = self.requests.get(request_id)
+        FinishEvent comes with the next ``step()``. ValueError for an unknown id or a reason
+        that is not a non-empty string."""
+        if not isinstance(reason, str) or not reason:
+            raise ValueError(f"abort reason must be a non-empty string, got {reason!r}")
+        request = self.requests.get(_check_id(request_id))
         if request is None:
             raise ValueError(f"no request {request_id!r} in this engine")
         if request.is_finished:
@@ -270,7 +281,7 @@ class LLMEngine:
         """Drop a finished request whose events were delivered, so a long-running server's
         memory stays bounded (experiments keep theirs for requests_frame). ValueError for an
         unknown or unfinished request, or one with an event still to come."""
-        request = self.requests.get(request_id)
+        request = self.requests.get(_check_id(request_id))
         if request is None or not request.is_finished:
             raise ValueError(f"request {request_id!r} is not a finished request of this engine")
         if any(e.request_id == request_id for e in self._pending):
@@ -280,8 +291,8 @@ class LLMEngine:
     def trim_step_records(self, keep: int) -> None:
         """Keep only the last ``keep`` step records (and the service history beside them):
         a server's bound on memory. Step numbers keep counting from the first step."""
-        if keep < 0:
-            raise ValueError(f"keep must be >= 0, got {keep}")
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+            raise ValueError(f"keep must be an integer >= 0, got {keep!r}")
         num_dropped = len(self.step_records) - keep
         if num_dropped > 0:
             del self.step_records[:num_dropped]
@@ -552,3 +563,27 @@ class LLMEngine:
     def steps_frame(self) -> pd.DataFrame:
         """One row per step; the tenants' cumulative service columns (fairness.py) beside."""
         return steps_frame(self.step_records).join(self.scheduler.service.columns())
+
+
+def _check_id(request_id: object) -> str:
+    """``request_id`` if it is a string (ids are "req-N"); ValueError naming it otherwise."""
+    if not isinstance(request_id, str):
+        raise ValueError(f"request id must be a string, got {request_id!r}")
+    return request_id
+
+
+def _check_arrival_time(arrival_time: object) -> float | None:
+    """A finite number of perf_counter seconds, or None (now). The orderings sort by it and
+    the token buckets refill by it: a string would make every step's sort raise, and NaN
+    would compare false everywhere (a bucket at NaN refuses nothing)."""
+    if arrival_time is None:
+        return None
+    if isinstance(arrival_time, bool) or not isinstance(arrival_time, numbers.Real):
+        raise ValueError(f"arrival_time must be a number of seconds, got {arrival_time!r}")
+    try:
+        seconds = float(arrival_time)
+    except OverflowError:
+        seconds = math.inf  # an integer past float range
+    if not math.isfinite(seconds):
+        raise ValueError(f"arrival_time must be finite, got {arrival_time!r}")
+    return seconds

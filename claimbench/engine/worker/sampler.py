@@ -45,7 +45,7 @@ class SamplingParams:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Real):
                 raise ValueError(f"{name} must be a number, got {value!r}")
-            if not math.isfinite(value):
+            if not math.isfinite(_as_float(value)):
                 raise ValueError(f"{name} must be finite, got {value!r}")
         for name in ("ignore_eos", "logprobs", "prompt_logprobs"):
             if not isinstance(getattr(self, name), bool):
@@ -74,6 +74,14 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature < MIN_TEMPERATURE
+
+
+def _as_float(value: numbers.Real) -> float:
+    """``value`` as a float; an integer past float range is infinite (float() would raise)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 def _require_int(name: str, value: object) -> None:
