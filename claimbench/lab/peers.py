@@ -12,12 +12,12 @@ hardware class (``headline``).
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-from claimbench.platform.files import replace_text
 
 PEERS_SUBDIR = "peers"
 MEASURED = "measured"
@@ -58,15 +58,25 @@ def store_peer(results_dir: Path, record: dict[str, Any]) -> Path:
     folder = results_dir / PEERS_SUBDIR
     folder.mkdir(parents=True, exist_ok=True)
     stamp = datetime.fromisoformat(record["time"]).astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
-    # A counter, so records of one second sort in the order they were written.
-    for n in range(100):
-        path = folder / f"{stamp}-{record['peer']}-{n:02d}.json"
-        if not path.exists():
-            break
-    else:
+    # A counter, so records of one second sort in the order they were written. The whole record
+    # is written to a temporary file first and then linked to its name, which fails if the
+    # name is taken: two writers of the same second (two runners) each get their own name.
+    text = json.dumps(record, indent=2, sort_keys=True, default=str)
+    fd, tmp = tempfile.mkstemp(prefix=".peer-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        for n in range(100):
+            path = folder / f"{stamp}-{record['peer']}-{n:02d}.json"
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                continue
+            return path
         raise FileExistsError(f"100 peer records named {stamp}-{record['peer']} already")
-    replace_text(path, json.dumps(record, indent=2, sort_keys=True, default=str))
-    return path
+    finally:
+        os.unlink(tmp)
 
 
 def read_peers(results_dir: Path) -> list[dict[str, Any]]:

@@ -145,3 +145,16 @@ def test_a_cpu_row_says_where_vllms_model_threads_ran(project: Path) -> None:
     assert "vLLM on cores 0,1, as ours" in index_with(project, [older, matched])
     (tpu,) = peers.headline([measured(TPU, 800.0, 1000.0, 2)])
     assert tpu.peer_cores == ""
+
+
+def test_writers_of_one_second_never_take_each_others_name(tmp_path, monkeypatch):
+    # Another runner may write between a writer's look at a name and its write: the writer
+    # must not trust the look. Every look here says "free"; each record still gets its own
+    # file and none is overwritten.
+    monkeypatch.setattr(Path, "exists", lambda self: False)
+    record = {"time": "2026-12-06T05:00:00+00:00", "peer": "vllm", "status": "not-measured"}
+    names = [peers.store_peer(tmp_path, {**record, "n": i}) for i in range(5)]
+    assert len(set(names)) == 5
+    stored = sorted(json.loads(p.read_text())["n"] for p in (tmp_path / "peers").glob("*.json"))
+    assert stored == list(range(5))
+    assert not list((tmp_path / "peers").glob(".peer-*"))
