@@ -43,7 +43,7 @@ BENCH_DIR = "bench"
 # checked here first, so its own message never reaches the user).
 ENGINE_FLAGS = option_flags(
     ("kv_dtype", "kv_scale", "weights", "max_num_seqs", "max_num_batched_tokens")
-    + ("num_spec_tokens", "speculative", "tp")
+    + ("num_spec_tokens", "speculative", "tp", "batch_invariant")
 )
 
 
@@ -120,6 +120,10 @@ def bench(
     slo_tpot_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TPOT (ms).")] = None,
     slo_e2el_ms: Annotated[float | None, typer.Option(help="Goodput SLO on E2EL (ms).")] = None,
     tp: TPOption = 1,
+    batch_invariant: Annotated[
+        bool,
+        typer.Option(help="Batch-invariant kernels: a request's bits ignore its batch (CPU)."),
+    ] = False,
 ) -> None:
     """Serve a Poisson/gamma workload of held-out prompts and summarize it.
 
@@ -148,6 +152,7 @@ def bench(
         num_spec_tokens=num_spec_tokens,
         draft_model_path=draft_model,
         tp=tp,
+        batch_invariant=batch_invariant,
     )
     try:
         config = bench_engine_config(path, opts.dtype, workload, kv_pool_mb, **engine_options)

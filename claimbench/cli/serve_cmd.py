@@ -39,6 +39,10 @@ def serve(
     kv_pool_mb: Annotated[float, typer.Option(help="KV cache pool in MiB.")] = 256.0,
     kv_dtype: Annotated[str, typer.Option(help="auto | bf16 | f32 | int8 | fp8.")] = "auto",
     weights: Annotated[str, typer.Option(help="Weights: bf16 (none) | int8 | fp8.")] = "bf16",
+    batch_invariant: Annotated[
+        bool,
+        typer.Option(help="Batch-invariant kernels: a request's bits ignore its batch (CPU)."),
+    ] = False,
     scheduling_policy: Annotated[
         str, typer.Option(help="fcfs | priority | priority-aging | vtc | wvtc.")
     ] = "fcfs",
@@ -126,6 +130,7 @@ def serve(
     engine = dict(dtype=opts.dtype, kv_dtype=kv_dtype, weights=weights, max_model_len=max_model_len)
     engine |= dict(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
     engine |= dict(scheduling_policy=scheduling_policy, victim_policy=victim_policy)
+    engine |= dict(batch_invariant=batch_invariant)
     if compile_cache:
         from claimbench.harness.context import COMPILE_CACHE_DIR
 
