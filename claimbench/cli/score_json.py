@@ -133,6 +133,20 @@ def score_dict(root: Path, score: scoring.ClaimScore) -> dict[str, Any]:
         "indicative_reason": deciding.indicative_reason(score) or None,
         "warnings": list(score.trend_warnings),
         "what_decides": _deciding_dict(deciding.what_decides(score.claim)),
+        "trials_needed": [
+            {
+                "metric": t.metric,
+                "num_trials": t.num_trials,
+                "estimate": t.estimate,
+                "threshold": t.threshold,
+                "sd": t.sd,
+                "log_space": t.log_space,
+                "trials_in_all": t.needed,
+                "too_close_to_call": t.too_close,
+                "calculation": t.describe(),
+            }
+            for t in deciding.trials_needed(score)
+        ],
     }
 
 

@@ -8,8 +8,12 @@ would produce such a run, so an undecided claim says what it is waiting for.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import numpy as np
+
+from claimbench.harness import stopping
 from claimbench.harness.claims import Claim
 from claimbench.harness.evidence_rules import IN_SCOPE, MEASURED, MODEL_CLASSES
 from claimbench.harness.scoring import ClaimScore
@@ -57,3 +61,68 @@ def indicative_reason(score: ClaimScore) -> str:
         return f"{shown} evidence, {INDICATIVE_OUT_OF_SCOPE} ({score.claim.scope})"
     notes = [cs.scope_note for cs in score.conditions if not cs.in_scope and cs.scope_note]
     return notes[0] if notes else INDICATIVE_OUT_OF_SCOPE
+
+
+AFFORDABLE_TRIALS = 100  # past this many trials in all, a condition is "too close to call"
+
+
+@dataclass(frozen=True)
+class TrialsNeeded:
+    """About how many trials would decide an unclear condition, were its estimate and spread
+    to stay as observed: the least n whose confidence sequence clears the threshold."""
+
+    metric: str
+    num_trials: int  # trials in the scored run
+    estimate: float  # on the scale the interval works in (the logs for a ratio)
+    threshold: float  # on that scale
+    sd: float  # the trial values' standard deviation, on that scale
+    needed: int | None  # trials in all; None: none up to 10,000 would
+    log_space: bool
+
+    @property
+    def too_close(self) -> bool:
+        return self.needed is None or self.needed > AFFORDABLE_TRIALS
+
+    def describe(self) -> str:
+        """The estimate, the calculation and its answer in one sentence."""
+        space = "log " if self.log_space else ""
+        gap = abs(self.estimate - self.threshold)
+        calc = (
+            f"{space}estimate {self.estimate:.4g} against {space}threshold "
+            f"{self.threshold:.4g} (gap {gap:.3g}), trial sd {self.sd:.3g} over "
+            f"{self.num_trials} trials; a confidence sequence clears the gap once "
+            "c_n * sd / sqrt(n) < gap"
+        )
+        if self.too_close:
+            return (
+                f"{self.metric}: {calc}, which takes more than {AFFORDABLE_TRIALS} trials: "
+                "too close to call at this precision"
+            )
+        more = max(self.needed - self.num_trials, 0)
+        return f"{self.metric}: {calc}, at n = {self.needed}: about {more} more trial(s)"
+
+
+def trials_needed(score: ClaimScore) -> tuple[TrialsNeeded, ...]:
+    """For each in-scope measured condition an inconclusive claim's scored run leaves unclear,
+    about how many trials would decide it (stopping.trials_to_decide)."""
+    if score.verdict != "inconclusive":
+        return ()
+    needs = []
+    for cs in score.conditions:
+        if cs.status != "unclear" or not cs.in_scope or cs.condition.basis != "measured":
+            continue
+        values = np.asarray(cs.trial_values, dtype=np.float64)
+        if values.size < 2:
+            continue
+        threshold = cs.condition.value
+        log_space = cs.method in ("log-t", "log-cs") and threshold > 0
+        if log_space:
+            values, threshold = np.log(values), math.log(threshold)
+        estimate, sd = float(values.mean()), float(values.std(ddof=1))
+        needed = stopping.trials_to_decide(estimate, sd, values.size, threshold)
+        needs.append(
+            TrialsNeeded(
+                cs.condition.metric, values.size, estimate, threshold, sd, needed, log_space
+            )
+        )
+    return tuple(needs)

@@ -126,6 +126,7 @@ def _claim_row(
         "indicative": score.verdict == "indicative-only",
         "indicative_reason": deciding.indicative_reason(score),
         "deciding": deciding.what_decides(score.claim),
+        "trials_needed": deciding.trials_needed(score),
         "group": group,
         "last_run": own[-1].meta.get("end") if own else None,
         "num_runs": len(own),
