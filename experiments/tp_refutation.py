@@ -20,8 +20,12 @@ term (hardware/roofline.py) for ``model`` at ``roofline_tp`` chips, ``batch`` se
 roofline_per_chip_throughput_ratio. No condition reads them; they say what the hardware
 physics predicts beside whatever was measured.
 
+Counterfactual (``counterfactual``, lab/counterfactuals.py): ``tp-off`` builds every arm's
+engine unsharded (tp = 1) while keeping its tp label, so the larger tp's arm gets no more
+devices and its latency cannot fall.
+
 Params: tps, batch, prompt_len, output_len, model, roofline_chips, roofline_tp,
-roofline_context, ``engine``.
+roofline_context, ``engine``, counterfactual.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.hardware.chips import get_chip
 from claimbench.hardware.model_presets import get_preset
 from claimbench.hardware.roofline import ServingSetup, decode_step
+from claimbench.lab import counterfactuals
 from claimbench.lab.engine_settings import EngineSettings
 
 if TYPE_CHECKING:
@@ -55,6 +60,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "roofline_tp": 4,
     "roofline_context": 4096,
     "engine": {},
+    "counterfactual": counterfactuals.NONE,
 }
 
 
@@ -124,7 +130,10 @@ def run(ctx: RunContext) -> None:
     record_roofline(ctx, params)
     batch, top = params["batch"], tps[-1]
     settings = engines(params, None, ctx.dtype).settings.values()
-    built = {options["tp"]: ctx.engine(precompile=True, **options) for options in settings}
+    if counterfactuals.chosen(params, ("tp-off",)) == "tp-off":
+        built = {options["tp"]: ctx.engine(precompile=True, tp=1) for options in settings}
+    else:
+        built = {options["tp"]: ctx.engine(precompile=True, **options) for options in settings}
     rng = np.random.default_rng(ctx.seed)
     vocab = built[1].model_cfg.vocab_size
     for trial in range(ctx.trials):
