@@ -299,6 +299,8 @@ class RunContext:
                 raise ValueError(f"labels {clash} clash with columns of the {name} frame")
             if self.trial_offset and "trial" in frame.columns:
                 frame = frame.assign(trial=frame["trial"] + self.trial_offset)
+            if self.trial_offset and isinstance(labels.get("trial"), int):
+                labels = {**labels, "trial": labels["trial"] + self.trial_offset}
             self._frames.setdefault(name, []).append(frame.assign(**labels))
 
     def measurements_frame(self, run_id: str) -> pd.DataFrame:

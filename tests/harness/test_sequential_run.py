@@ -6,6 +6,7 @@ import json
 from types import ModuleType
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from claimbench.harness import stopping
@@ -28,6 +29,7 @@ def _experiment(mean: float, sd: float, seen: list | None = None) -> ModuleType:
         for trial in range(ctx.trials):
             rng = np.random.default_rng(ctx.seed + trial)
             ctx.record("gain", float(rng.normal(mean, sd)), trial=trial, unit="x")
+            ctx.save_frames(steps=pd.DataFrame({"num_seqs": [1]}), trial=trial)
 
     module.run = run
     return module
@@ -61,6 +63,8 @@ def test_a_clear_effect_stops_decided_with_trials_numbered_across_blocks():
     gains = frame[frame["metric"] == "gain"]
     assert sorted(gains["trial"]) == list(range(stopped.num_trials))
     assert (frame["metric"] == "bytes").sum() == 1  # analytic: recorded once, not per block
+    steps = ctx.frames()["steps"]
+    assert sorted(steps["trial"]) == list(range(stopped.num_trials))  # frames' labels too
 
 
 def test_noise_at_the_threshold_runs_to_the_cap():
