@@ -41,7 +41,7 @@ def model() -> LlamaForCausalLM:
     return LlamaForCausalLM(MODEL, dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
 
 
-def _engine(model: LlamaForCausalLM, batch_invariant: bool):
+def _engine(model: LlamaForCausalLM, batch_invariant: bool, async_scheduling: bool = False):
     pool = 256 * 8 * kv_bytes_per_token(MODEL, jnp.bfloat16)
     config = EngineConfig(
         dtype="bfloat16",
@@ -50,7 +50,7 @@ def _engine(model: LlamaForCausalLM, batch_invariant: bool):
         max_num_seqs=16,
         max_num_batched_tokens=64,
         max_model_len=128,
-        async_scheduling=False,
+        async_scheduling=async_scheduling,
         batch_invariant=batch_invariant,
     )
     return build_engine(config, model=model)
@@ -70,8 +70,10 @@ def _differing(engine) -> list[str]:
     return [name for name, mix in MIXES.items() if _target_beside(engine, mix) != alone]
 
 
-def test_invariant_mode_gives_the_same_bits_beside_any_co_tenants(model):
-    engine = _engine(model, batch_invariant=True)
+# Async scheduling builds a step while the last runs: it changes which step a token is in.
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_invariant_mode_gives_the_same_bits_beside_any_co_tenants(model, async_scheduling):
+    engine = _engine(model, batch_invariant=True, async_scheduling=async_scheduling)
     assert engine.runner.dense == "native"
     # Lists of Python floats compare exactly: every log-prob bit-identical.
     assert _differing(engine) == []
