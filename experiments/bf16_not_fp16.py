@@ -28,10 +28,15 @@ Counterfactual (``counterfactual``, lab/counterfactuals.py): ``bf16-destroyed``,
 engine serves a copy of the model whose every matrix holds two values per output channel
 (lab/destructive_quantizers.py: two_level_checkpoint); the fp16 engine and the float32
 reference are unchanged, so fp16 is far closer to the reference than that bf16.
+``bf16-slowed``, the bf16 engine's device takes ``BF16_SLOWED_S`` per step (lab/slow_device.py:
+its host waits that long for each step's outputs; the fp16 engine runs on the real device), so
+the comparison must see fp16 faster: fp16_speedup well above 1.02 shows the speed condition
+reads a real difference between the formats' steps.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,6 +56,7 @@ from claimbench.lab.precision import (
     warm_up,
 )
 from claimbench.lab.quality import PromptPass, prompt_pass, top1_agreement_pct
+from claimbench.lab.slow_device import slow_device
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
@@ -64,6 +70,8 @@ DEFAULT_PARAMS: dict[str, Any] = QUALITY_DEFAULTS | {
     "counterfactual": counterfactuals.NONE,
 }
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # the engines; float32 is the reference
+COUNTERFACTUALS = ("bf16-destroyed", "bf16-slowed")
+BF16_SLOWED_S = 0.2  # bf16-slowed's device step: many times a tiny model's on a CPU
 
 
 def decode_tokens_per_s(engine: LLMEngine, prompts: np.ndarray, num_tokens: int) -> float:
@@ -114,7 +122,8 @@ def run(ctx: RunContext) -> None:
     for trial, ref in enumerate(reference):
         ctx.record("perplexity", ref.perplexity, trial=trial, setting="f32")
     options = engines(params, None, ctx.dtype).settings
-    if counterfactuals.chosen(params, ("bf16-destroyed",)) == "bf16-destroyed":
+    counterfactual = counterfactuals.chosen(params, COUNTERFACTUALS)
+    if counterfactual == "bf16-destroyed":
         # In the compile cache, kept by content: provenance hashes it after the run.
         destroyed = two_level_checkpoint(ctx.model_path, COMPILE_CACHE_DIR / "two-level-models")
         options["bf16"] = options["bf16"] | {"model_path": destroyed}
@@ -128,7 +137,9 @@ def run(ctx: RunContext) -> None:
     measured = interleaved_trials(
         ctx,
         options,
-        lambda s, e, t: _measure(ctx, params, windows[t], s, e, t),
+        lambda s, e, t: _measure(
+            ctx, params, windows[t], s, e, t, slowed=counterfactual == "bf16-slowed"
+        ),
         on_build=warm,
     )
     for trial, ref in enumerate(reference):
@@ -150,8 +161,11 @@ def _measure(
     setting: str,
     engine: LLMEngine,
     trial: int,
+    *,
+    slowed: bool = False,
 ) -> tuple[PromptPass, float]:
-    """One engine on one trial: (its prompt pass, its decode tokens/s), its frames saved."""
+    """One engine on one trial: (its prompt pass, its decode tokens/s), its frames saved;
+    ``slowed`` (bf16-slowed): the bf16 engine decodes on a device of BF16_SLOWED_S per step."""
     prompt_len, batch, tokens = (
         params["decode_prompt_len"],
         params["decode_batch"],
@@ -161,7 +175,9 @@ def _measure(
     result = prompt_pass(engine, window_set)
     record_pass(ctx, result, trial=trial, setting=setting)
     prompts = window_set[:batch, :prompt_len]
-    runs = [decode_tokens_per_s(engine, prompts, tokens) for _ in range(2)]
+    slow = slow_device(engine, BF16_SLOWED_S) if slowed and setting == "bf16" else nullcontext()
+    with slow:
+        runs = [decode_tokens_per_s(engine, prompts, tokens) for _ in range(2)]
     ctx.save_frames(
         requests=engine.requests_frame(), steps=engine.steps_frame(), setting=setting, trial=trial
     )

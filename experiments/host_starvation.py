@@ -24,13 +24,22 @@ Also recorded: the on-arm's share of the period the host spent waiting for the d
 (``blocked_share_pct``: high means the host's work is hidden), the off-arm's detokenisation
 share, each arm's decode step count, and whether the arms emitted the same tokens.
 
-Counterfactual (``counterfactual``, lab/counterfactuals.py): ``overlap-off``, the on arm runs
-synchronously too.
+Param ``device_step_s`` (0: the real device): each step takes that long on the device
+(lab/slow_device.py: the host's wait for the step's outputs grows as a slower device would
+make it; the host's work is unchanged), a stand-in for a device step heavier than a CPU's.
+
+Counterfactuals (``counterfactual``, lab/counterfactuals.py): ``overlap-off``, the on arm runs
+synchronously too, so the arms differ in nothing and the gain is ~0 (measured with a
+``device_step_s`` that dwarfs the host's work, a busy host's jitter is a small part of
+each period); ``device-heavy``, both arms on a device whose step takes ``DEVICE_HEAVY_S``, far
+more than the host's work per step at the sizes a CPU serves, so the host's share of the
+synchronous step falls to a few percent.
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +49,7 @@ from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.engine.outputs import TokenEvent
 from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.lab import counterfactuals
+from claimbench.lab.slow_device import slow_device
 from claimbench.lab.tenant_runs import kv_pool_bytes, reset_with, rotated
 
 if TYPE_CHECKING:
@@ -51,11 +61,16 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "prompt_len": 128,
     "output_len": 128,
     "engine": {},
+    "device_step_s": 0.0,
     "counterfactual": counterfactuals.NONE,
 }
 MODES = ("off", "on")
 # Each counterfactual -> each arm's async_scheduling.
-COUNTERFACTUALS = {"overlap-off": {"off": False, "on": False}}
+COUNTERFACTUALS = {
+    "overlap-off": {"off": False, "on": False},
+    "device-heavy": {"off": False, "on": True},
+}
+DEVICE_HEAVY_S = 0.25  # device-heavy's step time: tens of times a tiny CPU step's host work
 
 
 @dataclass(frozen=True)
@@ -115,6 +130,9 @@ def _check(params: dict[str, Any]) -> None:
         value = params[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"param {key} must be a positive integer, got {value!r}")
+    wait = params["device_step_s"]
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait < 10:
+        raise ValueError(f"param device_step_s must be seconds in [0, 10), got {wait!r}")
     if params["output_len"] < 3:
         # The first token comes from the prefill; a decode period needs two decode steps.
         raise ValueError(f"param output_len must be >= 3, got {params['output_len']}")
@@ -125,9 +143,9 @@ def run(ctx: RunContext) -> None:
     decode throughput beside them."""
     params = ctx.merged(DEFAULT_PARAMS)
     _check(params)
-    overlapped = COUNTERFACTUALS.get(
-        counterfactuals.chosen(params, tuple(COUNTERFACTUALS)), {"off": False, "on": True}
-    )
+    counterfactual = counterfactuals.chosen(params, tuple(COUNTERFACTUALS))
+    overlapped = COUNTERFACTUALS.get(counterfactual, {"off": False, "on": True})
+    device_step_s = DEVICE_HEAVY_S if counterfactual == "device-heavy" else params["device_step_s"]
     batch, prompt_len, output_len = params["batch"], params["prompt_len"], params["output_len"]
     engine_params = params["engine"]
     overrides: dict[str, Any] = {
@@ -156,7 +174,8 @@ def run(ctx: RunContext) -> None:
         arms: dict[str, ArmResult] = {}
         for mode in rotated(MODES, trial):
             reset_with(engine, async_scheduling=overlapped[mode])
-            arm = serve_arm(engine, prompts, output_len)
+            with slow_device(engine, device_step_s) if device_step_s else nullcontext():
+                arm = serve_arm(engine, prompts, output_len)
             if len(arm.periods_s) == 0:
                 raise RuntimeError(f"async {mode}: no full-batch decode step ran")
             arms[mode] = arm

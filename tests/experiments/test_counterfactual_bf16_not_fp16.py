@@ -1,5 +1,7 @@
-"""bf16-not-fp16: the quality condition, with the bf16 engine's weights destroyed (two values
-per output channel), lands on the other side of its threshold (the real experiment, tiny)."""
+"""bf16-not-fp16's counterfactuals at tiny size (the real experiment, one thing changed): the
+quality condition with the bf16 engine's weights destroyed (two values per output channel),
+and the speed condition with the bf16 engine on a device slower per step
+(lab/slow_device.py), each land on the other side of their threshold."""
 
 from __future__ import annotations
 
@@ -18,3 +20,12 @@ def test_a_destroyed_bf16_puts_fp16_far_ahead_of_it(tmp_path, monkeypatch):
     frame = run_experiment(CLAIM, {**PARAMS, "counterfactual": "bf16-destroyed"}, model_dir)
     values = metric_values(frame, "fp16_minus_bf16_top1_pts")
     assert_fails(CLAIM, "fp16_minus_bf16_top1_pts", values)
+
+
+@pytest.mark.slow
+def test_a_slowed_bf16_step_puts_fp16_ahead_on_speed(tmp_path):
+    model_dir = write_tiny_model(tmp_path / "tiny")
+    frame = run_experiment(CLAIM, {**PARAMS, "counterfactual": "bf16-slowed"}, model_dir)
+    assert_fails(CLAIM, "fp16_speedup", metric_values(frame, "fp16_speedup"))
+    speeds = frame[frame["metric"] == "decode_tokens_per_s"]
+    assert len(speeds) == 2 * len(metric_values(frame, "fp16_speedup"))
