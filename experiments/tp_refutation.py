@@ -22,7 +22,12 @@ physics predicts beside whatever was measured.
 
 Counterfactual (``counterfactual``, lab/counterfactuals.py): ``tp-off`` builds every arm's
 engine unsharded (tp = 1) while keeping its tp label, so the larger tp's arm gets no more
-devices and its latency cannot fall.
+devices and its latency cannot fall. ``one-chip-slow``: the tp = 1 arm's device takes
+``ONE_CHIP_SLOW_S`` per step (lab/slow_device.py), far more than a sharded tiny step, as if
+one chip alone ran far below the chips tp shards over (a chip whose weights do not fit its
+fast memory, say); the larger tp's arm is unchanged. Per-chip throughput at tp = max then
+exceeds tp = 1's by far, so per_chip_throughput_ratio can land above 1.1: the ratio reads
+the arms' real TPOTs, and only a device that makes the single chip slower moves it there.
 
 Params: tps, batch, prompt_len, output_len, model, roofline_chips, roofline_tp,
 roofline_context, ``engine``, counterfactual.
@@ -31,6 +36,7 @@ roofline_context, ``engine``, counterfactual.
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +50,7 @@ from claimbench.hardware.model_presets import get_preset
 from claimbench.hardware.roofline import ServingSetup, decode_step
 from claimbench.lab import counterfactuals
 from claimbench.lab.engine_settings import EngineSettings
+from claimbench.lab.slow_device import slow_device
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
@@ -62,6 +69,8 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "engine": {},
     "counterfactual": counterfactuals.NONE,
 }
+COUNTERFACTUALS = ("tp-off", "one-chip-slow")
+ONE_CHIP_SLOW_S = 0.2  # one-chip-slow's tp = 1 device step: tens of times a tiny CPU step
 
 
 def record_roofline(ctx: RunContext, params: dict[str, Any]) -> None:
@@ -130,7 +139,8 @@ def run(ctx: RunContext) -> None:
     record_roofline(ctx, params)
     batch, top = params["batch"], tps[-1]
     settings = engines(params, None, ctx.dtype).settings.values()
-    if counterfactuals.chosen(params, ("tp-off",)) == "tp-off":
+    counterfactual = counterfactuals.chosen(params, COUNTERFACTUALS)
+    if counterfactual == "tp-off":
         built = {options["tp"]: ctx.engine(precompile=True, tp=1) for options in settings}
     else:
         built = {options["tp"]: ctx.engine(precompile=True, **options) for options in settings}
@@ -140,7 +150,9 @@ def run(ctx: RunContext) -> None:
         prompts = rng.integers(2, vocab, (batch, params["prompt_len"])).tolist()
         tpot = {}
         for tp, engine in built.items():
-            tpot[tp] = decode_tpot_s(engine, prompts, params["output_len"])
+            slow = counterfactual == "one-chip-slow" and tp == 1
+            with slow_device(engine, ONE_CHIP_SLOW_S) if slow else nullcontext():
+                tpot[tp] = decode_tpot_s(engine, prompts, params["output_len"])
             ctx.save_frames(engine.requests_frame(), engine.steps_frame(), tp=tp, trial=trial)
         for tp, seconds in tpot.items():
             ctx.record("decode_tpot_ms", 1000 * seconds, trial=trial, unit="ms", tp=tp)

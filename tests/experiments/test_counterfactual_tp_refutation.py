@@ -1,10 +1,19 @@
-"""tp-refutation: latency_ratio, with the larger tp's engine built unsharded, lands on the
-other side of its threshold (the real experiment at tiny size, one thing changed)."""
+"""tp-refutation's counterfactuals at tiny size (the real experiment, one thing changed):
+latency_ratio with the larger tp's engine built unsharded, and per_chip_throughput_ratio with
+the tp = 1 arm on a slow device (its tp = 2 arm sharded over two virtual CPU devices, in a
+process of its own: the device count must precede JAX's backend start), each land on the
+other side of their threshold."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
-from counterfactual_helpers import assert_mean_fails, metric_values
+from counterfactual_helpers import assert_fails, assert_mean_fails, metric_values
 from tenant_exp_helpers import run_tiny, write_checkpoint
 
 CLAIM = "tp-refutation"
@@ -39,3 +48,36 @@ def test_without_sharding_the_larger_tp_is_no_faster(tmp_path):
     assert [c["tp"] for c in ctx.engine_configs] == [1, 1]
     frame = ctx.measurements_frame("run")
     assert_mean_fails(CLAIM, "latency_ratio", metric_values(frame, "latency_ratio"))
+
+
+# Run by a fresh interpreter: two virtual CPU devices, then the experiment at tiny size.
+SHARDED_RUN = """
+import json, sys
+import jax
+jax.config.update("jax_num_cpu_devices", 2)
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from tenant_exp_helpers import run_tiny, write_checkpoint
+params = json.loads(sys.argv[3])
+ctx = run_tiny("tp-refutation", write_checkpoint(Path(sys.argv[2]) / "tiny"), **params)
+frame = ctx.measurements_frame("run")
+print(json.dumps(frame[["metric", "value", "trial"]].to_dict("records")))
+"""
+
+
+@pytest.mark.slow
+def test_a_slow_single_chip_raises_per_chip_throughput_past_the_bound(tmp_path):
+    tests = Path(__file__).resolve().parents[1]
+    params = {"trials": 2, "base": {}, **PARAMS, "counterfactual": "one-chip-slow"}
+    proc = subprocess.run(
+        [sys.executable, "-c", SHARDED_RUN, str(tests), str(tmp_path), json.dumps(params)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    values = [r["value"] for r in rows if r["metric"] == "per_chip_throughput_ratio"]
+    assert len(values) == 2
+    assert_fails(CLAIM, "per_chip_throughput_ratio", values)
