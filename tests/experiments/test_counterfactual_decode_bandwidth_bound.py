@@ -1,5 +1,7 @@
-"""decode-bandwidth-bound: step_over_roofline, with every step padded to the token budget
-(compute the byte roofline does not count), lands on the other side of its threshold."""
+"""decode-bandwidth-bound's counterfactuals at tiny size (the real experiment, one thing
+changed): step_over_roofline with every step padded to the token budget (compute the byte
+roofline does not count), and mfu_pct measured against the FLOP/s the decode steps themselves
+reach (a device whose compute they saturate), each land on the other side of their threshold."""
 
 from __future__ import annotations
 
@@ -23,6 +25,16 @@ def test_steps_padded_to_the_budget_are_far_from_the_byte_roofline(checkpoint):
     assert set(steps["token_bucket"]) == {TINY["engine"]["max_num_batched_tokens"]}
     frame = ctx.measurements_frame("run")
     assert_fails(CLAIM, "step_over_roofline", metric_values(frame, "step_over_roofline"))
+
+
+@pytest.mark.slow
+def test_against_a_peak_the_steps_reach_mfu_is_well_past_ten_percent(checkpoint):
+    ctx = run_tiny(CLAIM, checkpoint, trials=1, base=TINY | {"counterfactual": "attained-peak"})
+    frame = ctx.measurements_frame("run")
+    [attained] = metric_values(frame, "attained_flops_per_s")
+    [probe] = metric_values(frame, "roofline_flops_per_s")
+    assert 0 < attained < probe  # the peak the steps reach is far below the matmul probe's
+    assert_fails(CLAIM, "mfu_pct", metric_values(frame, "mfu_pct"))
 
 
 def test_an_unknown_counterfactual_is_named(checkpoint):
