@@ -25,6 +25,7 @@ from claimbench.models.llama import LlamaForCausalLM
 MODEL = dataclasses.replace(TINY_MODEL, hidden_size=256, intermediate_size=768, vocab_size=512)
 TARGET = [3 + (i * 7) % 90 for i in range(11)]
 GREEDY = SamplingParams(max_tokens=24, logprobs=True, prompt_logprobs=True, ignore_eos=True)
+SEEDED = dataclasses.replace(GREEDY, temperature=1.0, seed=1234)
 NEIGHBOUR = SamplingParams(max_tokens=30, ignore_eos=True)
 # Co-tenant prompts: one short; three of different lengths; seven filling the sequence
 # bucket of 8; twelve, past it (bucket 16), whose prompts also chunk at the token budget.
@@ -56,18 +57,18 @@ def _engine(model: LlamaForCausalLM, batch_invariant: bool, async_scheduling: bo
     return build_engine(config, model=model)
 
 
-def _target_beside(engine, neighbours: list[list[int]]):
+def _target_beside(engine, neighbours: list[list[int]], target: SamplingParams = GREEDY):
     """The target's (tokens, log-probs, prompt log-probs) served beside ``neighbours``."""
     engine.reset()
-    sampling = [GREEDY] + [NEIGHBOUR] * len(neighbours)
+    sampling = [target] + [NEIGHBOUR] * len(neighbours)
     out = engine.generate([TARGET, *neighbours], sampling)[0]
     return out.token_ids, out.logprobs, out.prompt_logprobs
 
 
-def _differing(engine) -> list[str]:
-    alone = _target_beside(engine, [])
+def _differing(engine, target: SamplingParams = GREEDY) -> list[str]:
+    alone = _target_beside(engine, [], target)
     assert len(alone[0]) == GREEDY.max_tokens and len(alone[2]) == len(TARGET) - 1
-    return [name for name, mix in MIXES.items() if _target_beside(engine, mix) != alone]
+    return [name for name, mix in MIXES.items() if _target_beside(engine, mix, target) != alone]
 
 
 # Async scheduling builds a step while the last runs: it changes which step a token is in.
@@ -77,6 +78,7 @@ def test_invariant_mode_gives_the_same_bits_beside_any_co_tenants(model, async_s
     assert engine.runner.dense == "native"
     # Lists of Python floats compare exactly: every log-prob bit-identical.
     assert _differing(engine) == []
+    assert _differing(engine, SEEDED) == []  # a seeded sample's tokens and log-probs too
 
 
 def test_without_the_mode_co_tenants_move_the_log_probs(model):
