@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from claimbench.harness.results import StoredRun
+from claimbench.ops.audit_key import KEY_FILE_ENV_VAR
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -46,6 +47,15 @@ _share_compiled_programs()
 _FAST_CPU_COMPILE = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 if _FAST_CPU_COMPILE not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{_FAST_CPU_COMPILE} {os.environ.get('XLA_FLAGS', '')}".strip()
+
+
+@pytest.fixture(autouse=True)
+def _audit_key_file(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """Every test's MCP audit key lives in a temp directory of its own (never the user's
+    config), outside any audit log's directory."""
+    path = tmp_path_factory.mktemp("audit-key") / "audit.key"
+    monkeypatch.setenv(KEY_FILE_ENV_VAR, str(path))
+    return path
 
 
 @pytest.fixture(autouse=True, scope="module")
