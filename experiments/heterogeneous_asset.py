@@ -8,8 +8,9 @@ full), and its realised load is taken against the saturation measured after its 
 trial more than ``load_tolerance`` off ``load`` is reported, not scored). Each trial
 measures each
 tenant's isolated latency (``probe_requests`` of its requests served alone, one at a time:
-median TTFT and TPOT), then serves the same requests twice on the same engine, in an order
-that rotates from trial to trial:
+median TTFT and TPOT), then serves the same requests in each arm twice on the same engine,
+interleaved ABBA (the first arm rotating from trial to trial), so a drift in the host's
+speed over the trial falls on both arms alike:
 
 * together: both tenants' requests share every step (chunked prefill beside decodes);
 * sliced: windows of equal length alternate between the tenants (lab/time_slicing.py):
@@ -22,9 +23,12 @@ the time it needs to serve ``window_requests``. A request is good when it comple
 its tenant's SLOs: TTFT <= slo_scale[tenant]["ttft"] x the tenant's isolated TTFT and TPOT <=
 slo_scale[tenant]["tpot"] x its isolated TPOT (SLOs as multiples of the trial's own isolated
 latency, so they mean the same on any hardware; the scales are fixed in claims.yaml). Goodput
-is good requests per second of the arrival span, the same span for both arms, so the gain is
-100 x (good together - good sliced) / good sliced (a sliced arm with no good request counts
-as one: the gain is then a lower bound).
+is good requests per second of the arrival span, the same span for both arms, each arm's good
+requests summed over its two runs, so the gain is 100 x (good together - good sliced) / good
+sliced (a sliced arm with no good request counts as one: the gain is then a lower bound).
+A single run per arm made the gain noise at small sizes on a shared host: two identically
+sliced arms, served one after the other, measured +81% and +1000% (10 good requests against
+none), as the host's load moved between them.
 
 Why it can come out either way: co-location fills decode steps' idle compute with prefill
 chunks, but a long prefill chunk in the same step also slows every decode of that step (the
@@ -166,9 +170,10 @@ def run(ctx: RunContext) -> None:
         window_s = saturation.seconds_for(params["window_requests"])
         timeout_s = tr.safety_timeout_s(2 * saturation.seconds_for(params["episode_requests"]))
         order = tuple(tr.rotated(list(TENANTS), trial))  # who gets the first window
-        served = {}
-        for mode in tr.rotated(list(MODES), trial):
-            served[mode] = serve_arm(
+        served: dict[str, list[tr.ServedRun]] = {mode: [] for mode in MODES}
+        first, second = tr.rotated(list(MODES), trial)
+        for rep, mode in enumerate((first, second, second, first)):
+            arm = serve_arm(
                 engine,
                 "sliced" if sliced_only else mode,
                 requests,
@@ -176,13 +181,17 @@ def run(ctx: RunContext) -> None:
                 order=order,
                 timeout_s=timeout_s,
             )
+            served[mode].append(arm)
             ctx.save_frames(
-                requests=served[mode].requests, steps=served[mode].steps, mode=mode, trial=trial
+                requests=arm.requests, steps=arm.steps, mode=mode, trial=trial, rep=rep // 2
             )
         service = meter.measure(spec)
         open_loop.record_episode_load(ctx, trial, requests, saturation, service, params)
         span_s = requests[-1].arrival_s - requests[0].arrival_s
-        num_good = {mode: int(good(s.requests, slo).sum()) for mode, s in served.items()}
+        num_good = {
+            mode: sum(int(good(s.requests, slo).sum()) for s in runs)
+            for mode, runs in served.items()
+        }
         labels = {
             "load": params["load"],
             "paced_tok_s": saturation.output_tokens_per_s,
@@ -190,17 +199,20 @@ def run(ctx: RunContext) -> None:
             "window_s": window_s,
             "num_requests": len(requests),
             "slo": slo,
-            "timed_out": any(s.timed_out for s in served.values()),
+            "timed_out": any(s.timed_out for runs in served.values() for s in runs),
         }
         gain = 100.0 * (num_good["together"] - num_good["sliced"]) / max(num_good["sliced"], 1)
         ctx.record("goodput_gain_pct", gain, trial=trial, unit="%", good=num_good, **labels)
-        for mode, s in served.items():
-            ok = good(s.requests, slo)
-            ctx.record("goodput", num_good[mode] / span_s, trial=trial, unit="req/s", mode=mode)
+        for mode, runs in served.items():
+            goodput = num_good[mode] / (len(runs) * span_s)
+            ctx.record("goodput", goodput, trial=trial, unit="req/s", mode=mode)
             for tenant in TENANTS:
                 # Over the workload's requests: one a timeout left unserved counts as missed.
-                sent = sum(r.tenant == tenant for r in requests)
-                attained = 100.0 * float(ok[s.requests["tenant"] == tenant].sum()) / max(sent, 1)
+                sent = len(runs) * sum(r.tenant == tenant for r in requests)
+                met = sum(
+                    int(good(s.requests, slo)[s.requests["tenant"] == tenant].sum()) for s in runs
+                )
+                attained = 100.0 * met / max(sent, 1)
                 ctx.record(
                     "slo_attainment_pct", attained, trial=trial, unit="%", mode=mode, tenant=tenant
                 )

@@ -132,7 +132,8 @@ def test_tiny_run_serves_the_same_requests_together_and_sliced(tmp_path):
             sliced[columns].sort_values(columns).reset_index(drop=True),
         )
         assert set(together["tenant"]) == {"prefill", "decode"}
-        assert labels[trial]["num_requests"] == len(together) and not labels[trial]["timed_out"]
+        # Each arm served the requests twice (ABBA).
+        assert 2 * labels[trial]["num_requests"] == len(together) and not labels[trial]["timed_out"]
         good = labels[trial]["good"]
         assert 0 <= good["sliced"] <= len(sliced) and 0 <= good["together"] <= len(together)
     assert labels[0]["saturation_tok_s"] != labels[1]["saturation_tok_s"]
