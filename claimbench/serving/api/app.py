@@ -41,8 +41,9 @@ from claimbench.serving.api.protocol import (
     ModelCard,
     ModelList,
 )
-from claimbench.serving.engine_loop.async_engine import IDLE_WAIT_S, EngineStopped
+from claimbench.serving.engine_loop.async_engine import IDLE_WAIT_S, EngineStopped, RequestStream
 from claimbench.serving.monitoring.metrics import CONTENT_TYPE
+from claimbench.serving.monitoring.metrics_page import MetricsPage
 from claimbench.serving.state import SINGLE_TENANT, ServerState
 
 Body = TypeVar("Body", bound=BaseModel)
@@ -118,6 +119,14 @@ def create_app(state: ServerState) -> FastAPI:
         body = {"status": "ready" if result.ok else "unready", "detail": result.detail}
         return JSONResponse(body, status_code=200 if result.ok else 503)
 
+    async def render_metrics() -> bytes:
+        if state.metrics is None:  # kept by the engine process
+            return await state.engine.render_metrics()
+        return state.metrics.render(await state.engine.snapshot())
+
+    # However often /metrics is asked for, the engine renders one page per PAGE_CACHE_S.
+    metrics_page = app.state.metrics_page = MetricsPage(render_metrics)
+
     @app.get("/metrics", responses=METRICS_RESPONSES)
     async def metrics(request: Request) -> Response:
         if state.metrics_key_sha256 is not None:
@@ -131,10 +140,7 @@ def create_app(state: ServerState) -> FastAPI:
             f"claimbench:engine_restarts_total {state.num_engine_restarts}\n"
         ).encode()
         try:
-            if state.metrics is None:  # kept by the engine process
-                text = await state.engine.render_metrics()
-            else:
-                text = state.metrics.render(await state.engine.snapshot())
+            text = await metrics_page.get(RequestStream.num_ended)
         except EngineStopped:
             return Response(b"engine loop stopped\n" + restarts, status_code=503)
         return Response(text + restarts, media_type=CONTENT_TYPE)

@@ -112,6 +112,10 @@ class RequestStream:
     returns True when it took them all, False (having taken none) to let them queue. It is
     offered events only while nothing is queued, so nothing overtakes a queued event."""
 
+    # Streams whose last event has arrived, over all servers in the process: /metrics
+    # renders a new page once one has (metrics_page.py), else reuses its last for a while.
+    num_ended = 0
+
     def __init__(self, request_id: str = "") -> None:
         self.request_id = request_id
         self.listener: Callable[[Sequence[Event | Exception]], bool] | None = None
@@ -127,6 +131,8 @@ class RequestStream:
     def push(self, events: Sequence[Event | Exception]) -> None:
         """Add events (on the event loop's thread) and wake the reader, unless the
         listener takes them."""
+        if events and isinstance(events[-1], FinishEvent | RejectEvent | Exception):
+            RequestStream.num_ended += 1
         listener = self.listener
         if listener is not None and not self._events and listener(events):
             return
