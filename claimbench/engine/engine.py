@@ -170,7 +170,7 @@ class LLMEngine:
             sampling,
             seed=seed,
             tenant=tenant,
-            priority=priority,
+            priority=int(priority),
             arrival_time=now if arrival_time is None else arrival_time,
             cache_salt=cache_salt,
         )
@@ -217,7 +217,7 @@ class LLMEngine:
             raise ValueError(f"sampling must be SamplingParams, got {type(sampling).__name__}")
         if not isinstance(tenant, str) or not tenant:
             raise ValueError(f"tenant must be a non-empty string, got {tenant!r}")
-        if isinstance(priority, bool) or not isinstance(priority, int):
+        if isinstance(priority, bool) or not isinstance(priority, numbers.Integral):
             raise ValueError(f"priority must be an integer tier, got {priority!r}")
         if not -(2**31) <= priority < 2**31:
             # Orderings do arithmetic on it (priority-aging: arrival + priority * aging_s).

@@ -4,8 +4,10 @@ request afterwards."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 
+import numpy as np
 import pytest
 from engine_helpers import TINY_MODEL, tiny_engine
 from hypothesis import HealthCheck, given, settings
@@ -160,3 +162,32 @@ def test_other_entry_points_refuse_malformed_arguments(engine):
             call()
     _serve(engine)
     assert engine.output(request_id).finish_reason == "length"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [np.int16(32767), np.int32(2**31 - 1), np.uint8(250), np.int64(40), np.uint16(65534)],
+)
+def test_numpy_integers_are_stored_as_python_ints(value):
+    # A numpy integer passes the range checks but would wrap in the scheduler's sums
+    # (prompt + max_tokens in int16 is negative) and break every later step.
+    params = SamplingParams(max_tokens=value, top_k=value, seed=value)
+    for name in ("max_tokens", "top_k", "seed"):
+        assert type(getattr(params, name)) is int and getattr(params, name) == int(value)
+
+
+def test_numpy_max_tokens_cannot_wedge_the_engine():
+    engine = tiny_engine()
+    with contextlib.suppress(ValueError):  # refused (too long for the pool) is fine
+        engine.add_request([3, 4, 5, 6], SamplingParams(max_tokens=np.int16(32767)))
+    canary = engine.add_request([3, 4], SamplingParams(max_tokens=3, ignore_eos=True))
+    for _ in range(400):
+        if engine.requests[canary].is_finished:
+            break
+        engine.step()  # raised IndexError on every step once the int16 sum had wrapped
+    assert engine.output(canary).finish_reason == "length"
+
+
+def test_a_generator_of_stop_ids_is_kept():
+    params = SamplingParams(stop_token_ids=(t for t in [4, 9]))
+    assert params.stop_token_ids == (4, 9)

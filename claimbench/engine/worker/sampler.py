@@ -54,6 +54,8 @@ class SamplingParams:
             self.stop_token_ids, "__iter__"
         ):
             raise ValueError(f"stop_token_ids must be a list of ints, got {self.stop_token_ids!r}")
+        # Taken once: a generator would be used up by the checks and leave nothing to store.
+        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
         for token in self.stop_token_ids:
             _require_int("stop_token_ids[i]", token)
             if not 0 <= token <= INT32_MAX:
@@ -69,6 +71,14 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.seed is not None and not 0 <= self.seed < 2**32:
             raise ValueError(f"seed must be in [0, 2**32), got {self.seed}")
+        # Stored as Python numbers: a numpy integer (np.int16(32767)) passes the range checks
+        # but wraps in the scheduler's sums (prompt + max_tokens) and breaks every later step.
+        for name in ("max_tokens", "top_k"):
+            object.__setattr__(self, name, int(getattr(self, name)))
+        for name in ("temperature", "top_p"):
+            object.__setattr__(self, name, _as_float(getattr(self, name)))
+        if self.seed is not None:
+            object.__setattr__(self, "seed", int(self.seed))
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
 
     @property
