@@ -175,10 +175,12 @@ async def parse(state: ServerState, request: Request, schema: type[Body]) -> Bod
         # A body trickled in byte by byte must not hold a connection and a handler forever.
         async with asyncio.timeout(state.body_timeout_s):
             raw = await request.body()
+        chat = schema is ChatCompletionRequest
+        max_values = body_bounds.max_json_values(state.max_model_len, chat)
         if len(raw) > OFFLOAD_BYTES:  # pydantic's work grows with the body: off the loop
-            body = await asyncio.to_thread(body_bounds.decode_body, raw, schema)
+            body = await asyncio.to_thread(body_bounds.decode_body, raw, schema, max_values)
         else:
-            body = body_bounds.decode_body(raw, schema)
+            body = body_bounds.decode_body(raw, schema, max_values)
     except TimeoutError as e:
         raise ApiError(
             408, f"the request body did not arrive within {state.body_timeout_s:g} s"
