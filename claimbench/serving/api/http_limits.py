@@ -17,12 +17,24 @@ client reads as the end) and discards what still comes for at most ``LINGER_S`` 
 closes: closing at once, with unread bytes, would reset the connection under a client
 still sending, which then might never read its answer. And one client address may hold
 at most ``max_connections_per_client`` connections: another gets 429 and is closed.
+
+Past the per-client bound, 35 loopback addresses still held 17,500 connections (15,565 of
+the process's 20,000 file descriptors), so the server as a whole holds at most
+``max_connections`` (by default half the descriptor limit, at most 8,192): another gets 503
+and is closed. A request has at most ``max_header_lines`` header lines (16,000 empty ones fit
+64 KiB, and each cost a Python call: 0.19 s of event loop) and a chunked body at most
+``max_body_chunks`` chunks (uvicorn concatenates the body chunk by chunk: a 4 MB body of
+1-byte chunks took 0.25 s of event loop); past either, 431 or 413 and a close, counted
+before the parser sees the bytes where it can be. A request the parser cannot read
+(a bad Content-Length, two of them, Content-Length with chunked, an unknown method) gets
+the OpenAI-shaped 400 every other error has, not uvicorn's plain text.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import resource
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -32,12 +44,32 @@ DEFAULT_MAX_HEADER_BYTES = 64 * 2**10  # nginx's large_client_header_buffers: 4 
 DEFAULT_HEADER_TIMEOUT_S = 10.0
 # Open-loop benchmarks send every request of a burst from one loopback address at once.
 DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 512
+# Apache's LimitRequestFields; nginx reads at most 4 x 8 KiB of headers, about as many lines.
+DEFAULT_MAX_HEADER_LINES = 100
+# A 4 MiB body (the default max_request_bytes) in chunks of 1 KiB; clients send far larger.
+DEFAULT_MAX_BODY_CHUNKS = 4096
 LINGER_S = 2.0  # after an early answer, the rest of the body is discarded this long at most
 _REASONS = {
+    400: b"Bad Request",
     408: b"Request Timeout",
+    413: b"Content Too Large",
     429: b"Too Many Requests",
     431: b"Request Header Fields Too Large",
+    503: b"Service Unavailable",
 }
+
+
+def default_max_connections() -> int:
+    """Half the process's file-descriptor limit, at most 8,192 (the engine's pipes, the
+    model's files and the tokenizer's need the rest)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 8192
+    return max(16, min(8192, soft // 2))
+
+
+class _BodyChunksOver(Exception):
+    """Raised from the parser's chunk callback: it stops parsing the bytes at hand."""
 
 
 class _CloseAfterResponse:
@@ -62,6 +94,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     max_header_bytes = DEFAULT_MAX_HEADER_BYTES
     header_timeout_s = DEFAULT_HEADER_TIMEOUT_S
     max_connections_per_client = DEFAULT_MAX_CONNECTIONS_PER_CLIENT
+    max_connections = 8192  # limited_protocol sets default_max_connections()
+    max_header_lines = DEFAULT_MAX_HEADER_LINES
+    max_body_chunks = DEFAULT_MAX_BODY_CHUNKS
     # Open connections per client address; one dict per server (``limited_protocol``).
     connections_by_client: dict[str, int] = {}
 
@@ -73,7 +108,15 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._header_timer: asyncio.TimerHandle | None = None
         self._body_done = True  # every byte of the current request's body has arrived
         self._keep_alive = True  # what the current request asked for
+        self._header_lines = 0
+        self._num_chunks = 0
+        self._refusal: tuple[int, str] | None = None  # what a stopped parse answers
+        self._refused = False  # answered by _refuse: the connection is ending
         self._address = self.client[0] if self.client else None
+        if len(self.connections) > self.max_connections:  # this one is in the set already
+            self._address = None  # not counted for its client either
+            self._refuse(503, f"the server already holds {self.max_connections} connections")
+            return
         counts = self.connections_by_client
         if self._address is not None:
             counts[self._address] = counts.get(self._address, 0) + 1
@@ -94,6 +137,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
         if self._in_headers:
             self._start_timer()
             # Only the bytes up to the blank line ending the headers count (a chunk may
@@ -101,15 +146,43 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             seen = self._tail + data
             end = seen.find(b"\r\n\r\n")
             self._header_bytes += len(data) if end < 0 else max(end + 4 - len(self._tail), 0)
+            header_part = data if end < 0 else data[: max(end + 4 - len(self._tail), 0)]
+            self._header_lines += header_part.count(b"\n")
             self._tail = seen[-3:]
             if self._header_bytes > self.max_header_bytes:
                 self._refuse(431, f"request headers over {self.max_header_bytes} bytes")
                 return
+            # The request line and the blank line end in a newline too.
+            if self._header_lines > self.max_header_lines + 2:
+                self._refuse(431, f"over {self.max_header_lines} request header lines")
+                return
         super().data_received(data)
+
+    def on_chunk_header(self) -> None:
+        """A chunk of a chunked body begins (the parser's callback)."""
+        self._num_chunks += 1
+        if self._num_chunks > self.max_body_chunks:
+            self._refusal = (413, f"a chunked request body has over {self.max_body_chunks} chunks")
+            raise _BodyChunksOver
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to bytes its parser refused: the OpenAI-shaped error (or the
+        refusal that stopped the parse), and a close."""
+        status, message = self._refusal or (400, f"malformed HTTP request: {msg}")
+        if self.cycle is not None and not self.cycle.response_complete:
+            # The app may still be reading this request: it sees the client gone.
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
+            if self.cycle.response_started:
+                self.transport.close()
+                return
+        self._refuse(status, message)
 
     def on_headers_complete(self) -> None:
         self._in_headers = False
         self._header_bytes = 0
+        self._header_lines = 0
+        self._num_chunks = 0
         self._tail = b""
         self._stop_timer()
         super().on_headers_complete()
@@ -168,17 +241,38 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         head = b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status])
         head += b"content-type: application/json\r\nconnection: close\r\n"
         head += b"content-length: %d\r\n\r\n" % len(body)
-        self.transport.write(head + body)
-        self.transport.close()
         self._in_headers = False
+        self._refused = True  # what still arrives is discarded, never parsed
+        transport = self.transport
+        transport.write(head + body)
+        # As after an early answer: a FIN now and a close within LINGER_S, so a client still
+        # sending reads its answer instead of a reset.
+        if transport.can_write_eof():
+            transport.write_eof()
+            self.loop.call_later(LINGER_S, transport.close)
+        else:
+            transport.close()
 
 
 def limited_protocol(
     max_header_bytes: int,
     header_timeout_s: float,
     max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+    max_connections: int | None = None,
+    max_header_lines: int = DEFAULT_MAX_HEADER_LINES,
+    max_body_chunks: int = DEFAULT_MAX_BODY_CHUNKS,
 ) -> type[HttpToolsProtocol]:
-    """The protocol class for uvicorn's ``http=`` with these limits; ValueError on bad ones."""
+    """The protocol class for uvicorn's ``http=`` with these limits (``max_connections``
+    None: default_max_connections()); ValueError on bad ones."""
+    if max_connections is None:
+        max_connections = default_max_connections()
+    for name, value in (
+        ("max_connections", max_connections),
+        ("max_header_lines", max_header_lines),
+        ("max_body_chunks", max_body_chunks),
+    ):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
     if max_header_bytes < 1024:
         raise ValueError(f"max_header_bytes must be >= 1024, got {max_header_bytes}")
     if not header_timeout_s > 0:
@@ -192,5 +286,8 @@ def limited_protocol(
         "header_timeout_s": header_timeout_s,
         "max_connections_per_client": max_connections_per_client,
         "connections_by_client": {},
+        "max_connections": max_connections,
+        "max_header_lines": max_header_lines,
+        "max_body_chunks": max_body_chunks,
     }
     return type("LimitedHttpToolsProtocol", (LimitedHttpToolsProtocol,), limits)
