@@ -106,9 +106,9 @@ def test_a_refusal_after_the_whole_body_keeps_the_connection(served):
     body = b'{"model": "x", "prompt": "a"}'
     with connect(port) as sock:
         for _ in range(2):  # both on one connection: a refusal alone does not end it
-            sock.sendall(post_head("/v1/completions", len(body)) + body)
+            sock.sendall(post_head("/v1/completions", len(body), KEYS["alice"]) + body)
             response = read_response(sock)
-            assert response.startswith(b"HTTP/1.1 401")
+            assert response.startswith(b"HTTP/1.1 404")  # (a 401 always ends it)
             assert b"connection: close" not in response.lower()
 
 

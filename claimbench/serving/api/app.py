@@ -15,7 +15,7 @@ import hmac
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect
 
 from claimbench.serving.api import body_bounds, completions
+from claimbench.serving.api.auth_failures import FailedAuth, retry_after_header
 from claimbench.serving.api.body_bounds import OFFLOAD_BYTES, TooManyContainers
 from claimbench.serving.api.errors import ApiError, install_handlers, validation_message
 from claimbench.serving.api.event_stream import RawSendApp
@@ -69,9 +70,11 @@ def create_app(state: ServerState) -> FastAPI:
 
     generation = (400, 401, 404, 408, 413, 429, 503)  # what a generation request may get
 
-    @app.get("/v1/models", responses=responses_for(401))
+    failed_auth = app.state.failed_auth = FailedAuth()
+
+    @app.get("/v1/models", responses=responses_for(401, 429))
     async def models(request: Request) -> ModelList:
-        authenticate(state, request)
+        authenticate(state, request, failed_auth)
         card = ModelCard(
             id=state.model_name, created=state.created, max_model_len=state.max_model_len
         )
@@ -79,7 +82,7 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.post("/v1/completions", responses=responses_for(*generation, ok=CompletionResponse))
     async def create_completion(request: Request) -> Response:
-        tenant = authenticate(state, request)
+        tenant = authenticate(state, request, failed_auth)
         body = await parse(state, request, CompletionRequest)
         return await completions.completions(state, tenant, body, request)
 
@@ -87,7 +90,7 @@ def create_app(state: ServerState) -> FastAPI:
         "/v1/chat/completions", responses=responses_for(*generation, ok=ChatCompletionResponse)
     )
     async def create_chat_completion(request: Request) -> Response:
-        tenant = authenticate(state, request)
+        tenant = authenticate(state, request, failed_auth)
         body = await parse(state, request, ChatCompletionRequest)
         try:
             return await completions.chat_completions(state, tenant, body, request)
@@ -130,10 +133,15 @@ def create_app(state: ServerState) -> FastAPI:
     @app.get("/metrics", responses=METRICS_RESPONSES)
     async def metrics(request: Request) -> Response:
         if state.metrics_key_sha256 is not None:
+            check_failures(request, failed_auth)
             _, _, key = request.headers.get("authorization", "").partition(" ")
             digest = hashlib.sha256(key.strip().encode()).hexdigest()
             if not hmac.compare_digest(digest, state.metrics_key_sha256):
-                raise ApiError(401, "/metrics needs the metrics key: 'Authorization: Bearer <key>'")
+                refuse_key(
+                    request,
+                    failed_auth,
+                    "/metrics needs the metrics key: 'Authorization: Bearer <key>'",
+                )
         restarts = (
             "# HELP claimbench:engine_restarts_total Engine processes started after one died.\n"
             "# TYPE claimbench:engine_restarts_total counter\n"
@@ -152,18 +160,43 @@ def create_app(state: ServerState) -> FastAPI:
     return app
 
 
-def authenticate(state: ServerState, request: Request) -> str:
-    """The request's tenant; 401 for a missing or unknown key (with a tenants file)."""
+def authenticate(state: ServerState, request: Request, failed_auth: FailedAuth) -> str:
+    """The request's tenant (with a tenants file); 401 for a missing or unknown key, 429
+    while its client has failed too often (auth_failures.py)."""
     if state.tenants is None:
         return SINGLE_TENANT
+    check_failures(request, failed_auth)
     header = request.headers.get("authorization", "")
     scheme, _, key = header.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
-        raise ApiError(401, "missing API key: send 'Authorization: Bearer <key>'")
+        refuse_key(request, failed_auth, "missing API key: send 'Authorization: Bearer <key>'")
     tenant = state.tenants.tenant_for(key.strip())
     if tenant is None:
-        raise ApiError(401, "invalid API key")
+        refuse_key(request, failed_auth, "invalid API key")
     return tenant
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client else ""
+
+
+def check_failures(request: Request, failed_auth: FailedAuth) -> None:
+    """429 (and a close) while the request's client may not try a key."""
+    wait_s = failed_auth.retry_after_s(_client(request))
+    if wait_s is not None:
+        raise ApiError(
+            429,
+            f"too many failed API keys from this client: at most {failed_auth.max_failures} "
+            f"per {failed_auth.window_s:g} s",
+            headers={"retry-after": retry_after_header(wait_s), "connection": "close"},
+        )
+
+
+def refuse_key(request: Request, failed_auth: FailedAuth, message: str) -> NoReturn:
+    """401 for a missing or wrong key, counted against its client; the connection ends
+    (a guesser must open a new one for each key)."""
+    failed_auth.record(_client(request))
+    raise ApiError(401, message, headers={"connection": "close"})
 
 
 async def parse(state: ServerState, request: Request, schema: type[Body]) -> Body:
