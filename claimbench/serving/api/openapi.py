@@ -5,7 +5,11 @@ body_bounds.py), so FastAPI saw no body parameter and published none, nor any re
 200: a schema-driven client or tester could not see what to send or what comes back. Here
 each route declares its responses (``responses_for``) and ``publish_request_bodies`` adds
 the request models (their JSON Schema, with every bound the server checks) to the schema
-FastAPI generates, with the Bearer key the /v1 routes need.
+FastAPI generates, with the Bearer key the /v1 routes need. The connection layer
+(http_limits.py, limits.BodyLimit) answers before any route runs, on every path: a request
+it cannot parse (400), headers or a body too slow (408), a body over the byte limit even on
+a GET (413), a client over its connections or failed keys (429), headers too large or too
+many (431), a server over its connections (503); those are published on every route too.
 """
 
 from __future__ import annotations
@@ -29,6 +33,15 @@ _REASONS = {
     503: "The engine is not running, or the server is shutting down",
 }
 REF = "#/components/schemas/{model}"
+# What the connection layer may answer on any route, before the route runs.
+CONNECTION_REASONS = {
+    400: "The request is not HTTP the server can parse (its length, framing or method)",
+    408: "The headers (or the body) did not all arrive in time",
+    413: "The body is over the byte limit (whatever the route), or has too many chunks",
+    429: "The client holds too many connections, or sent too many failed keys",
+    431: "The headers are over their size or line limit",
+    503: "The server holds as many connections as it may",
+}
 
 
 class HealthStatus(BaseModel):
@@ -78,7 +91,7 @@ def publish_request_bodies(app: FastAPI, bodies: dict[str, type[BaseModel]]) -> 
         if app.openapi_schema is not None:
             return app.openapi_schema
         schema = generate()
-        models = [(model, "validation") for model in bodies.values()]
+        models = [(model, "validation") for model in (*bodies.values(), ErrorResponse)]
         refs, defs = models_json_schema(models, ref_template=REF)
         components = schema.setdefault("components", {})
         components.setdefault("schemas", {}).update(defs.get("$defs", {}))
@@ -90,10 +103,26 @@ def publish_request_bodies(app: FastAPI, bodies: dict[str, type[BaseModel]]) -> 
                 "content": {"application/json": {"schema": refs[(model, "validation")]}},
             }
         for path, methods in schema["paths"].items():
-            if path.startswith("/v1/"):
-                for operation in methods.values():
+            for operation in methods.values():
+                add_connection_errors(operation)
+                if path.startswith("/v1/"):
                     operation["security"] = [{"bearer": []}]
         app.openapi_schema = schema
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def add_connection_errors(operation: dict[str, Any]) -> None:
+    """Publish on ``operation`` the OpenAI error JSON of every CONNECTION_REASONS status,
+    beside what the route itself may answer with that status."""
+    error = {"$ref": REF.format(model="ErrorResponse")}
+    responses = operation.setdefault("responses", {})
+    for status, reason in CONNECTION_REASONS.items():
+        response = responses.setdefault(str(status), {"description": reason})
+        content = response.setdefault("content", {})
+        published = content.get("application/json")
+        if published is None:
+            content["application/json"] = {"schema": error}
+        elif published.get("schema") != error and error not in published["schema"].get("anyOf", []):
+            published["schema"] = {"anyOf": [published["schema"], error]}
