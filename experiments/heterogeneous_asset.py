@@ -40,14 +40,21 @@ accelerators and CPU runs are indicative.
 Counterfactual (``counterfactual``, lab/counterfactuals.py): ``co-location-off``, the
 together arm is time-sliced too.
 
+Param ``device_step_s`` (0: the real device): every step of the trial, the saturation
+meter's, the isolated probes' and both arms', takes that long on the device
+(lab/slow_device.py). A step time that dwarfs the host's work makes the trial's timing, and
+so which requests meet their SLOs, a matter of step counts rather than of a busy host's
+jitter: at tiny size on a CPU, two identically sliced arms then serve near-identically.
+
 Params (claims.yaml, per profile): engine, compile_cache, load, prefill_share,
 prefill_prompt_len, prefill_output_len, decode_prompt_len, decode_output_len ([lo, hi]
 uniform), episode_requests, saturation_requests, window_requests, probe_requests, slo_scale,
-counterfactual.
+counterfactual, device_step_s.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +64,7 @@ import pandas as pd
 from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.lab import counterfactuals, open_loop, service_rate
 from claimbench.lab import tenant_runs as tr
+from claimbench.lab.slow_device import slow_device
 from claimbench.lab.time_slicing import serve_time_sliced
 from claimbench.site import tenant_charts
 from claimbench.workload.build import WorkloadRequest
@@ -82,6 +90,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "probe_requests": 3,
     "slo_scale": {"prefill": {"ttft": 10.0, "tpot": 5.0}, "decode": {"ttft": 10.0, "tpot": 5.0}},
     "counterfactual": counterfactuals.NONE,
+    "device_step_s": 0.0,  # 0: the real device; else every step takes this long (seconds)
 }
 TENANTS = ("prefill", "decode")
 MODES = ("together", "sliced")
@@ -151,8 +160,19 @@ def serve_arm(
 def run(ctx: RunContext) -> None:
     """Record goodput_gain_pct per trial, with each arm's goodput and attainment beside."""
     params = ctx.merged(DEFAULT_PARAMS)
+    step_s = params["device_step_s"]
+    if isinstance(step_s, bool) or not isinstance(step_s, int | float) or not 0 <= step_s < 10:
+        raise ValueError(f"param device_step_s must be seconds in [0, 10), got {step_s!r}")
     sliced_only = counterfactuals.chosen(params, COUNTERFACTUALS) == "co-location-off"
     engine = ctx.engine(precompile=True, compile_cache=params["compile_cache"])
+    with slow_device(engine, step_s) if step_s else nullcontext():
+        _trials(ctx, engine, params, sliced_only=sliced_only)
+
+
+def _trials(
+    ctx: RunContext, engine: LLMEngine, params: dict[str, Any], *, sliced_only: bool
+) -> None:
+    """Every trial of the run on ``engine`` (see run); sliced_only slices both arms."""
     vocab = engine.model_cfg.vocab_size
     meter = service_rate.SaturationMeter(engine, params["saturation_requests"])
     for trial in range(ctx.trials):

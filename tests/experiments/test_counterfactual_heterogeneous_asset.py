@@ -1,14 +1,19 @@
 """heterogeneous-asset's counterfactual: co-location-off serves the together arm time-sliced
-too, so both arms are the same policy and the goodput gain lands under its threshold (the
-trials' mean: each arm's two ABBA-interleaved runs keep a drift in the host's speed off the
-gain, but a busy host still moves single requests across their SLOs)."""
+too, so both arms are the same policy and the goodput gain lands under its threshold in every
+trial. The run puts the engine on a device whose every step takes DEVICE_STEP_S (the
+experiment's device_step_s): on the real CPU a tiny step is mostly host work, and a busy
+host's jitter moved single requests across their SLOs, so two identically sliced arms ranged
+from -32% to +71%; with the step's time fixed and dwarfing the host's work, which requests
+meet their SLOs follows from step counts, and the arms differ by a request or so (about 3.6%
+of a 24-request episode's ~28 good requests, far from 15%)."""
 
 import pytest
-from counterfactual_helpers import assert_mean_fails, metric_values
+from counterfactual_helpers import assert_fails, metric_values
 from tenant_exp_helpers import run_tiny, write_checkpoint
 from test_exp_heterogeneous_asset import TINY, _tenants_per_step
 
 CLAIM = "heterogeneous-asset"
+DEVICE_STEP_S = 0.04  # well above a tiny step's host work on a shared CPU (a few ms)
 
 
 @pytest.fixture(scope="module")
@@ -18,8 +23,9 @@ def sliced_twice(tmp_path_factory):
         write_checkpoint(tmp_path_factory.mktemp("ckpt")),
         trials=3,
         base=TINY,
-        # Twice TINY's episode: the gain's count of good requests moves less per request.
+        # Twice TINY's episode: one request crossing its SLO moves the gain less.
         episode_requests=24,
+        device_step_s=DEVICE_STEP_S,
         counterfactual="co-location-off",
     )
 
@@ -37,4 +43,4 @@ def test_co_location_off_slices_both_arms(sliced_twice):
 @pytest.mark.slow
 def test_co_location_off_gains_less_than_the_threshold(sliced_twice):
     frame = sliced_twice.measurements_frame("run")
-    assert_mean_fails(CLAIM, "goodput_gain_pct", metric_values(frame, "goodput_gain_pct"))
+    assert_fails(CLAIM, "goodput_gain_pct", metric_values(frame, "goodput_gain_pct"))

@@ -144,3 +144,9 @@ def test_tiny_run_serves_the_same_requests_together_and_sliced(tmp_path):
     ctx.frames()["requests"].to_parquet(run_dir / "requests.parquet")
     [(title, svg)] = experiment(CLAIM).figures([run_dir])
     assert "time-sliced" in title and svg.startswith("<svg")
+
+
+@pytest.mark.parametrize("step_s", [-0.01, 10, "0.04", True])
+def test_device_step_s_out_of_range_is_named(tmp_path, step_s):
+    with pytest.raises(ValueError, match="device_step_s"):
+        run_tiny(CLAIM, tmp_path / "ckpt", trials=1, base=TINY, device_step_s=step_s)
