@@ -9,8 +9,9 @@ from typing import Annotated
 import typer
 
 from claimbench.cli.common import console, fail, global_options
-from claimbench.ops.audit import DEFAULT_LOG, read_lines
+from claimbench.ops.audit import DEFAULT_LOG, decode_record, read_lines
 from claimbench.ops.audit_key import KEY_FILE_ENV_VAR, check_outside, default_key_file, load_key
+from claimbench.platform.printable import printable
 
 CHECKPOINT_ENV_VAR = "CLAIMBENCH_AUDIT_CHECKPOINT"
 
@@ -18,14 +19,18 @@ CHECKPOINT_ENV_VAR = "CLAIMBENCH_AUDIT_CHECKPOINT"
 def _show(lines: list[bytes], tail: int) -> None:
     for line in lines[len(lines) - tail :] if tail else []:
         try:
-            entry = json.loads(line)
+            entry = decode_record(line)
             arguments = json.dumps(entry.get("arguments"), separators=(",", ":"))
-            text = (
-                f"{entry.get('time')}  {entry.get('agent') or '-'}  {entry.get('tool')}"
-                f"{arguments}  {entry.get('outcome')}"
-                + (f"  job {entry['job_id']}" if entry.get("job_id") else "")
-            )
-        except (ValueError, AttributeError):
+            fields = [
+                entry.get("time"),
+                entry.get("agent") or "-",
+                f"{entry.get('tool')}{arguments}",
+                entry.get("outcome"),
+            ]
+            if entry.get("job_id"):
+                fields.append(f"job {entry['job_id']}")
+            text = "  ".join(printable(str(f)) for f in fields)
+        except (ValueError, RecursionError):
             text = f"(unreadable line) {line[:120]!r}"
         console.print(text, highlight=False, markup=False, soft_wrap=True)
 
@@ -75,11 +80,13 @@ def audit(
     path = log if log is not None else global_options(ctx).root / DEFAULT_LOG
     if checkpoint and checkpoint_file is None:
         fail(f"--checkpoint needs --checkpoint-file (or ${CHECKPOINT_ENV_VAR})")
-    if path.exists():
+    if path.exists() or path.is_symlink():
         try:
             _show(read_lines(path), tail)
         except OSError as e:
-            fail(f"cannot read audit log {path}: {e.strerror}")
+            fail(f"cannot read audit log {path}: {e.strerror}", code=1)
+        except ValueError as e:
+            fail(f"cannot read audit log: {e}", code=1)
     elif not (check or checkpoint):
         fail(f"no audit log at {path}")
     if not (check or checkpoint):

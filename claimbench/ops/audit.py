@@ -25,8 +25,9 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from claimbench.ops.audit_key import HEAD, LINE, mac, mac_ok
+from claimbench.ops.audit_key import HEAD, LINE, canonical, mac, mac_ok
 from claimbench.platform.files import replace_text
+from claimbench.platform.regular_file import open_regular, read_fd, read_regular
 
 GENESIS = "0" * 64
 DEFAULT_LOG = Path(".audit") / "mcp.jsonl"  # under the project root, outside results/
@@ -35,7 +36,18 @@ REDACTED = "[redacted]"
 # starts to must not leak it into a file kept forever.
 _SECRET_NAME = re.compile(r"token|secret|password|passwd|api_?key|authori[sz]ation|bearer", re.I)
 _TAIL_CHUNK_BYTES = 4096
+# Bounds on what is parsed from a file others may write: a line (the guard caps what a call
+# logs far below this) and the objects/arrays in it (our lines hold a handful).
+MAX_LINE_BYTES = 64 * 1024
+MAX_CONTAINERS = 64
+MAX_LOG_BYTES = 1 << 30
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
 CHAIN_FIELDS = ("log", "seq", "prev", "fault", "mac")
+
+
+def is_secret_name(name: Any) -> bool:
+    """Whether an argument named ``name`` holds a secret (its value is never logged)."""
+    return bool(_SECRET_NAME.search(str(name)))
 
 
 def redact(value: Any) -> Any:
@@ -47,15 +59,57 @@ def redact(value: Any) -> Any:
     return value
 
 
-def _last_line(f: Any) -> bytes | None:
-    """The file's last non-empty line (read backwards from the end), or None when empty."""
-    end = f.seek(0, os.SEEK_END)
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError("a key appears twice")
+    return dict(pairs)
+
+
+def decode_record(line: bytes) -> dict[str, Any]:
+    """The JSON object on ``line``, parsed only within bounds (ValueError naming what is wrong):
+    at most MAX_LINE_BYTES, at most MAX_CONTAINERS objects and arrays outside strings (a line
+    of 100,000 '[' must not exhaust the parser's stack), no key twice."""
+    if len(line) > MAX_LINE_BYTES:
+        raise ValueError(f"{len(line)} bytes, more than the {MAX_LINE_BYTES} a line may hold")
+    bare = _JSON_STRING.sub(b"", line)
+    containers = bare.count(b"[") + bare.count(b"{")
+    if containers > MAX_CONTAINERS:
+        raise ValueError(f"{containers} nested objects/arrays, more than {MAX_CONTAINERS}")
+    try:
+        record = json.loads(line, object_pairs_hook=_no_duplicates)
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"not JSON ({e})") from None
+    if not isinstance(record, dict):
+        raise ValueError("not a JSON object")
+    return record
+
+
+def canonical_line(record: dict[str, Any]) -> bytes:
+    """The bytes a record takes in the log: its canonical JSON and a newline."""
+    return (canonical(record) + "\n").encode("ascii")
+
+
+def parse_entry(key: bytes, line: bytes) -> dict[str, Any] | None:
+    """The line as a chained entry, in its canonical bytes, whose MAC holds; else None."""
+    try:
+        entry = decode_record(line)
+    except ValueError:
+        return None
+    if not isinstance(entry.get("seq"), int) or canonical_line(entry) != line + b"\n":
+        return None
+    return entry if mac_ok(key, LINE, entry) else None
+
+
+def _last_line(fd: int) -> bytes | None:
+    """The file's last line (read backwards from the end, at most MAX_LINE_BYTES + 1 of it:
+    a longer one is invalid anyway), or None when empty."""
+    end = os.fstat(fd).st_size
     pos, tail = end, b""
-    while pos > 0:
+    while pos > 0 and len(tail) <= MAX_LINE_BYTES + 1:
         step = min(_TAIL_CHUNK_BYTES, pos)
         pos -= step
-        f.seek(pos)
-        tail = f.read(step) + tail
+        tail = os.pread(fd, step, pos) + tail
         stripped = tail.rstrip(b"\n")
         if b"\n" in stripped:
             return stripped.rsplit(b"\n", 1)[1]
@@ -63,28 +117,39 @@ def _last_line(f: Any) -> bytes | None:
     return stripped or None
 
 
-def parse_entry(key: bytes, line: bytes) -> dict[str, Any] | None:
-    """The line as a chained entry whose MAC holds, else None."""
-    try:
-        entry = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(entry, dict) or not isinstance(entry.get("seq"), int):
-        return None
-    return entry if mac_ok(key, LINE, entry) else None
+def _count_lines(fd: int) -> int:
+    count, pos = 0, 0
+    while chunk := os.pread(fd, 1 << 20, pos):
+        count += chunk.count(b"\n")
+        pos += len(chunk)
+    return count
 
 
 def head_path(log: Path) -> Path:
     return log.with_name(log.name + ".head")
 
 
-def read_head(log: Path) -> dict[str, Any] | None:
-    """The head file's record as stored (its MAC not checked), or None when missing/unreadable."""
+def parse_head(data: bytes | None) -> tuple[dict[str, Any] | None, str]:
+    """The head record in ``data`` (its MAC not checked) and "" ; (None, "") when there is no
+    head; (None, what is wrong) when it is not a head."""
+    if data is None:
+        return None, ""
     try:
-        head = json.loads(head_path(log).read_text())
-    except (OSError, ValueError):
+        head = decode_record(data.rstrip(b"\n"))
+    except ValueError as e:
+        return None, f"the head is unreadable: {e}"
+    if not isinstance(head.get("num_lines"), int):
+        return None, "the head records no line count"
+    return head, ""
+
+
+def read_head_bytes(log: Path) -> bytes | None:
+    """The head file's bytes, None when it is missing. ValueError when it is not a regular
+    file (a FIFO must not block the lock's holder) or too big; OSError when unreadable."""
+    try:
+        return read_regular(head_path(log), MAX_LINE_BYTES)
+    except FileNotFoundError:
         return None
-    return head if isinstance(head, dict) else None
 
 
 def _head_fault(key: bytes, last: bytes | None, entry: dict | None, head: dict | None) -> str:
@@ -123,41 +188,61 @@ class AuditLog:
         if clash:
             raise ValueError(f"an audit record may not set {clash}")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
-        with os.fdopen(fd, "r+b") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            last = _last_line(f)
+        fd = open_regular(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            last = _last_line(fd)
             entry = parse_entry(self._key, last) if last is not None else None
-            head = read_head(self.path)
-            fault = _head_fault(self._key, last, entry, head)
-            chain = self._chain_from(entry, head, last)
+            try:
+                head, head_problem = parse_head(read_head_bytes(self.path))
+            except ValueError as e:
+                head, head_problem = None, f"the head is unreadable: {e}"
+            fault = head_problem or _head_fault(self._key, last, entry, head)
+            chain = self._chain_from(entry, head, last, fd)
             new = {**record, **chain}
             if fault:
                 new["fault"] = fault
             new["mac"] = mac(self._key, LINE, new)
-            f.write((json.dumps(new, separators=(",", ":"), default=str) + "\n").encode())
-            f.flush()
-            os.fsync(f.fileno())
+            line = canonical_line(new)
+            if len(line) > MAX_LINE_BYTES + 1:
+                raise ValueError(f"an audit line of {len(line)} bytes: at most {MAX_LINE_BYTES}")
+            os.write(fd, line)
+            os.fsync(fd)
             self._write_head(new)
+        finally:
+            os.close(fd)  # releases the lock
         return new
 
-    def _chain_from(self, entry: dict | None, head: dict | None, last: bytes | None) -> dict:
+    def _chain_from(
+        self, entry: dict | None, head: dict | None, last: bytes | None, fd: int
+    ) -> dict:
         """The log id, number and previous MAC a new line takes: from the last line when it
         is a valid entry, else from a valid head (an emptied log), else a new chain."""
         if entry is not None:
             return {"log": entry["log"], "seq": entry["seq"] + 1, "prev": entry["mac"]}
         if head is not None and mac_ok(self._key, HEAD, head):
             return {"log": head["log"], "seq": head["num_lines"] + 1, "prev": head["last_mac"]}
-        seq = 1 if last is None else len(read_lines(self.path)) + 1
+        seq = 1 if last is None else _count_lines(fd) + 1
         return {"log": secrets.token_hex(8), "seq": seq, "prev": GENESIS}
 
     def _write_head(self, entry: dict[str, Any]) -> None:
         """Record the chain's end (under the log's lock): replaced whole, never half written."""
         head = {"log": entry["log"], "num_lines": entry["seq"], "last_mac": entry["mac"]}
         head["mac"] = mac(self._key, HEAD, head)
-        replace_text(head_path(self.path), json.dumps(head), new_mode=0o600)  # as the log
+        replace_text(head_path(self.path), canonical(head) + "\n", new_mode=0o600)  # as the log
+
+
+def read_log(path: Path) -> bytes:
+    """The whole log, read under a shared lock (never between an append and its head);
+    ValueError when it is not a regular file, OSError when unreadable."""
+    fd = open_regular(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        return read_fd(fd, MAX_LOG_BYTES, path)
+    finally:
+        os.close(fd)
 
 
 def read_lines(path: Path) -> list[bytes]:
-    """The log's lines (without newlines); OSError if it cannot be read."""
-    return [line for line in path.read_bytes().split(b"\n") if line]
+    """The log's non-empty lines (without newlines), for display; see read_log."""
+    return [line for line in read_log(path).split(b"\n") if line]

@@ -17,9 +17,12 @@ import json
 import os
 import re
 import secrets
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from claimbench.platform.regular_file import open_regular, read_fd
 
 KEY_FILE_ENV_VAR = "CLAIMBENCH_AUDIT_KEY_FILE"
 _KEY_HEX = re.compile(r"[0-9a-f]{64}")
@@ -46,13 +49,28 @@ def check_outside(key_file: Path, log: Path, what: str = "the audit key") -> Non
 
 
 def load_key(key_file: Path) -> bytes:
-    """The key in ``key_file``; ValueError naming the file when it is missing or malformed."""
+    """The key in ``key_file``; ValueError naming the file when it is missing, malformed, not a
+    regular file (a symlink is refused), not owned by this user, or readable by group/others."""
     try:
-        text = key_file.read_text(encoding="ascii").strip()
+        fd = open_regular(key_file, os.O_RDONLY)
     except FileNotFoundError:
         raise ValueError(f"audit key {key_file} is missing: cannot check the log") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"cannot read audit key {key_file}: {e}") from None
+    except OSError as e:
+        raise ValueError(f"cannot read audit key {key_file}: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid():
+            raise ValueError(
+                f"audit key {key_file} is owned by uid {st.st_uid}, not this user ({os.getuid()})"
+            )
+        if st.st_mode & 0o077:
+            raise ValueError(
+                f"audit key {key_file} has mode {stat.S_IMODE(st.st_mode):04o}: others could "
+                "read it; chmod 600 it (and replace it if they may have)"
+            )
+        text = read_fd(fd, 256, key_file).decode("ascii", "replace").strip()
+    finally:
+        os.close(fd)
     if not _KEY_HEX.fullmatch(text):
         raise ValueError(f"audit key {key_file} is not 64 hex digits")
     return bytes.fromhex(text)
@@ -83,10 +101,15 @@ def load_or_create_key(key_file: Path, log: Path | None = None) -> bytes:
     return load_key(key_file)
 
 
+def canonical(record: dict[str, Any]) -> str:
+    """The one serialisation of ``record`` that the log, head and checkpoint hold: sorted keys,
+    no spaces, ASCII only (so the bytes on disk are exactly what the MAC covers)."""
+    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+
+
 def mac(key: bytes, kind: str, record: dict[str, Any]) -> str:
     """HMAC-SHA256 hex of ``record``'s canonical JSON (without its ``mac``), for ``kind``."""
-    body = {k: v for k, v in record.items() if k != "mac"}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    text = canonical({k: v for k, v in record.items() if k != "mac"})
     return hmac.new(key, f"{kind}\0{text}".encode(), hashlib.sha256).hexdigest()
 
 

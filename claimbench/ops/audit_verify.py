@@ -9,16 +9,35 @@ or replaced by another log's lines and head.
 
 from __future__ import annotations
 
-import json
+import fcntl
+import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from claimbench.ops.audit import GENESIS, head_path, read_head, read_lines
-from claimbench.ops.audit_key import CHECKPOINT, HEAD, LINE, check_outside, mac, mac_ok
+from claimbench.ops.audit import (
+    GENESIS,
+    MAX_LINE_BYTES,
+    MAX_LOG_BYTES,
+    canonical_line,
+    decode_record,
+    head_path,
+    parse_head,
+    read_head_bytes,
+)
+from claimbench.ops.audit_key import (
+    CHECKPOINT,
+    HEAD,
+    LINE,
+    canonical,
+    check_outside,
+    mac,
+    mac_ok,
+)
 from claimbench.platform.file_lock import locked
 from claimbench.platform.files import replace_text
+from claimbench.platform.regular_file import open_regular, read_fd, read_regular
 
 
 @dataclass(frozen=True)
@@ -39,15 +58,20 @@ def _walk(key: bytes, lines: list[bytes]) -> tuple[list[dict[str, Any]], str | N
     prev = GENESIS
     for number, line in enumerate(lines, start=1):
         try:
-            entry = json.loads(line)
-        except ValueError:
-            return entries, f"line {number}: not a JSON line"
-        if not isinstance(entry, dict) or not isinstance(entry.get("seq"), int):
+            entry = decode_record(line)
+        except ValueError as e:
+            return entries, f"line {number}: not a JSON line: {e}"
+        if not isinstance(entry.get("seq"), int):
             return entries, f"line {number}: not an audit entry (no log, seq, prev, mac)"
         if not mac_ok(key, LINE, entry):
             return entries, (
                 f"line {number}: its MAC does not match (edited, written without the key, "
                 "or under another key)"
+            )
+        if canonical_line(entry) != line + b"\n":
+            return entries, (
+                f"line {number}: not in its canonical bytes (spacing, key order, escapes, "
+                "line ending or encoding changed): the MAC covers only those"
             )
         if entries and entry.get("log") != entries[0]["log"]:
             return entries, (
@@ -74,10 +98,14 @@ def _walk(key: bytes, lines: list[bytes]) -> tuple[list[dict[str, Any]], str | N
     return entries, None
 
 
-def _check_head(key: bytes, log: Path, entries: list[dict[str, Any]]) -> str | None:
+def _check_head(
+    key: bytes, log: Path, head_bytes: bytes | None, entries: list[dict[str, Any]]
+) -> str | None:
     """The intact chain against its head: the same log, as many lines, ending at its MAC."""
     name = head_path(log).name
-    head = read_head(log)
+    head, problem = parse_head(head_bytes)
+    if problem:
+        return f"{name}: {problem}"
     if head is None:
         if not entries:
             return (
@@ -105,12 +133,14 @@ def _check_head(key: bytes, log: Path, entries: list[dict[str, Any]]) -> str | N
 def read_checkpoint(key: bytes, checkpoint: Path) -> dict[str, Any]:
     """The checkpoint's record; ValueError when it is missing, unreadable or forged."""
     try:
-        record = json.loads(checkpoint.read_text())
+        record = decode_record(read_regular(checkpoint, MAX_LINE_BYTES).rstrip(b"\n"))
     except FileNotFoundError:
         raise ValueError(f"checkpoint {checkpoint} is missing") from None
-    except (OSError, ValueError) as e:
+    except OSError as e:
+        raise ValueError(f"cannot read checkpoint {checkpoint}: {e.strerror}") from None
+    except ValueError as e:
         raise ValueError(f"cannot read checkpoint {checkpoint}: {e}") from None
-    if not isinstance(record, dict) or not mac_ok(key, CHECKPOINT, record):
+    if not isinstance(record.get("num_lines"), int) or not mac_ok(key, CHECKPOINT, record):
         raise ValueError(f"checkpoint {checkpoint}: its MAC does not match (edited or forged)")
     return record
 
@@ -130,30 +160,67 @@ def _check_checkpoint(record: dict[str, Any], entries: list[dict[str, Any]]) -> 
     return None
 
 
-def verify(log: Path, key: bytes, checkpoint: Path | None = None) -> Verdict:
-    """Check every line's MAC, number and link, then the head, then (given) the checkpoint."""
-    lines = read_lines(log) if log.exists() else []
+def _snapshot(log: Path) -> tuple[bytes, bytes | None]:
+    """The log's bytes and its head's, read together under the log's shared lock, so an
+    append (which holds it exclusively) is never seen half done. ValueError when either is
+    not a regular file; a missing log reads as empty."""
+    try:
+        fd = open_regular(log, os.O_RDONLY)
+    except FileNotFoundError:
+        return b"", read_head_bytes(log)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        return read_fd(fd, MAX_LOG_BYTES, log), read_head_bytes(log)
+    finally:
+        os.close(fd)
+
+
+def _verify_snapshot(
+    key: bytes, log: Path, content: bytes, head_bytes: bytes | None, checkpoint: Path | None
+) -> tuple[Verdict, list[dict[str, Any]]]:
+    lines = content.split(b"\n")
+    partial = lines.pop()  # b"" when the log ends with a newline, as every append leaves it
     entries, problem = _walk(key, lines)
-    problem = problem or _check_head(key, log, entries)
+    if problem is None and partial:
+        problem = f"line {len(lines) + 1}: no newline at its end (a partial or foreign write)"
+    problem = problem or _check_head(key, log, head_bytes, entries)
     if problem is None and checkpoint is not None:
         try:
             problem = _check_checkpoint(read_checkpoint(key, checkpoint), entries)
         except ValueError as e:
             problem = str(e)
-    return Verdict(len(lines), problem)
+    return Verdict(len(lines) + bool(partial), problem), entries
+
+
+def verify(log: Path, key: bytes, checkpoint: Path | None = None) -> Verdict:
+    """Check every line's bytes, MAC, number and link, then the head, then (given) the
+    checkpoint. ValueError when the log or head is not a regular file."""
+    content, head_bytes = _snapshot(log)
+    return _verify_snapshot(key, log, content, head_bytes, checkpoint)[0]
 
 
 def record_checkpoint(log: Path, key: bytes, checkpoint: Path) -> Verdict:
-    """Verify the log (against ``checkpoint`` when it exists) and, if intact, record its head
-    there. ValueError when ``checkpoint`` is in the log's directory."""
+    """Verify the log (against ``checkpoint`` when it exists) and, if intact, record in the
+    checkpoint the end of the chain just verified, from the same read: nothing read after the
+    check is signed. Never records fewer lines than the checkpoint it replaces. ValueError
+    when ``checkpoint`` is in the log's directory."""
     check_outside(checkpoint, log, "the checkpoint")
     with locked(checkpoint):  # two recorders must not move it back
-        verdict = verify(log, key, checkpoint if checkpoint.exists() else None)
-        if verdict.ok:
-            head = read_head(log)
-            assert head is not None  # verify passed
-            record = {k: head[k] for k in ("log", "num_lines", "last_mac")}
-            record["time"] = datetime.now(UTC).isoformat(timespec="seconds")
-            record["mac"] = mac(key, CHECKPOINT, record)
-            replace_text(checkpoint, json.dumps(record), new_mode=0o600)
+        previous = checkpoint if checkpoint.exists() or checkpoint.is_symlink() else None
+        content, head_bytes = _snapshot(log)
+        verdict, entries = _verify_snapshot(key, log, content, head_bytes, previous)
+        if not verdict.ok:
+            return verdict
+        if not entries:
+            return Verdict(verdict.num_lines, "no line to record in a checkpoint")
+        if previous is not None:
+            before = read_checkpoint(key, previous)
+            if before.get("log") == entries[0]["log"] and before["num_lines"] > len(entries):
+                return Verdict(verdict.num_lines, "the checkpoint would move back: not recorded")
+        last = entries[-1]
+        record: dict[str, Any] = {"log": last["log"], "num_lines": last["seq"]}
+        record["last_mac"] = last["mac"]
+        record["time"] = datetime.now(UTC).isoformat(timespec="seconds")
+        record["mac"] = mac(key, CHECKPOINT, record)
+        replace_text(checkpoint, canonical(record) + "\n", new_mode=0o600)
     return verdict

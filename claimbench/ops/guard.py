@@ -8,11 +8,22 @@ are each refused with one MCP error naming the problem, and logged like any othe
 A schema's ``pattern`` is matched whole (``re.fullmatch``, ASCII classes), not searched as
 JSON Schema says: every pattern here is anchored with ``^...$``, and a search lets ``$``
 match before a final newline, so "abc\n" passed the guard and only the tool refused it.
+
+The audit is write-ahead: a call the guard lets through is first logged as ``started`` (its
+own line, with a ``call`` id), and the tool runs only if that line is on disk; a second line
+with the same ``call`` id records the outcome. A log that cannot be written (not a regular
+file, a directory in its place, a full disk) refuses every call instead of letting one run
+unlogged. Each argument is capped in size before anything else looks at it, and what is
+logged of it is capped again, so no call can grow the log by more than a few KiB.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
 import re
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -22,11 +33,11 @@ from typing import Any
 import anyio.to_thread
 import jsonschema
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
 from claimbench.ledger import provenance
 from claimbench.ops.agents import Agent, Agents
-from claimbench.ops.audit import AuditLog, redact
+from claimbench.ops.audit import REDACTED, AuditLog, is_secret_name, redact
 from claimbench.ops.runbook import Runbook, current_agent
 from claimbench.ops.scopes import missing_scopes
 
@@ -35,6 +46,92 @@ UNAUTHENTICATED = -32001
 FORBIDDEN = -32003
 MAX_OUTCOME_CHARS = 500  # an error's text in the audit line, enough to name the problem
 TOKEN_HELP = "over stdio: CLAIMBENCH_AGENT_TOKEN; over HTTP: Authorization: Bearer <token>"
+# Every tool argument is an id, a name, a number or a short list of them: 4 KiB of JSON is
+# far above any valid one, and a call past it is refused before it is checked or run.
+MAX_ARGUMENT_CHARS = 4096
+MAX_ARGUMENTS = 32
+# What one argument may take in the audit line (longer values are cut, marked with their size).
+MAX_LOGGED_ARGUMENT_CHARS = 200
+_MAX_LOGGED_CONTAINERS = 8
+_log = logging.getLogger(__name__)
+
+
+def _json_size(value: Any) -> int | None:
+    """The length of ``value``'s JSON, None when it cannot be serialised (too deep)."""
+    if isinstance(value, str):
+        return len(value) + 2
+    try:
+        return len(json.dumps(value, separators=(",", ":"), default=str))
+    except (ValueError, TypeError, RecursionError):
+        return None
+
+
+def _cut(text: str) -> str:
+    if len(text) <= MAX_LOGGED_ARGUMENT_CHARS:
+        return text
+    return f"{text[:MAX_LOGGED_ARGUMENT_CHARS]}...[{len(text)} chars]"
+
+
+def _logged_value(value: Any) -> Any:
+    """What the audit line keeps of one argument: scalars and small containers as they are,
+    anything longer or more nested as its cut JSON text."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str):
+        return _cut(value)
+    try:
+        text = json.dumps(value, separators=(",", ":"), default=str)
+    except (ValueError, TypeError, RecursionError):
+        return "[not serialisable]"
+    if len(text) <= MAX_LOGGED_ARGUMENT_CHARS and text.count("[") + text.count("{") <= (
+        _MAX_LOGGED_CONTAINERS
+    ):
+        return redact(value)  # small, so redact's recursion is shallow
+    # Cut JSON text could show a secret-named key's value: keep none of such a value.
+    return REDACTED if _has_secret_key(value) else _cut(text)
+
+
+def _has_secret_key(value: Any, depth: int = 0) -> bool:
+    if depth > 64:
+        return True  # deeper than any argument: keep none of it
+    if isinstance(value, dict):
+        return any(is_secret_name(k) or _has_secret_key(v, depth + 1) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_secret_key(v, depth + 1) for v in value)
+    return False
+
+
+def logged_arguments(arguments: Any) -> Any:
+    """The arguments as the audit line records them: secret-named ones redacted, each value
+    capped (see _logged_value), at most MAX_ARGUMENTS of them."""
+    if not isinstance(arguments, dict):
+        return _cut(str(arguments))
+    logged: dict[str, Any] = {}
+    for name, value in list(arguments.items())[:MAX_ARGUMENTS]:
+        key = _cut(str(name))
+        logged[key] = REDACTED if is_secret_name(name) else _logged_value(value)
+    if len(arguments) > MAX_ARGUMENTS:
+        logged["..."] = f"{len(arguments) - MAX_ARGUMENTS} more argument(s) not logged"
+    return logged
+
+
+def _check_sizes(tool: Any, arguments: Any) -> None:
+    """INVALID_PARAMS when the call has too many arguments or one is too big."""
+    if isinstance(arguments, dict):
+        if len(arguments) > MAX_ARGUMENTS:
+            raise MCPError(
+                INVALID_PARAMS,
+                f"{_cut(str(tool))}: {len(arguments)} arguments, at most {MAX_ARGUMENTS}",
+            )
+        for name, value in arguments.items():
+            size = _json_size(value)
+            if size is None or size > MAX_ARGUMENT_CHARS or len(str(name)) > 200:
+                shown = "too deeply nested" if size is None else f"{size} characters of JSON"
+                raise MCPError(
+                    INVALID_PARAMS,
+                    f"{_cut(str(tool))}: argument {_cut(str(name))!r} is {shown}, at most "
+                    f"{MAX_ARGUMENT_CHARS}",
+                )
 
 
 def _pattern_fullmatch(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
@@ -113,14 +210,17 @@ class Guard:
         tool, arguments = params.get("name"), params.get("arguments") or {}
         record: dict[str, Any] = {
             "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "call": secrets.token_hex(8),
             "agent": None,
-            "tool": tool,
-            "arguments": redact(arguments) if isinstance(arguments, dict) else str(arguments),
+            "tool": tool if isinstance(tool, str) and len(tool) <= 200 else _cut(str(tool)),
+            "arguments": logged_arguments(arguments),
             "scope": None,
         }
         t0 = time.perf_counter()
         result = None
+        started = False
         try:
+            _check_sizes(tool, arguments)  # before anything parses or matches them
             agent = self._authenticate(ctx.request)
             record["agent"] = agent.name
             self._check_call(tool, arguments)
@@ -135,28 +235,53 @@ class Guard:
                         f"agent {agent.name!r} lacks scope {missing[0]!r}, which {tool} needs "
                         f"(it holds: {', '.join(agent.scopes)})",
                     )
+                # Write-ahead: the tool runs only once its call is on disk.
+                await self._write({**record, "outcome": "started"}, t0, None)
+                started = True
                 result = await call_next(ctx)
             finally:
                 current_agent.reset(reset)
         except MCPError as err:
             refused = err.code in (UNAUTHENTICATED, FORBIDDEN, INVALID_PARAMS)
-            record["outcome"] = f"{'refused' if refused else 'error'}: {err.message}"
-            await self._log(record, t0, result)
+            record["outcome"] = f"{'refused' if refused else 'error'}: {_cut_outcome(err.message)}"
+            await self._finish(record, t0, result, started)
             raise
         except Exception as err:
-            record["outcome"] = f"error: {type(err).__name__}: {str(err)[:MAX_OUTCOME_CHARS]}"
-            await self._log(record, t0, result)
+            record["outcome"] = f"error: {type(err).__name__}: {_cut_outcome(str(err))}"
+            await self._finish(record, t0, result, started)
             raise
         record["outcome"] = _outcome(result)
-        await self._log(record, t0, result)
+        await self._finish(record, t0, result, started)
         return result
 
-    async def _log(self, record: dict[str, Any], t0: float, result: Any) -> None:
+    async def _write(self, record: dict[str, Any], t0: float, result: Any) -> None:
+        """Append ``record``; MCPError (INTERNAL_ERROR) when the log cannot take it."""
         record["duration_s"] = round(time.perf_counter() - t0, 4)
         record["job_id"] = _job_id(result, record)
         root = self.runbook.config.root
-        record["git_sha"] = await anyio.to_thread.run_sync(_git_sha, root)
-        await anyio.to_thread.run_sync(self.audit.append, record)
+        try:
+            record["git_sha"] = await anyio.to_thread.run_sync(_git_sha, root)
+            await anyio.to_thread.run_sync(self.audit.append, record)
+        except (OSError, ValueError, RecursionError) as e:
+            _log.error("audit log %s cannot be written: %s", self.audit.path, e)
+            raise MCPError(
+                INTERNAL_ERROR,
+                f"the audit log cannot be written ({type(e).__name__}); the call was not run",
+            ) from None
+
+    async def _finish(self, record: dict[str, Any], t0: float, result: Any, started: bool) -> None:
+        """Log the call's outcome. A refusal that cannot be logged raises (nothing ran); an
+        outcome that cannot be logged after the tool ran is reported to the server's log
+        only: its ``started`` line already holds the call."""
+        if not started:
+            await self._write(record, t0, result)
+            return
+        with contextlib.suppress(MCPError):  # _write logged why; the intent line stands
+            await self._write(record, t0, result)
+
+
+def _cut_outcome(text: str) -> str:
+    return text[:MAX_OUTCOME_CHARS]
 
 
 def start_refused(problem: str) -> dict[str, Any]:

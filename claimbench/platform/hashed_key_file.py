@@ -15,6 +15,7 @@ printed is in the file.
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
 from collections.abc import Callable
 from pathlib import Path
@@ -61,7 +62,11 @@ def add_entry(
     ``path`` (created 0600 when missing) and return the secret. ``check(entries)`` validates
     the old list and the new as a server start would (ValueError to refuse). ValueError when
     ``name`` exists already or the file is malformed; the file is then untouched. The read,
-    the check and the write happen under the file's lock, so concurrent adds each land."""
+    the check and the write happen under the file's lock, so concurrent adds each land.
+
+    The path is resolved first: two spellings of one file (a symlink to it) take the same lock,
+    and the write replaces the file the link names, not the link."""
+    path = Path(os.path.realpath(path))
     with locked(path):
         entries = read_entries(path, section, what) if path.exists() else []
         if path.exists():

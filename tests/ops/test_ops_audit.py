@@ -234,7 +234,7 @@ def test_a_line_from_another_log_under_the_same_key(path: Path, key: bytes, tmp_
 
 def test_a_line_that_is_not_json(path: Path, key: bytes) -> None:
     write_lines(path, [*lines(path)[:2], "garbage", *lines(path)[2:]])
-    assert problem(path, key) == "line 3: not a JSON line"
+    assert problem(path, key).startswith("line 3: not a JSON line")
 
 
 def test_verifying_under_another_key(path: Path) -> None:

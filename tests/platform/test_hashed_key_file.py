@@ -80,3 +80,23 @@ def test_parallel_cli_adds_all_land(tmp_path: Path, kind: str) -> None:
     else:
         agents = Agents.load(path)
         assert all(agents.agent_for(token).name == name for name, token in printed.items())
+
+
+@pytest.mark.parametrize("kind", ["tenants", "agents"])
+def test_an_add_through_a_symlink_updates_the_file_it_names(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / f"{kind}.yaml"
+    link = tmp_path / f"link-{kind}.yaml"
+    add = (lambda p, n: add_tenant(p, n, {})) if kind == "tenants" else add_agent_read
+    add(path, "first")
+    link.symlink_to(path)
+    add(link, "second")  # the other spelling of the same file
+    add(path, "third")
+    assert link.is_symlink() and link.resolve() == path
+    # One lock for both spellings: the lock beside the real file, none beside the link.
+    assert lock_path(path).exists() and not lock_path(link).exists()
+    text = path.read_text()
+    assert all(f"name: {n}" in text for n in ("first", "second", "third"))
+
+
+def add_agent_read(path: Path, name: str) -> str:
+    return add_agent(path, name, None)
