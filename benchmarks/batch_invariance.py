@@ -48,6 +48,9 @@ def build(job, batch_invariant: bool, page_size: int):
         async_scheduling=False,
         seed=job.seed,
         batch_invariant=batch_invariant,
+        # Both engines reserve a request's pages up front (the invariant mode needs it): the
+        # comparison is the matmul path alone.
+        kv_allocation="reserve_request",
     )
     engine = build_engine(config, model=model, tokenizer=Tokenizer.from_dir(Path(job.model)))
     engine.precompile()

@@ -154,6 +154,8 @@ def bench(
         tp=tp,
         batch_invariant=batch_invariant,
     )
+    if batch_invariant:  # no preemption, so no recompute to round differently (config.py)
+        engine_options["kv_allocation"] = "reserve_request"
     try:
         config = bench_engine_config(path, opts.dtype, workload, kv_pool_mb, **engine_options)
         if url is None:  # a server is already placed: its own devices apply

@@ -131,6 +131,8 @@ def serve(
     engine |= dict(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
     engine |= dict(scheduling_policy=scheduling_policy, victim_policy=victim_policy)
     engine |= dict(batch_invariant=batch_invariant)
+    if batch_invariant:  # no preemption, so no recompute to round differently (config.py)
+        engine |= dict(kv_allocation="reserve_request")
     if compile_cache:
         from claimbench.harness.context import COMPILE_CACHE_DIR
 

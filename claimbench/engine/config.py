@@ -343,6 +343,16 @@ class EngineConfig:
                 "batch_invariant needs weights='bf16', tp=1, speculative='none' and "
                 f"early_exit_threshold=None, got {wrong}"
             )
+        # A preempted request is recomputed by the prefill kernel, whose reductions round
+        # differently from the decode steps it replaces: a co-tenant that forces a preemption
+        # would move the request's bits. Reserving a request's pages up front means no
+        # running request ever needs pages, so none is preempted.
+        if self.kv_allocation == "paged":
+            raise ValueError(
+                "batch_invariant needs kv_allocation 'reserve_request' or 'reserve_max' "
+                "(with 'paged' a co-tenant can force a preemption, and the recompute rounds "
+                "differently), got 'paged'"
+            )
 
     def flat(self) -> dict[str, Any]:
         """Every option by its flat name, in KNOBS order."""

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from engine_helpers import TINY_MODEL
+from engine_helpers import TINY_MODEL, tiny_engine
 from flax import nnx
 
 from claimbench.engine.build import build_engine
@@ -53,6 +53,7 @@ def _engine(model: LlamaForCausalLM, batch_invariant: bool, async_scheduling: bo
         max_model_len=128,
         async_scheduling=async_scheduling,
         batch_invariant=batch_invariant,
+        kv_allocation="reserve_request",
     )
     return build_engine(config, model=model)
 
@@ -126,12 +127,44 @@ def test_packed_bf16_linear_rounds_the_f32_product_to_bf16():
         {"attention_backend": "xla"},
         {"attention_backend": "pallas"},
         {"early_exit_threshold": 0.9},
+        {"kv_allocation": "paged"},
     ],
 )
 def test_options_it_cannot_make_invariant_are_refused(options):
     with pytest.raises(ValueError, match="batch_invariant"):
-        EngineConfig(batch_invariant=True, **options)
+        EngineConfig(batch_invariant=True, **{"kv_allocation": "reserve_request", **options})
     EngineConfig(batch_invariant=False, **options)  # refused only with the mode on
+    EngineConfig(batch_invariant=True, kv_allocation="reserve_max")
+
+
+def test_a_co_tenant_cannot_force_a_preemption_that_moves_the_bits():
+    # With pages growing per request (paged), an older co-tenant here forced the target's
+    # preemption, and its recompute by the prefill kernel moved log-prob bits (tokens stayed).
+    # The mode reserves a request's pages up front, so the target waits instead: no
+    # preemption, and the same bits as alone.
+    options = dict(page_size=4, num_pages=7, max_num_seqs=4, max_num_batched_tokens=16)
+    engine = tiny_engine(
+        **options,
+        max_model_len=32,
+        async_scheduling=False,
+        batch_invariant=True,
+        kv_allocation="reserve_request",
+    )
+    target = [37, 27, 24, 42, 40]
+    for temperature in (0.0, 1.0):
+        sampling = SamplingParams(
+            max_tokens=16, temperature=temperature, seed=7, ignore_eos=True, logprobs=True
+        )
+        engine.reset()
+        alone = engine.generate([target], sampling)[0]
+        engine.reset()
+        engine.add_request([50, 51, 52], SamplingParams(max_tokens=20, ignore_eos=True))
+        mine = engine.add_request(target, sampling)
+        while engine.has_unfinished:
+            engine.step()
+        beside = engine.output(mine)
+        assert engine.requests[mine].num_preemptions == 0
+        assert (beside.token_ids, beside.logprobs) == (alone.token_ids, alone.logprobs)
 
 
 @pytest.mark.parametrize("value", [1, "yes", None])
