@@ -23,6 +23,7 @@ import typer
 
 from claimbench.cli.common import err_console, fail, flag_message, global_options, option_flags
 from claimbench.cli.extras import require_extra
+from claimbench.cli.secret_options import API_KEY_ENV_VAR, read_secret_list
 from claimbench.cli.spec_options import (
     DraftModelOption,
     NumSpecTokensOption,
@@ -105,12 +106,13 @@ def bench(
         str | None,
         typer.Option(help="A running server (http://host:port) to drive instead of an engine."),
     ] = None,
-    api_key: Annotated[
-        list[str] | None,
+    api_key_file: Annotated[
+        Path | None,
         typer.Option(
-            metavar="<key>",
-            help="With --url: an API key, or TENANT=KEY; repeat it to spread the requests "
-            "round-robin over several tenants.",
+            "--api-key-file",
+            help="With --url: a file of API keys, one KEY or TENANT=KEY a line; several spread "
+            f"the requests round-robin over their tenants (else ${API_KEY_ENV_VAR}, "
+            "separated by spaces or commas).",
         ),
     ] = None,
     served_model_name: Annotated[
@@ -138,7 +140,13 @@ def bench(
     workload = BenchWorkload(requests, input_len, output_len, range_ratio, rate, burstiness, seed)
     slo_ms = (slo_ttft_ms, slo_tpot_ms, slo_e2el_ms)
     try:
-        target = check_options(workload, kv_pool_mb, slo_ms, api_key or [], url)
+        # The environment's keys only matter against a server: in process there are none.
+        api_keys = (
+            read_secret_list(api_key_file, API_KEY_ENV_VAR, "--api-key-file")
+            if api_key_file is not None or url is not None
+            else []
+        )
+        target = check_options(workload, kv_pool_mb, slo_ms, api_keys, url)
     except ValueError as e:
         fail(str(e))
     path, model_cfg, tokenizer = _load_model(opts.model, workload)

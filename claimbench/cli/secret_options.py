@@ -1,5 +1,5 @@
-"""Secrets the CLI takes (the /metrics key): from a file or the environment, never from argv,
-where every user of the machine sees them in `ps`."""
+"""Secrets the CLI takes (the /metrics key, bench's API keys): from a file or the environment,
+never from argv, where every user of the machine sees them in `ps`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 METRICS_KEY_ENV_VAR = "CLAIMBENCH_METRICS_KEY"
+API_KEY_ENV_VAR = "CLAIMBENCH_API_KEY"
 
 MetricsKeyFileOption = Annotated[
     Path | None,
@@ -33,3 +34,19 @@ def read_secret(file: Path | None, env_var: str, flag: str) -> str | None:
     if not secret:
         raise ValueError(f"{flag} {file} is empty")
     return secret
+
+
+def read_secret_list(file: Path | None, env_var: str, flag: str) -> list[str]:
+    """The secrets in ``file`` (one a line, blank lines skipped), else in ``env_var``
+    (separated by whitespace or commas), else []. ValueError naming ``flag`` when the file
+    cannot be read or holds none."""
+    if file is None:
+        return os.environ.get(env_var, "").replace(",", " ").split()
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{flag} {file}: cannot read it ({e})") from None
+    secrets = [line.strip() for line in text.splitlines() if line.strip()]
+    if not secrets:
+        raise ValueError(f"{flag} {file} is empty")
+    return secrets

@@ -105,7 +105,7 @@ def check_options(
     names = ("slo_ttft_s", "slo_tpot_s", "slo_e2el_s")
     slos = {k: None if v is None else v / 1000 for k, v in zip(names, slo_ms, strict=True)}
     if api_keys and url is None:
-        raise ValueError("--api-key needs --url (the in-process engine has no keys)")
+        raise ValueError("--api-key-file needs --url (the in-process engine has no keys)")
     keys = tenant_keys(api_keys)
     if url is not None:
         check_http_url(url, "--url")
@@ -113,14 +113,17 @@ def check_options(
 
 
 def tenant_keys(given: Sequence[str]) -> dict[str, str]:
-    """--api-key values as tenant -> key: TENANT=KEY as given, a bare KEY as tenant keyN.
-    ValueError for an empty part or a tenant given twice."""
+    """API keys (--api-key-file lines) as tenant -> key: TENANT=KEY as given, a bare KEY as
+    tenant keyN. ValueError for an empty part or a tenant given twice."""
     keys: dict[str, str] = {}
     for i, value in enumerate(given, 1):
         tenant, sep, key = value.partition("=")
         tenant, key = (tenant, key) if sep else (f"key{i}", value)
         if not tenant or not key or tenant in keys:
-            raise ValueError(f"--api-key {value!r}: want KEY or TENANT=KEY, each tenant once")
+            raise ValueError(
+                f"--api-key-file: key {i} of {len(given)}: want KEY or TENANT=KEY, "
+                "each tenant once (the key itself is not shown)"
+            )
         keys[tenant] = key
     return keys
 

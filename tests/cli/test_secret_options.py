@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 from cli_helpers import assert_one_line_error, invoke
 
-from claimbench.cli.secret_options import METRICS_KEY_ENV_VAR, read_secret
+from claimbench.cli.secret_options import (
+    API_KEY_ENV_VAR,
+    METRICS_KEY_ENV_VAR,
+    read_secret,
+    read_secret_list,
+)
 
 
 def test_a_secret_comes_from_its_file_else_the_environment(tmp_path: Path, monkeypatch) -> None:
@@ -38,3 +43,16 @@ def test_mcp_names_an_unreadable_metrics_key_file(tmp_path: Path) -> None:
         "mcp", "--agents", str(agents), "--metrics-key-file", str(tmp_path / "missing.key")
     )
     assert_one_line_error(result, "--metrics-key-file")
+
+
+def test_bench_takes_api_keys_from_a_file_or_the_environment(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "api.keys"
+    path.write_text("alice=cb-a\n\nbob=cb-b\n")
+    assert read_secret_list(path, API_KEY_ENV_VAR, "--api-key-file") == ["alice=cb-a", "bob=cb-b"]
+    monkeypatch.setenv(API_KEY_ENV_VAR, "alice=cb-a, bob=cb-b")
+    assert read_secret_list(None, API_KEY_ENV_VAR, "--api-key-file") == ["alice=cb-a", "bob=cb-b"]
+    path.write_text("\n")
+    with pytest.raises(ValueError, match="--api-key-file .* is empty"):
+        read_secret_list(path, API_KEY_ENV_VAR, "--api-key-file")
+    result = invoke("bench", "--url", "http://127.0.0.1:9", "--api-key", "cb-visible-in-ps")
+    assert result.exit_code == 2 and "No such option" in result.output

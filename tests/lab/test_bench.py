@@ -41,7 +41,7 @@ def test_options_are_checked_in_order_and_slos_become_seconds() -> None:
         ((workload(rate=0.0), 0.0, (None,) * 3, [], None), "--rate and --burstiness"),
         ((workload(), 0.0, (-1.0, None, None), [], None), "--kv-pool-mb must be a number > 0"),
         ((workload(), 1.0, (-1.0, None, None), [], None), "got -1.0, None, None"),
-        ((workload(), 1.0, (None,) * 3, ["k"], None), "--api-key needs --url"),
+        ((workload(), 1.0, (None,) * 3, ["k"], None), "--api-key-file needs --url"),
         ((workload(), 1.0, (None,) * 3, ["k"], "h:1"), "--url must start with http://"),
     ]
     for args, message in bad:

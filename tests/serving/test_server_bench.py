@@ -23,7 +23,12 @@ def server():
     return shared_server()
 
 
-def bench(server, tmp_path, *args: str):
+def bench(server, tmp_path, *args: str, keys: list[str] = ()):
+    """`bench --url` with ``keys`` in an --api-key-file (keys never go on the command line)."""
+    if keys:
+        key_file = tmp_path / "api.keys"
+        key_file.write_text("".join(k + "\n" for k in keys))
+        args = ("--api-key-file", str(key_file), *args)
     args = ["--root", str(tmp_path), *BENCH, "--url", server.url, *args]
     return CliRunner().invoke(app, args)
 
@@ -31,8 +36,8 @@ def bench(server, tmp_path, *args: str):
 @pytest.mark.slow
 def test_bench_over_http_spreads_requests_over_tenants_and_summarizes_them(server, tmp_path):
     before = server.call(tenant_counts)
-    keys = [f"--api-key={t}={server.keys[t]}" for t in ("alice", "bob")]
-    result = bench(server, tmp_path, *keys, "--json", "--slo-ttft-ms", "60000")
+    keys = [f"{t}={server.keys[t]}" for t in ("alice", "bob")]
+    result = bench(server, tmp_path, "--json", "--slo-ttft-ms", "60000", keys=keys)
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     after = server.call(tenant_counts)
@@ -51,7 +56,7 @@ def test_bench_over_http_spreads_requests_over_tenants_and_summarizes_them(serve
 
 @pytest.mark.slow
 def test_bench_over_http_counts_429s_as_rejections(server, tmp_path):
-    result = bench(server, tmp_path, f"--api-key=tight={server.keys['tight']}")
+    result = bench(server, tmp_path, keys=[f"tight={server.keys['tight']}"])
     assert result.exit_code == 0, result.output
     assert "Serving Benchmark Result" in result.stdout and "Median TPOT (ms):" in result.stdout
     completed = int(_row(result.stdout, "Successful requests:"))
@@ -75,9 +80,11 @@ def test_http_replay_sees_every_token_and_the_arrival_schedule(server):
 
 @pytest.mark.slow
 def test_bench_url_bad_input_is_one_line(server, tmp_path):
-    result = CliRunner().invoke(app, ["--root", str(tmp_path), *BENCH, "--api-key", "k"])
-    assert result.exit_code == 2 and "--api-key needs --url" in result.stderr
-    result = bench(server, tmp_path, "--api-key", "not-a-key")
+    (tmp_path / "k").write_text("k\n")
+    args = ["--root", str(tmp_path), *BENCH, "--api-key-file", str(tmp_path / "k")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "--api-key-file needs --url" in result.stderr
+    result = bench(server, tmp_path, keys=["not-a-key"])
     assert result.exit_code == 2 and "401" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
