@@ -62,6 +62,7 @@ def add(
 @app.command("list")
 def list_tenants(file: FileOption = Path("tenants.yaml")) -> None:
     """The tenants of a tenants file and their settings (keys are never shown)."""
+    from claimbench.platform.printable import printable
     from claimbench.serving.tenants import SETTINGS, TenantKeys
 
     try:
@@ -71,4 +72,6 @@ def list_tenants(file: FileOption = Path("tenants.yaml")) -> None:
     for tenant in keys.tenants:
         num_keys = sum(t == tenant.id for t in keys.key_hashes.values())
         settings = ", ".join(f"{s}={getattr(tenant, s)}" for s in SETTINGS)
-        console.print(f"{tenant.id} ({num_keys} key(s)): {settings}", highlight=False)
+        # A name from the file may hold terminal control characters: shown escaped.
+        line = printable(f"{tenant.id} ({num_keys} key(s)): {settings}")
+        console.print(line, highlight=False)

@@ -56,3 +56,12 @@ def test_bench_takes_api_keys_from_a_file_or_the_environment(tmp_path: Path, mon
         read_secret_list(path, API_KEY_ENV_VAR, "--api-key-file")
     result = invoke("bench", "--url", "http://127.0.0.1:9", "--api-key", "cb-visible-in-ps")
     assert result.exit_code == 2 and "No such option" in result.output
+
+
+def test_tenants_list_escapes_control_characters_in_names(tmp_path: Path) -> None:
+    file = tmp_path / "tenants.yaml"
+    file.write_text(f'tenants:\n  - name: "ev\\e[2Kil\\r"\n    key_sha256: ["{"0" * 64}"]\n')
+    result = invoke("tenants", "list", "--file", str(file))
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.stdout and "\r" not in result.stdout
+    assert "ev\\x1b[2Kil\\r" in result.stdout
