@@ -74,7 +74,10 @@ def mcp(
         limits = HttpLimits(header_timeout_s=header_timeout_s, max_connections=max_connections)
     except ValueError as e:
         fail(str(e).splitlines()[0])
-    log = (audit_log if audit_log is not None else opts.root / DEFAULT_LOG).resolve()
+    given = audit_log if audit_log is not None else opts.root / DEFAULT_LOG
+    # The directory resolved, the file itself not: a symlink at the log's path is refused
+    # when the log is opened, never followed to whatever it names.
+    log = given.parent.resolve() / given.name
     if log.is_relative_to(opts.root / RESULTS_DIR):
         fail(f"--audit-log {log} is inside {RESULTS_DIR}/: the log of who acted lives apart")
     if log.is_dir():
@@ -106,7 +109,10 @@ def mcp(
         elif declared.agent_for(stdio_token) is None:
             problem = f"{TOKEN_ENV_VAR} is not the token of any agent in {agents}"
         if problem is not None:
-            audit.append(start_refused(problem))  # who tried is worth a line too
+            try:
+                audit.append(start_refused(problem))  # who tried is worth a line too
+            except (OSError, ValueError) as e:
+                fail(f"{problem} (and the audit log cannot be written: {e})")
             fail(problem)
     model = opts.model.resolve() if opts.model is not None else None
     config = OpsConfig(opts.root, model, opts.dtype, server_url, metrics_key=metrics_key)

@@ -183,3 +183,19 @@ def test_a_fifo_in_place_of_the_log_or_head_is_refused(
     assert out[0].exit_code == 1, out[0].output
     (message,) = out[0].stderr.strip().splitlines()
     assert "is not a regular file" in message
+
+
+def test_a_refused_stdio_start_with_an_unwritable_log_is_one_line(
+    tmp_path: Path, _audit_key_file: Path, monkeypatch
+) -> None:
+    agents = tmp_path / "agents.yaml"
+    invoke("agents", "add", "ops", "--file", str(agents))
+    log = tmp_path / "audit" / "mcp.jsonl"
+    log.parent.mkdir()
+    log.symlink_to(tmp_path / "victim.txt")
+    monkeypatch.setenv("CLAIMBENCH_AGENT_TOKEN", "cba-not-a-token")
+    result = invoke("mcp", "--agents", str(agents), "--audit-log", str(log))
+    assert result.exit_code == 2, result.output
+    (message,) = result.stderr.strip().splitlines()
+    assert "is not the token of any agent" in message and "symbolic link" in message
+    assert not (tmp_path / "victim.txt").exists()
