@@ -9,6 +9,7 @@ import stat
 
 import pytest
 
+from claimbench.platform.file_lock import lock_path
 from claimbench.serving.tenants import TenantKeys, add_tenant
 
 
@@ -25,5 +26,6 @@ def test_a_planted_symlink_is_not_followed_and_the_mode_is_kept(tmp_path):
     assert victim.read_text() == "untouched"
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
     assert [t.id for t in TenantKeys.load(path).tenants] == ["alice", "bob"]
-    leftovers = {p.name for p in tmp_path.iterdir()} - {"tenants.yaml", "victim.txt"}
+    kept = {"tenants.yaml", "victim.txt", lock_path(path).name}  # the lock file stays
+    leftovers = {p.name for p in tmp_path.iterdir()} - kept
     assert leftovers == {"tenants.yaml.tmp"}  # only the planted link; no temp file of ours
