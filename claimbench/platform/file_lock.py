@@ -24,7 +24,11 @@ def lock_path(path: Path) -> Path:
 def locked(path: Path) -> Iterator[None]:
     """Hold the exclusive lock of ``path`` (blocking) for the ``with`` body; the lock file is
     created 0600 if missing and kept (removing it would let a waiter lock a dead inode)."""
-    fd = os.open(lock_path(path), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fd = os.open(lock_path(path), os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as err:
+        # Named as the file asked for: its lock is an implementation detail.
+        raise OSError(err.errno, err.strerror, str(path)) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
