@@ -128,11 +128,13 @@ def test_shifted_means_the_intervals_do_not_overlap(before, after, moved, tmp_pa
 
 @pytest.mark.slow
 def test_the_stored_runs_make_a_history() -> None:
-    # The project's own results: 120 runs on four nights between 2026-11-29 and 2026-12-03.
+    # The project's own results: 120 runs on four nights between 2026-11-29 and 2026-12-03
+    # (later nights add runs; the history of these four must stay as it is).
     from claimbench.harness.claims import load_claims
 
     root = Path(__file__).resolve().parents[2]
     runs, _ = read_runs(root / "results")
+    runs = [r for r in runs if r.run_id < "20261204"]
     claims = load_claims(root)
     histories = [
         history.claim_history(c, runs, run_checks.today_designs(root, claims)) for c in claims
