@@ -29,6 +29,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "draft_model": None,  # the shipped tiny draft, or a pinned checkpoint (draft_models.py)
     "engine": {},
     "counterfactual": "none",  # force-accept | force-reject: the verifier off (spec_trials.py)
+    "device_step_s": 0.0,  # 0: the real device; else every timed step takes this long
 }
 
 

@@ -22,11 +22,20 @@ verifier switched off: ``force-accept`` (every draft token emitted unverified: i
 output is the draft's, so greedy_mismatch counts every disagreement) and ``force-reject``
 (every draft rejected: each step pays the draft and the verify chunk for one token, so the
 speedup is speculation's cost alone).
+
+Param ``device_step_s`` (0, the default: the real device): every step of both arms' timed
+serving takes that long on the device (lab/slow_device.py), whatever it computes, as on a
+device whose step is bound by reading the weights and has compute to spare. It takes the
+cost of verifying k tokens per sequence away, so with proposals accepted the speedup is
+the tokens each step emits; the counterfactual tests use it to show ``speedup_at_b32`` can
+land on either side of its threshold on a host where a verify chunk costs more than a
+decode step.
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,6 +46,7 @@ from claimbench.lab.draft_models import DRAFT_PARAM, draft_path, pinned_draft
 from claimbench.lab.engine_settings import EngineSettings
 from claimbench.lab.interleaved_arms import interleaved_trials
 from claimbench.lab.serving_summary import spec_decode_summary
+from claimbench.lab.slow_device import slow_device
 from claimbench.workload.corpus import heldout_prompts
 from claimbench.workload.tokens import random_token_source
 
@@ -54,6 +64,9 @@ def check_params(params: dict[str, Any]) -> None:
         raise ValueError(f"param proposer must be draft or ngram, got {params['proposer']!r}")
     pinned_draft(params[DRAFT_PARAM])
     counterfactuals.chosen(params, tuple(ACCEPTANCE))
+    step_s = params.get("device_step_s", 0.0)
+    if isinstance(step_s, bool) or not isinstance(step_s, int | float) or not 0 <= step_s < 10:
+        raise ValueError(f"param device_step_s must be seconds in [0, 10), got {step_s!r}")
 
 
 # The speculative arm's verifier rule under each counterfactual (spec_decode.ACCEPTANCE_RULES).
@@ -153,9 +166,12 @@ def run_trials(
             batches.extend(draw_prompts(engine, params, ctx.seed + t) for t in range(ctx.trials))
         serve(engine, batches[0], min(output_len, 8))  # warm caches and allocator paths
 
+    step_s = params.get("device_step_s", 0.0)
+
     def measure(arm: str, engine: LLMEngine, trial: int) -> tuple[list, float]:
         prompts = batches[trial]
-        tokens, seconds = serve(engine, prompts, output_len)
+        with slow_device(engine, step_s) if step_s else nullcontext():
+            tokens, seconds = serve(engine, prompts, output_len)
         rate = len(prompts) * output_len / seconds
         ctx.record("output_throughput", rate, trial=trial, unit="tok/s", arm=arm)
         steps = engine.steps_frame()
