@@ -69,8 +69,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from claimbench.engine.sched.ladder import as_ladder
-from claimbench.engine.sched.tenants import Tenant
+from claimbench.engine.config_ladder import as_ladder
+from claimbench.engine.config_tenants import Tenant
 from claimbench.harness import evidence_rules
 from claimbench.lab import counterfactuals, open_loop, service_rate
 from claimbench.lab import tenant_runs as tr

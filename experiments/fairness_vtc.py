@@ -46,8 +46,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from claimbench.engine.config_ladder import Rung
 from claimbench.engine.sched.fairness import RUNNING_TOKENS
-from claimbench.engine.sched.ladder import Rung
 from claimbench.lab import counterfactuals, open_loop, service_rate
 from claimbench.lab import tenant_runs as tr
 from claimbench.lab.service import cumulative_service, max_service_gap, steps_backlog

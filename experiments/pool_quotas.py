@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from claimbench.engine.config import DEFAULT_PAGE_SIZE
-from claimbench.engine.sched.tenants import Tenant
+from claimbench.engine.config_tenants import Tenant
 from claimbench.lab import counterfactuals, open_loop, service_rate
 from claimbench.lab import tenant_runs as tr
 from claimbench.site import tenant_charts

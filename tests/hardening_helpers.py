@@ -15,7 +15,7 @@ from fastapi import FastAPI
 
 from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
-from claimbench.engine.sched.tenants import Tenant
+from claimbench.engine.config_tenants import Tenant
 from claimbench.models.checkpoint import default_model_path
 from claimbench.serving.api.app import create_app
 from claimbench.serving.state import ServerState, build_state

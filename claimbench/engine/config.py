@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from claimbench.engine.kv.prefix_cache import MODES as PREFIX_MODES
-from claimbench.engine.sched.ladder import Rung, as_ladder, check_ladder
-from claimbench.engine.sched.policies import DEFAULT_AGING_S, ORDERINGS, VICTIMS, PolicyParams
-from claimbench.engine.sched.tenants import Tenant, TenantTable
-from claimbench.engine.sched.vtc import DEFAULT_INPUT_WEIGHT, DEFAULT_OUTPUT_WEIGHT
+from claimbench.engine.config_ladder import Rung, as_ladder, check_ladder
+from claimbench.engine.config_tenants import Tenant, TenantTable
 from claimbench.kernels.backend import BACKENDS
 
 DTYPES = ("bfloat16", "float32", "float16")
@@ -29,6 +26,15 @@ SPECULATIVE = ("none", "draft", "ngram")
 # Draft tokens per step at most: a verify chunk is 1 + k tokens and every one of its
 # positions is projected to the vocabulary, so k is kept well under the token budget.
 MAX_SPEC_TOKENS = 16
+# Who shares prefix-cache blocks (kv/prefix_cache.py): no one, a tenant's requests, every
+# request, or every request with the same salt.
+PREFIX_MODES = ("off", "per-tenant", "shared", "salted")
+# Waiting-queue orderings and preemption victims by name (sched/policies.py implements each).
+SCHEDULING_POLICIES = ("fcfs", "priority", "priority-aging", "vtc", "wvtc")
+VICTIM_POLICIES = ("newest", "lowest-priority", "fair-share", "tier-fair-share")
+DEFAULT_AGING_S = 5.0  # priority-aging: waiting this long gains one tier
+DEFAULT_INPUT_WEIGHT = 1.0  # vtc, wvtc: service charged per input token
+DEFAULT_OUTPUT_WEIGHT = 2.0  # vtc, wvtc: service charged per output token
 # Tokens per KV page unless a config names its own: the one default every pool size and
 # experiment reads (harness and experiments import it rather than retype it).
 DEFAULT_PAGE_SIZE = 16
@@ -92,6 +98,25 @@ HOST_FIELDS = tuple(name for name, knob in KNOBS.items() if knob.runtime)
 ASYNC_SCHEDULING_DEFAULT = {"cpu": False}
 MIN_TOKEN_BUCKET = 16  # smallest padded token count a step is compiled for
 MIN_SEQ_BUCKET = 8  # smallest padded sequence-slot count
+
+
+@dataclass(frozen=True)
+class PolicyParams:
+    """The knobs orderings and victim policies read (SchedulerConfig.policy_params)."""
+
+    aging_s: float = DEFAULT_AGING_S  # priority-aging: waiting this long gains one tier
+    input_weight: float = DEFAULT_INPUT_WEIGHT  # vtc: service per input token
+    output_weight: float = DEFAULT_OUTPUT_WEIGHT  # vtc: service per output token
+    tenants: TenantTable = field(default_factory=TenantTable)
+
+    def __post_init__(self) -> None:
+        if not self.aging_s > 0:
+            raise ValueError(f"priority_aging_s must be > 0, got {self.aging_s}")
+        w_in, w_out = self.input_weight, self.output_weight
+        if not (w_in >= 0 and w_out >= 0 and w_in + w_out > 0):
+            raise ValueError(
+                f"vtc_input_weight={w_in} and vtc_output_weight={w_out} must be >= 0, not both 0"
+            )
 
 
 @dataclass(frozen=True)
@@ -168,8 +193,8 @@ class SchedulerConfig:
     async_scheduling: bool | None = None
 
     def __post_init__(self) -> None:
-        _one_of("scheduling_policy", self.scheduling_policy, tuple(ORDERINGS))
-        _one_of("victim_policy", self.victim_policy, tuple(VICTIMS))
+        _one_of("scheduling_policy", self.scheduling_policy, SCHEDULING_POLICIES)
+        _one_of("victim_policy", self.victim_policy, VICTIM_POLICIES)
         if self.async_scheduling is not None and not isinstance(self.async_scheduling, bool):
             raise ValueError(
                 f"async_scheduling must be true, false or None (the platform's default), "

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from claimbench.engine.config import EngineConfig
-from claimbench.engine.sched.ladder import load_ladder
+from claimbench.engine.config_ladder import load_ladder
 from claimbench.serving import server
 from claimbench.serving.server import ServeOptions
 from claimbench.serving.state import ServerState

@@ -19,7 +19,7 @@ import dataclasses
 import re
 from pathlib import Path
 
-from claimbench.engine.sched.tenants import Tenant
+from claimbench.engine.config_tenants import Tenant
 from claimbench.platform.hashed_key_file import add_entry, hash_secret, new_secret, read_entries
 
 KEY_PREFIX = "cb-"

@@ -13,7 +13,7 @@ from engine_helpers import TINY_MODEL, tiny_engine
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from claimbench.engine.sched.tenants import Tenant
+from claimbench.engine.config_tenants import Tenant
 from claimbench.engine.worker.sampler import SamplingParams
 
 NORMAL = SamplingParams(max_tokens=2, ignore_eos=True)

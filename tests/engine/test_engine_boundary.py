@@ -14,8 +14,8 @@ import math
 import pytest
 from engine_helpers import tiny_engine
 
+from claimbench.engine.config_tenants import Tenant
 from claimbench.engine.outputs import FinishEvent, RejectEvent, TokenEvent
-from claimbench.engine.sched.tenants import Tenant
 from claimbench.engine.worker.sampler import SamplingParams
 
 

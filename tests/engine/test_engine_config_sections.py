@@ -11,12 +11,15 @@ import pytest
 import yaml
 
 from claimbench.engine.config import (
+    SCHEDULING_POLICIES,
     SECTION_OF,
     SECTIONS,
+    VICTIM_POLICIES,
     CacheConfig,
     EngineConfig,
     SchedulerConfig,
 )
+from claimbench.engine.sched.policies import ORDERINGS, VICTIMS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,3 +80,8 @@ def test_every_engine_option_claims_yaml_uses_is_a_flat_option():
     assert used and used - {"hbm_utilization"} <= set(SECTION_OF)
     assert set(SECTION_OF) == {f.name for cls in SECTIONS.values() for f in dataclasses.fields(cls)}
     assert isinstance(EngineConfig().scheduler, SchedulerConfig)
+
+
+def test_the_configs_policy_names_are_the_policies_the_scheduler_implements():
+    assert tuple(ORDERINGS) == SCHEDULING_POLICIES
+    assert tuple(VICTIMS) == VICTIM_POLICIES

@@ -3,7 +3,7 @@ import dataclasses
 import pytest
 from engine_helpers import tiny_engine
 
-from claimbench.engine.sched.tenants import Tenant
+from claimbench.engine.config_tenants import Tenant
 from claimbench.engine.worker.sampler import SamplingParams
 
 

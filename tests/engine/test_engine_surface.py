@@ -10,8 +10,8 @@ from engine_helpers import tiny_engine, tiny_model
 
 from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
+from claimbench.engine.config_tenants import Tenant
 from claimbench.engine.outputs import RejectEvent, RejectKind
-from claimbench.engine.sched.tenants import Tenant
 from claimbench.engine.worker.sampler import SamplingParams
 
 SIX = SamplingParams(max_tokens=6, ignore_eos=True)

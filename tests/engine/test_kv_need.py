@@ -9,10 +9,10 @@ import pytest
 from engine_helpers import make_request, tiny_engine
 
 from claimbench.engine.config import KV_ALLOCATIONS, EngineConfig
+from claimbench.engine.config_tenants import Tenant
 from claimbench.engine.kv.block_manager import BlockManager
 from claimbench.engine.request import Request, RequestStatus
 from claimbench.engine.sched.scheduler import Scheduler
-from claimbench.engine.sched.tenants import Tenant
 from claimbench.engine.worker.sampler import SamplingParams
 
 PAGE_SIZE = 4

@@ -2,15 +2,15 @@ import numpy as np
 import pytest
 from engine_helpers import make_request
 
+from claimbench.engine.config import PolicyParams
+from claimbench.engine.config_tenants import Tenant, TenantTable
 from claimbench.engine.sched.policies import (
     ORDERINGS,
     VICTIMS,
-    PolicyParams,
     PoolView,
     get_victim_policy,
     make_ordering,
 )
-from claimbench.engine.sched.tenants import Tenant, TenantTable
 
 
 def req(tenant="a", arrival=0.0, priority=0, prompt=4, computed=0):

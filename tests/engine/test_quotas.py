@@ -2,10 +2,10 @@ import pytest
 from engine_helpers import make_request
 
 from claimbench.engine.config import EngineConfig
+from claimbench.engine.config_tenants import Tenant, TenantTable
 from claimbench.engine.kv.block_manager import BlockManager
 from claimbench.engine.sched.quotas import KVQuotas
 from claimbench.engine.sched.scheduler import Scheduler
-from claimbench.engine.sched.tenants import Tenant, TenantTable
 
 
 def quotas(usable=20):

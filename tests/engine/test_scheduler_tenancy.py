@@ -4,10 +4,10 @@ import pytest
 from engine_helpers import make_request
 
 from claimbench.engine.config import EngineConfig
+from claimbench.engine.config_tenants import Tenant
 from claimbench.engine.kv.block_manager import BlockManager
 from claimbench.engine.request import RequestStatus
 from claimbench.engine.sched.scheduler import Scheduler
-from claimbench.engine.sched.tenants import Tenant
 
 
 def make_scheduler(num_pages=64, **cfg) -> Scheduler:

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from claimbench.engine.sched.ladder import Action
+from claimbench.engine.config_ladder import Action
 from claimbench.serving.serve_setup import check_serve_limits, engine_failure, serve_engine_config
 
 LIMITS = dict(

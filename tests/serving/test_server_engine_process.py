@@ -10,8 +10,8 @@ import dataclasses
 import pytest
 from server_helpers import TEST_ENGINE, num_requests
 
+from claimbench.engine.config_tenants import Tenant
 from claimbench.engine.outputs import FinishEvent, RejectKind, TokenEvent
-from claimbench.engine.sched.tenants import Tenant
 from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.serving.engine_loop.async_engine import EngineStopped, RequestRejected
 from claimbench.serving.engine_loop.engine_client import EngineProcessError, ProcessEngine

@@ -22,7 +22,7 @@ from claimbench.engine.request import Request
 class BlockManager:
     def __init__(self, num_pages: int, page_size: int, prefix_caching: str = "off") -> None:
         """num_pages counts the null page, so num_pages - 1 are usable. ``prefix_caching``
-        is one of prefix_cache.MODES."""
+        is one of config.PREFIX_MODES."""
         cache_salt(prefix_caching, "", None)  # validates the mode
         self.pool = BlockPool(num_pages, page_size)
         self.num_pages = num_pages

@@ -25,11 +25,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from claimbench.engine.config import PREFIX_MODES
 from claimbench.kernels.metadata import NULL_PAGE
 
 BlockHash = bytes
 HashFn = Callable[[BlockHash | None, Sequence[int], tuple], BlockHash]
-MODES = ("off", "per-tenant", "shared", "salted")
 # Parent of every first block: fixed, so hashes are stable across processes and runs.
 ROOT_HASH: BlockHash = hashlib.sha256(b"claimbench prefix cache root").digest()
 
@@ -48,13 +48,13 @@ def hash_block_tokens(
 
 
 def cache_salt(mode: str, tenant: str, request_salt: str | None) -> str | None:
-    """The salt mixed into a request's first block under ``mode`` (one of MODES).
+    """The salt mixed into a request's first block under ``mode`` (one of PREFIX_MODES).
 
     per-tenant: the tenant id, so tenants never share; shared: none, every tenant shares;
     salted: the request's own ``cache_salt`` (requests without one share with each other).
     """
-    if mode not in MODES:
-        raise ValueError(f"prefix caching mode {mode!r} is not one of {MODES}")
+    if mode not in PREFIX_MODES:
+        raise ValueError(f"prefix caching mode {mode!r} is not one of {PREFIX_MODES}")
     if mode == "per-tenant":
         return tenant
     if mode == "salted":

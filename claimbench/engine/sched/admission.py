@@ -2,7 +2,7 @@
 
 A request over its tenant's limits is rejected on the spot, with a reason naming the
 limit and the numbers, and counted per (tenant, limit). Rejected work never joins the
-queue, so it never takes KV pages or step budget. The limits (engine/sched/tenants.py):
+queue, so it never takes KV pages or step budget. The limits (engine/config_tenants.py):
 
     max_queued_requests  the tenant's waiting requests, this one included
     max_queued_tokens    prompt + max_tokens of its waiting requests, this one included
@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from claimbench.engine.sched.tenants import Tenant, TenantTable
+from claimbench.engine.config_tenants import Tenant, TenantTable
 
 if TYPE_CHECKING:
     from claimbench.engine.request import Request

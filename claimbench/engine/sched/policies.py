@@ -22,36 +22,17 @@ only when every candidate is top tier).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from claimbench.engine.sched.tenants import TenantTable
-from claimbench.engine.sched.vtc import DEFAULT_INPUT_WEIGHT, DEFAULT_OUTPUT_WEIGHT, VtcOrdering
+from claimbench.engine.config import PolicyParams
+from claimbench.engine.config_tenants import TenantTable
+from claimbench.engine.sched.vtc import VtcOrdering
 
 if TYPE_CHECKING:
     from claimbench.engine.request import Request
 
-DEFAULT_AGING_S = 5.0
-TOP_TIER = 0  # the highest priority tier (tenants.Tenant.priority)
-
-
-@dataclass(frozen=True)
-class PolicyParams:
-    """The knobs orderings and victim policies read."""
-
-    aging_s: float = DEFAULT_AGING_S  # priority-aging: waiting this long gains one tier
-    input_weight: float = DEFAULT_INPUT_WEIGHT  # vtc: service per input token
-    output_weight: float = DEFAULT_OUTPUT_WEIGHT  # vtc: service per output token
-    tenants: TenantTable = field(default_factory=TenantTable)
-
-    def __post_init__(self) -> None:
-        if not self.aging_s > 0:
-            raise ValueError(f"priority_aging_s must be > 0, got {self.aging_s}")
-        w_in, w_out = self.input_weight, self.output_weight
-        if not (w_in >= 0 and w_out >= 0 and w_in + w_out > 0):
-            raise ValueError(
-                f"vtc_input_weight={w_in} and vtc_output_weight={w_out} must be >= 0, not both 0"
-            )
+TOP_TIER = 0  # the highest priority tier (config_tenants.Tenant.priority)
 
 
 class Ordering(Protocol):

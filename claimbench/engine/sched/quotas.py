@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from claimbench.engine.sched.tenants import TenantTable
+from claimbench.engine.config_tenants import TenantTable
 
 if TYPE_CHECKING:
     from claimbench.engine.kv.block_manager import BlockManager

@@ -13,12 +13,13 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from claimbench.engine.config import EngineConfig
+from claimbench.engine.config_ladder import Signal
 from claimbench.engine.kv.block_manager import BlockManager
 from claimbench.engine.request import Request, RequestStatus
 from claimbench.engine.sched.admission import AdmissionControl
 from claimbench.engine.sched.fairness import ServiceLedger, service_tokens
 from claimbench.engine.sched.kv_need import num_kv_slots
-from claimbench.engine.sched.ladder import LadderState, Signal
+from claimbench.engine.sched.ladder import LadderState
 from claimbench.engine.sched.policies import PoolView, get_victim_policy, make_ordering
 from claimbench.engine.sched.quotas import KVQuotas
 

@@ -20,11 +20,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from claimbench.engine.config import DEFAULT_INPUT_WEIGHT, DEFAULT_OUTPUT_WEIGHT
+
 if TYPE_CHECKING:
     from claimbench.engine.request import Request
-
-DEFAULT_INPUT_WEIGHT = 1.0
-DEFAULT_OUTPUT_WEIGHT = 2.0
 
 
 class VtcOrdering:
