@@ -759,8 +759,8 @@ def compare(args) -> dict:
 
 def store(results_dir: Path, result: dict | None, reason: str | None) -> Path:
     """Keep a measured result (or, with ``reason``, a not-measured record) under peers/."""
+    from claimbench.harness.provenance import git_state
     from claimbench.lab import peers
-    from claimbench.ledger.provenance import git_state
 
     if result is None:
         # No JAX here: a night whose vLLM did not install must not start the chips for this.
@@ -768,7 +768,7 @@ def store(results_dir: Path, result: dict | None, reason: str | None) -> Path:
 
         hardware = {"platform": "tpu" if tpu_attached() else "cpu"}
     else:
-        from claimbench.ledger.provenance import detect_hardware
+        from claimbench.hardware.detection import detect_hardware
 
         hardware = detect_hardware()
     status = peers.MEASURED if result is not None else peers.NOT_MEASURED

@@ -8,7 +8,7 @@ from typing import Any
 from claimbench.cli.project import claim_status
 from claimbench.harness import deciding, scoring
 from claimbench.harness.calibration import Calibration
-from claimbench.ledger.run_info import RunInfo
+from claimbench.harness.run_info import RunInfo
 
 
 def format_estimate(cs: scoring.ConditionScore) -> str:

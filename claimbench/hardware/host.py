@@ -8,13 +8,24 @@ with them.
 from __future__ import annotations
 
 import os
+import platform
 from pathlib import Path
 from typing import Any
 
-from claimbench.ledger.provenance import cpu_model
-
 # The cpuinfo flags that decide the native kernels' vector width (kernels.native_attention).
 ISA_FLAGS = ("avx512f", "avx2", "fma")
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The host CPU's model name: /proc/cpuinfo's "model name", else platform.processor()."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor()
 
 
 def isa_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:

@@ -18,7 +18,7 @@ import pandas as pd
 from claimbench.harness import confseq, evidence_rules, intervals
 from claimbench.harness.claims import Condition
 from claimbench.harness.evidence_rules import ANALYTIC
-from claimbench.ledger.run_info import format_params
+from claimbench.harness.run_info import format_params
 
 # other-basis: the condition is not this evidence kind's to decide (a measured one in an
 # analytic run).

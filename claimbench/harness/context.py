@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from claimbench.harness import evidence_rules, results
+from claimbench.hardware import detection
+from claimbench.harness import evidence_rules, provenance, results
 from claimbench.harness.claims import Claim
 from claimbench.harness.design import design_of
 from claimbench.harness.registry import experiment_path
 from claimbench.harness.sequential_run import BlockGate, run_blocks
 from claimbench.harness.stopping import StoppingRule
 from claimbench.lab.pool_fit import HBM_UTILIZATION
-from claimbench.ledger import provenance
 from claimbench.models import provenance as model_provenance
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ class RunContext:
     params: dict[str, Any]  # the claim's params for this profile
     trials: int
     seed: int
-    hardware: dict[str, Any]  # provenance.detect_hardware()
+    hardware: dict[str, Any]  # detection.detect_hardware()
     dtype: str  # model compute dtype: bfloat16 | float32
     model_option: Path | None = None  # --model; None = the shipped claimbench-tiny
     progress: TrialProgress | None = None  # None: a silent one over ``trials``
@@ -360,7 +360,7 @@ def run_claim(
     # read from where scoring reads today's, so the two hashes compare like with like.
     experiment_file = experiment_path(root, claim)
     design = design_of(experiment_file).as_meta() if experiment_file.is_file() else {}
-    hardware = provenance.detect_hardware()
+    hardware = detection.detect_hardware()
     start = datetime.now(UTC)
     run_id = results.new_run_id(claim.id, start)
     ctx = RunContext(

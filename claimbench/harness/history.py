@@ -29,7 +29,7 @@ from claimbench.harness import run_checks, scoring
 from claimbench.harness.claims import Claim
 from claimbench.harness.condition_scores import ConditionScore
 from claimbench.harness.results import StoredRun
-from claimbench.ledger.run_info import UNKNOWN
+from claimbench.harness.run_info import UNKNOWN
 
 FLIP = "verdict flipped"
 SHIFT = "shift beyond noise"

@@ -47,8 +47,8 @@ from claimbench.harness.condition_scores import (
 )
 from claimbench.harness.evidence_rules import ANALYTIC, MEASURED
 from claimbench.harness.results import StoredRun
+from claimbench.harness.run_info import RunInfo
 from claimbench.harness.trends import Trend, run_trends
-from claimbench.ledger.run_info import RunInfo
 
 VERDICTS = ("confirmed", "refuted", "inconclusive", "indicative-only", "not-run")
 DECIDED = ("confirmed", "refuted")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from claimbench.harness.results import StoredRun
-from claimbench.ledger.run_info import parse_time
+from claimbench.harness.run_info import parse_time
 
 
 def parse_since(text: str) -> datetime:

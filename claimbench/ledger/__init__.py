@@ -1,1 +1,1 @@
-"""What produced a run and what it cost: provenance, run info, the ledger, the budget and prices."""
+"""What runs cost: the ledger, the budget, prices and the budget gate in front of `run`."""

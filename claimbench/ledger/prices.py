@@ -68,7 +68,7 @@ def unpriced(hardware: dict[str, Any]) -> MachinePrice:
 
 
 def machine_price(hardware: dict[str, Any], declared: dict[str, DeclaredPrice]) -> MachinePrice:
-    """The price of the machine ``hardware`` (provenance.detect_hardware()) describes.
+    """The price of the machine ``hardware`` (detection.detect_hardware()) describes.
 
     Raises UnpricedError naming the chip and how to price it, for an accelerator without a price.
     """

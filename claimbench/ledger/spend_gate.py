@@ -7,10 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from claimbench.hardware import detection
 from claimbench.harness.claims import Claim
 from claimbench.harness.project_config import load_project_config
 from claimbench.harness.sequential_run import BlockGate
-from claimbench.ledger import budget, ledger, provenance
+from claimbench.ledger import budget, ledger
 from claimbench.ledger.prices import MachinePrice, UnpricedError, machine_price, unpriced
 
 
@@ -44,7 +45,7 @@ def plan_spend(
     config = load_project_config(root)
     rows = ledger.read_ledger(store)
     status = budget.budget_status(rows, config.budget.usd)
-    hardware = provenance.detect_hardware()
+    hardware = detection.detect_hardware()
     try:
         price = machine_price(hardware, config.budget.prices)
     except UnpricedError as err:

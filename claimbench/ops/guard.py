@@ -35,7 +35,7 @@ import jsonschema
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
-from claimbench.ledger import provenance
+from claimbench.harness import provenance
 from claimbench.ops.agents import Agent, Agents
 from claimbench.ops.audit import REDACTED, AuditLog, is_secret_name, redact
 from claimbench.ops.runbook import Runbook, current_agent

@@ -8,7 +8,7 @@ from pydantic import BaseModel
 
 from claimbench.harness import scoring
 from claimbench.harness.calibration import Calibration
-from claimbench.ledger.run_info import RunInfo
+from claimbench.harness.run_info import RunInfo
 
 
 class ClaimRow(BaseModel):

@@ -21,9 +21,9 @@ from claimbench.engine.config import KV_DTYPES, WEIGHT_FORMATS
 from claimbench.harness import calibration, registry, results, run_checks, score_file, scoring
 from claimbench.harness.claims import PROFILES, Claim, ClaimsError, find_claim, load_claims
 from claimbench.harness.project_config import load_project_config
+from claimbench.harness.run_info import RunInfo
 from claimbench.kernels.backend import BACKENDS
 from claimbench.ledger import budget, ledger, spend_gate
-from claimbench.ledger.run_info import RunInfo
 from claimbench.ops import outputs, remote
 from claimbench.ops.agents import Agent
 from claimbench.ops.jobs import Job, JobManager

@@ -27,8 +27,8 @@ from claimbench.harness import (
     scoring,
 )
 from claimbench.harness.claims import Claim
+from claimbench.harness.run_info import RunInfo
 from claimbench.lab import peer_history, peers
-from claimbench.ledger.run_info import RunInfo
 from claimbench.platform.files import replace_text
 from claimbench.site import charts, history_charts, ledger_charts
 

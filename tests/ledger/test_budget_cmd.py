@@ -10,19 +10,20 @@ import pytest
 from cli_helpers import assert_one_line_error, invoke
 from ledger_helpers import V6E, row, with_settings
 
+from claimbench.hardware import detection
 from claimbench.hardware.chips import PRICE_ENV_VAR
 from claimbench.harness.claims import find_claim, load_claims
 from claimbench.harness.context import run_claim
 from claimbench.harness.registry import load_experiment
-from claimbench.ledger import ledger, provenance
+from claimbench.ledger import ledger
 
 
 @pytest.fixture
 def on_v6e(monkeypatch):
     """The harness sees one TPU v6e (the experiments are fake, so nothing needs the chip)."""
     monkeypatch.delenv(PRICE_ENV_VAR, raising=False)
-    real = provenance.detect_hardware
-    monkeypatch.setattr(provenance, "detect_hardware", lambda: {**real(), **V6E})
+    real = detection.detect_hardware
+    monkeypatch.setattr(detection, "detect_hardware", lambda: {**real(), **V6E})
 
 
 def runs(results: Path) -> list[Path]:
@@ -156,8 +157,8 @@ def test_an_unpriced_accelerator_runs_only_when_told_and_is_never_counted_free(
     project: Path, monkeypatch
 ) -> None:
     monkeypatch.delenv(PRICE_ENV_VAR, raising=False)
-    real = provenance.detect_hardware
-    monkeypatch.setattr(provenance, "detect_hardware", lambda: {**real(), **H200})
+    real = detection.detect_hardware
+    monkeypatch.setattr(detection, "detect_hardware", lambda: {**real(), **H200})
     results = project / "results"
     args = ("--root", str(project), "run", "--claim", "fake-pass")
     assert_one_line_error(invoke(*args), "no price for h200")

@@ -11,8 +11,9 @@ import pytest
 from ledger_helpers import V6E, row, with_settings
 from mcp_helpers import Ops, add_slow_claim, make_agents
 
+from claimbench.hardware import detection
 from claimbench.hardware.chips import PRICE_ENV_VAR
-from claimbench.ledger import ledger, provenance
+from claimbench.ledger import ledger
 from claimbench.ops.guard import FORBIDDEN, UNAUTHENTICATED
 from claimbench.ops.scopes import TOOL_SCOPES
 
@@ -153,8 +154,8 @@ def test_a_cancelled_job_leaves_no_run_directory(ops: Ops) -> None:
 @pytest.fixture
 def on_v6e(monkeypatch):
     monkeypatch.delenv(PRICE_ENV_VAR, raising=False)
-    real = provenance.detect_hardware
-    monkeypatch.setattr(provenance, "detect_hardware", lambda: {**real(), **V6E})
+    real = detection.detect_hardware
+    monkeypatch.setattr(detection, "detect_hardware", lambda: {**real(), **V6E})
 
 
 def test_a_metered_run_needs_spend_and_an_over_budget_one_is_refused(ops: Ops, on_v6e) -> None:

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from claimbench.hardware import host
+from claimbench.harness import provenance
 from claimbench.harness.claims import find_claim, load_claims
 from claimbench.harness.context import run_claim
-from claimbench.ledger import provenance
 from claimbench.models.config import ModelConfig
 from claimbench.models.provenance import ModelDirError, check_model_dir, describe_model
 
@@ -78,9 +79,9 @@ def test_git_state_outside_git(tmp_path):
 def test_cpu_model_from_cpuinfo_else_platform(tmp_path, monkeypatch):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nvendor_id\t: X\nmodel name\t: Fake CPU @ 3.0GHz\n")
-    assert provenance.cpu_model(cpuinfo) == "Fake CPU @ 3.0GHz"
-    monkeypatch.setattr(provenance.platform, "processor", lambda: "fallback-arch")
-    assert provenance.cpu_model(tmp_path / "missing") == "fallback-arch"
+    assert host.cpu_model(cpuinfo) == "Fake CPU @ 3.0GHz"
+    monkeypatch.setattr(host.platform, "processor", lambda: "fallback-arch")
+    assert host.cpu_model(tmp_path / "missing") == "fallback-arch"
 
 
 def test_origin_is_the_env_var_else_the_host(monkeypatch):
@@ -192,7 +193,7 @@ def test_meta_records_the_model_the_experiment_read(project, tmp_path, monkeypat
         "confidence": 0.8,
     }
     assert meta["engine_configs"] == []
-    assert meta["hardware"]["cpu_model"] == provenance.cpu_model()
+    assert meta["hardware"]["cpu_model"] == host.cpu_model()
     assert meta["hardware"]["attention_backend"]
 
 
