@@ -24,7 +24,10 @@ from claimbench.cli import project
 from claimbench.cli.common import console, fail, global_options
 from claimbench.harness import evidence_rules
 from claimbench.harness.claims import Claim, ClaimsError
-from claimbench.harness.run_claims import (
+from claimbench.harness.sequential_run import BlockGate
+from claimbench.harness.stopping import StoppingRule
+from claimbench.ledger import ledger, spend_gate
+from claimbench.ledger.run_claims import (
     Outcome,
     RunInterrupted,
     RunRefused,
@@ -32,9 +35,6 @@ from claimbench.harness.run_claims import (
     run_claims,
     select_claims,
 )
-from claimbench.harness.sequential_run import BlockGate
-from claimbench.harness.stopping import StoppingRule
-from claimbench.ledger import ledger, spend_gate
 from claimbench.models.provenance import ModelDirError, check_model_dir
 
 

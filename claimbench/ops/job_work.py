@@ -13,12 +13,12 @@ Emit = Callable[[dict[str, Any]], None]
 
 
 def run_claims(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
-    """Run each claim of ``spec["claims"]`` as `claimbench run` does (harness.run_claims): the
+    """Run each claim of ``spec["claims"]`` as `claimbench run` does (ledger.run_claims): the
     budget gate first (refusing, never overriding), then each run stored atomically, appended
     to the ledger and its compiled programs released before the next claim. A failed claim is
     reported and the next one runs; Ctrl-C (cancel) stores nothing more."""
-    from claimbench.harness import run_claims as batch
     from claimbench.harness.claims import find_claim, load_claims
+    from claimbench.ledger import run_claims as batch
     from claimbench.ledger import spend_gate
 
     root, store = Path(spec["root"]), Path(spec["results_dir"])

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from claimbench.harness import run_claims as batch
 from claimbench.ledger import ledger, spend_gate
+from claimbench.ledger import run_claims as batch
 from claimbench.ops import job_work
 
 

@@ -1,4 +1,4 @@
-"""harness.run_claims, called directly: selecting claims, the budget gate's verdict, and a batch
+"""ledger.run_claims, called directly: selecting claims, the budget gate's verdict, and a batch
 run where one claim fails, one is interrupted, or the ledger cannot take a stored run."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 
 from claimbench.harness.claims import load_claims
-from claimbench.harness.run_claims import (
+from claimbench.ledger import budget, ledger
+from claimbench.ledger.prices import MachinePrice
+from claimbench.ledger.run_claims import (
     RunInterrupted,
     RunRefused,
     admit,
     run_claims,
     select_claims,
 )
-from claimbench.ledger import budget, ledger
-from claimbench.ledger.prices import MachinePrice
 from claimbench.ledger.spend_gate import SpendPlan
 
 CPU = MachinePrice(0.0, 1, "cpu", "")
