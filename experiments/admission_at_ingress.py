@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from claimbench.engine.config_tenants import Tenant
 from claimbench.lab import counterfactuals, open_loop, service_rate
 from claimbench.lab import tenant_runs as tr
-from claimbench.site import tenant_charts
+from claimbench.lab.figures import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
 
 if TYPE_CHECKING:

@@ -74,7 +74,7 @@ from claimbench.engine.config_tenants import Tenant
 from claimbench.harness import evidence_rules
 from claimbench.lab import counterfactuals, open_loop, service_rate
 from claimbench.lab import tenant_runs as tr
-from claimbench.site import tenant_charts
+from claimbench.lab.figures import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
 
 if TYPE_CHECKING:

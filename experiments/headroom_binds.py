@@ -287,7 +287,7 @@ def figures(run_dirs: list[Path]) -> list[tuple[str, str]]:
     from matplotlib import rc_context
     from matplotlib.figure import Figure
 
-    from claimbench.site.charts import figure_to_svg
+    from claimbench.lab.figures.svg import figure_to_svg
 
     frames = [
         pd.read_parquet(d / "measurements.parquet")

@@ -66,7 +66,7 @@ from claimbench.lab import counterfactuals, open_loop, service_rate
 from claimbench.lab import tenant_runs as tr
 from claimbench.lab.slow_device import slow_device
 from claimbench.lab.time_slicing import serve_time_sliced
-from claimbench.site import tenant_charts
+from claimbench.lab.figures import tenant_charts
 from claimbench.workload.build import WorkloadRequest
 from claimbench.workload.spec import WorkloadSpec
 

@@ -41,7 +41,7 @@ from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.engine.config_tenants import Tenant
 from claimbench.lab import counterfactuals, open_loop, service_rate
 from claimbench.lab import tenant_runs as tr
-from claimbench.site import tenant_charts
+from claimbench.lab.figures import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
 from claimbench.workload.tenants import TenantLoad
 

@@ -51,7 +51,7 @@ import pandas as pd
 from claimbench.engine.sched.fairness import BACKLOG_PREFIX
 from claimbench.lab import counterfactuals, open_loop, service_rate
 from claimbench.lab import tenant_runs as tr
-from claimbench.site import tenant_charts
+from claimbench.lab.figures import tenant_charts
 from claimbench.workload.spec import WorkloadSpec
 
 if TYPE_CHECKING:

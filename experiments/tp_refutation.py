@@ -175,7 +175,7 @@ def figures(run_dirs: list[Path]) -> list[tuple[str, str]]:
     from matplotlib import rc_context
     from matplotlib.figure import Figure
 
-    from claimbench.site.charts import figure_to_svg
+    from claimbench.lab.figures.svg import figure_to_svg
 
     for run_dir in reversed(run_dirs):
         path = Path(run_dir) / "measurements.parquet"

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 from typing import Annotated
 
-import pandas as pd
 import typer
 from rich import box
 from rich.table import Table
@@ -15,9 +14,8 @@ from claimbench.cli import project
 from claimbench.cli.common import console, fail, global_options
 from claimbench.harness.claims import ClaimsError
 from claimbench.harness.project_config import ProjectConfig, load_project_config
-from claimbench.ledger import ledger
-from claimbench.ledger.budget_report import TABLE_HEADERS, budget_report
-from claimbench.ledger.prices import UnpricedError
+from claimbench.ledger.budget_report import TABLE_HEADERS
+from claimbench.ops import service
 
 
 def open_project_config(root: Path) -> ProjectConfig:
@@ -25,14 +23,6 @@ def open_project_config(root: Path) -> ProjectConfig:
     try:
         return load_project_config(root)
     except ClaimsError as err:
-        fail(str(err))
-
-
-def open_ledger(store: Path) -> pd.DataFrame:
-    """The ledger's rows, or exit 2 with one line (a corrupt ledger is left as it is)."""
-    try:
-        return ledger.read_ledger(store)
-    except ledger.LedgerError as err:
         fail(str(err))
 
 
@@ -53,12 +43,11 @@ def budget_command(
     """Dollars spent (results/ledger/) against the budget in claims.yaml, and dollars per
     million generated tokens per claim and hardware."""
     opts = global_options(ctx)
-    config = open_project_config(opts.root)
     # A store not made yet has spent nothing: the nightly asks before its first run.
     store = project.results_dir(opts.root, results_dir, must_exist=False)
     try:
-        report = budget_report(store, config.budget.usd, config.budget.prices, backfill=backfill)
-    except (ledger.LedgerError, UnpricedError) as err:  # a corrupt ledger is left as it is
+        report = service.budget(opts.root, store, backfill=backfill)
+    except service.ServiceError as err:  # a corrupt ledger is left as it is
         fail(str(err))
     if as_json:
         print(json.dumps(report.to_json(), indent=2, default=int))

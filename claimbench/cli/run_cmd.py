@@ -23,10 +23,10 @@ from rich.progress import (
 from claimbench.cli import project
 from claimbench.cli.common import console, fail, global_options
 from claimbench.harness import evidence_rules
-from claimbench.harness.claims import Claim, ClaimsError
+from claimbench.harness.claims import Claim
 from claimbench.harness.sequential_run import BlockGate
 from claimbench.harness.stopping import StoppingRule
-from claimbench.ledger import ledger, spend_gate
+from claimbench.ledger import spend_gate
 from claimbench.ledger.run_claims import (
     Outcome,
     RunInterrupted,
@@ -36,6 +36,7 @@ from claimbench.ledger.run_claims import (
     select_claims,
 )
 from claimbench.models.provenance import ModelDirError, check_model_dir
+from claimbench.ops import service
 
 
 def _columns() -> tuple[ProgressColumn, ...]:
@@ -124,9 +125,9 @@ def run(
     # A new --results-dir is created: run starts a store where the others read one.
     store = project.writable_store(project.results_dir(opts.root, results_dir, must_exist=False))
     try:  # a corrupt ledger or claims.yaml stops the run first
-        plan = spend_gate.plan_spend(opts.root, store, selection.claims, profile.value, trials)
+        plan = service.spend_plan(opts.root, store, selection.claims, profile.value, trials)
         admission = admit(plan, over_budget)
-    except (ClaimsError, ledger.LedgerError, RunRefused) as err:
+    except (service.ServiceError, RunRefused) as err:
         fail(str(err))
     if admission.notice is not None:
         console.print(admission.notice, highlight=False, markup=False)

@@ -13,7 +13,8 @@ from rich.text import Text
 from claimbench.cli import project, score_json
 from claimbench.cli.common import console, global_options
 from claimbench.cli.evidence_options import OriginOption, SinceOption, selected_runs
-from claimbench.harness import calibration, results, run_checks, score_file, scoring
+from claimbench.harness import results, scoring
+from claimbench.ops import service
 
 VERDICT_STYLE = {
     "confirmed": "green",
@@ -66,10 +67,8 @@ def score(
     claims = project.open_claims(root)
     store = project.results_dir(root, results_dir)
     runs = selected_runs(store, since, origin)
-    scores = scoring.score_claims(claims, runs, run_checks.today_designs(root, claims))
-    cal = calibration.calibration(scores)
-    path = score_file.write_scores(store, scores)
-    counts = scoring.verdict_counts(scores)
+    scored, path = service.score_and_write(root, store, claims, runs)
+    scores, cal, counts = scored.scores, scored.calibration, scored.totals
     if as_json:
         data = {
             "claims": [score_json.score_dict(root, s) for s in scores],
@@ -97,7 +96,7 @@ def score(
             "\n".join(_condition_line(cs) for cs in s.conditions) if s.shown else "-",
         )
     console.print(table)
-    console.print(" · ".join(f"{n} {verdict}" for verdict, n in counts.items()), highlight=False)
+    console.print(scored.summary(), highlight=False)
     if cal.num_decided:
         console.print(
             f"calibration over {cal.num_decided} claim(s) decided in scope: "

@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 
 from claimbench.cli import project
-from claimbench.cli.budget_cmd import open_ledger, open_project_config
 from claimbench.cli.common import console, fail, global_options
 from claimbench.cli.evidence_options import OriginOption, SinceOption, selected_runs
+from claimbench.ops import service
 
 
 def site(
@@ -25,9 +25,6 @@ def site(
     origin: OriginOption = None,
 ) -> None:
     """Render the scoreboard from the stored runs; open index.html from disk or publish it."""
-    from claimbench.lab.peers import read_peers
-    from claimbench.site.render import render_site
-
     root = global_options(ctx).root
     claims = project.open_claims(root)
     runs = selected_runs(project.results_dir(root, results_dir), since, origin)
@@ -36,19 +33,12 @@ def site(
         fail(f"--out {out_dir} exists and is not a directory")
     # The whole ledger, whatever --since/--origin select: spend is the project's.
     store = project.results_dir(root, results_dir)
-    spend = open_ledger(store)
-    budget_usd = open_project_config(root).budget.usd
-    index = render_site(
-        root,
-        claims,
-        runs,
-        out_dir,
-        ledger=spend,
-        budget_usd=budget_usd,
-        peer_records=read_peers(store),
-    )
+    try:
+        built = service.build_site(root, store, claims, runs, out_dir)
+    except service.ServiceError as err:
+        fail(str(err))
     console.print(
-        f"wrote {index} and {len(claims)} claim pages from {len(runs)} run(s)",
+        f"wrote {built.index} and {built.num_claims} claim pages from {built.num_runs} run(s)",
         highlight=False,
         markup=False,
     )

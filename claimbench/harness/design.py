@@ -49,9 +49,10 @@ _NOT_DATA_SUFFIXES = (".py", ".pyc", ".md", ".orig")
 _NOT_DATA_DIRS = frozenset({"__pycache__", "build", ".pytest_cache"})
 # Modules that score, describe or display stored runs and never run in one: the scorer reapplies
 # today's rules to what a run recorded, so changing them re-scores runs rather than voiding them.
-# An experiment reaches them only through its figures hook (site charts).
+# An experiment reaches them only through its figures hook (lab/figures, the site's charts).
 SCORING_ONLY = (
     "claimbench.cli",
+    "claimbench.lab.figures",
     "claimbench.site",
     "claimbench.harness.calibration",
     "claimbench.harness.condition_scores",

@@ -1,22 +1,20 @@
-"""Experiment discovery: a claim's module in ``<root>/experiments``, imported by file path."""
+"""Experiment discovery: a claim's module in ``<root>/experiments``, imported by file path and
+checked against the experiment contract (harness/experiment.py)."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 from claimbench.harness.claims import EXPERIMENTS_DIR, Claim
+from claimbench.harness.experiment import Experiment, contract_violation, fill_defaults
 
 NO_EXPERIMENT = "no experiment yet"
 
-FiguresHook = Callable[[list[Path]], list[tuple[str, str]]]
-
 
 class ExperimentError(RuntimeError):
-    """An experiment module that cannot be used (it has no ``run(ctx)``)."""
+    """An experiment module that cannot be used (missing, or breaking the experiment contract)."""
 
 
 def experiment_path(root: Path, claim: Claim) -> Path:
@@ -36,12 +34,14 @@ def claim_status(root: Path, claim: Claim, verdict: str) -> str:
     return "not run" if has_experiment(root, claim) else NO_EXPERIMENT
 
 
-def load_experiment(root: Path, claim: Claim) -> ModuleType:
-    """Import the claim's experiment from its file.
+def load_experiment(root: Path, claim: Claim) -> Experiment:
+    """Import the claim's experiment from its file, checked against the contract.
 
     By file path rather than through ``sys.path``, so a user's claims project beside the built-in
     one never shadows (or is shadowed by) a module of the same name. Errors raised while the
-    module executes propagate; a module without a callable ``run`` raises ExperimentError.
+    module executes propagate; a module that breaks the contract (no callable ``run``, a
+    DEFAULT_PARAMS that is not a dict, a hook that is not a function) raises ExperimentError
+    naming the file and what is wrong. Optional members it leaves out get their defaults.
     """
     path = experiment_path(root, claim)
     if not path.is_file():
@@ -58,12 +58,6 @@ def load_experiment(root: Path, claim: Claim) -> ModuleType:
     except BaseException:
         del sys.modules[name]
         raise
-    if not callable(getattr(module, "run", None)):
-        raise ExperimentError(f"claim {claim.id!r}: {path} defines no run(ctx) function")
-    return module
-
-
-def figures_hook(module: ModuleType) -> FiguresHook | None:
-    """The module's optional ``figures(run_dirs) -> [(title, inline svg)]``, or None."""
-    hook = getattr(module, "figures", None)
-    return hook if callable(hook) else None
+    if (violation := contract_violation(module)) is not None:
+        raise ExperimentError(f"claim {claim.id!r}: {path} {violation}")
+    return fill_defaults(module)

@@ -19,14 +19,14 @@ def run_claims(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
     reported and the next one runs; Ctrl-C (cancel) stores nothing more."""
     from claimbench.harness.claims import find_claim, load_claims
     from claimbench.ledger import run_claims as batch
-    from claimbench.ledger import spend_gate
+    from claimbench.ops import service
 
     root, store = Path(spec["root"]), Path(spec["results_dir"])
     claims = load_claims(root)
     selected = [find_claim(claims, claim_id) for claim_id in spec["claims"]]
     profile, trials = spec["profile"], spec["trials"]
     # Again here, not only when the job was accepted: another job may have spent since.
-    plan = spend_gate.plan_spend(root, store, selected, profile, trials)
+    plan = service.spend_plan(root, store, selected, profile, trials)
     if plan.blocked is not None:
         raise ValueError(plan.blocked)
     stored: list[dict[str, Any]] = []
@@ -79,8 +79,8 @@ def run_claims(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
 
 def tpu_check(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
     """`claimbench tpu-check` for one engine: the compile report, per bucket."""
-    from claimbench.tpucheck import check
     from claimbench.tpucheck.setup import check_setup
+    from claimbench.tpucheck import check
 
     setup = check_setup(
         Path(spec["root"]),

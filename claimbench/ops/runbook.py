@@ -7,7 +7,8 @@ profiles, buckets and jobs. The over-budget override of `claimbench run` is not 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,13 +19,12 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from pydantic import Field
 
 from claimbench.engine.config import KV_DTYPES, WEIGHT_FORMATS
-from claimbench.harness import calibration, registry, results, run_checks, score_file, scoring
+from claimbench.harness import registry, results
 from claimbench.harness.claims import PROFILES, Claim, ClaimsError, find_claim, load_claims
-from claimbench.harness.project_config import load_project_config
 from claimbench.harness.run_info import RunInfo
 from claimbench.kernels.backend import BACKENDS
-from claimbench.ledger import budget, ledger, spend_gate
-from claimbench.ops import outputs, remote
+from claimbench.ledger.spend_gate import SpendPlan
+from claimbench.ops import outputs, remote, service
 from claimbench.ops.agents import Agent
 from claimbench.ops.jobs import Job, JobManager
 from claimbench.ops.scopes import CHECK, RUN, SPEND, TOOL_SCOPES
@@ -82,6 +82,15 @@ def _job_out(job: Job) -> outputs.JobOut:
     )
 
 
+@contextmanager
+def _invalid_params() -> Iterator[None]:
+    """A service's one-line refusal as the tool's invalid-params error."""
+    try:
+        yield
+    except service.ServiceError as err:
+        raise MCPError(INVALID_PARAMS, str(err)) from None
+
+
 def _agent_name() -> str:
     agent = current_agent.get()
     return agent.name if agent is not None else "-"
@@ -117,15 +126,13 @@ class Runbook:
             raise MCPError(INVALID_PARAMS, f"no job {job_id!r} of this agent")
         return job
 
-    def spend_plan(self, claim_ids: list[str], profile: str, trials: int | None):
+    def spend_plan(self, claim_ids: list[str], profile: str, trials: int | None) -> SpendPlan:
         """The budget gate's answer for a run (ledger/spend_gate.py)."""
         selected = [self._claim(c) for c in claim_ids]
-        try:
-            return spend_gate.plan_spend(
+        with _invalid_params():
+            return service.spend_plan(
                 self.config.root, self.config.store, selected, profile, trials
             )
-        except (ClaimsError, ledger.LedgerError) as err:
-            raise MCPError(INVALID_PARAMS, str(err)) from None
 
     def needed_scopes(self, tool: str, arguments: dict[str, Any]) -> tuple[str, ...]:
         """The scopes a call needs: the tool's own, spend for a run the ledger prices above
@@ -154,8 +161,7 @@ class Runbook:
     def list_claims(self) -> outputs.ClaimList:
         """Every claim: id, part, title, confidence, scope and status (verdict once run)."""
         root = self.config.root
-        claims = self._claims()
-        scores = scoring.score_claims(claims, self._runs(), run_checks.today_designs(root, claims))
+        scores = service.score_project(root, self._claims(), self._runs()).scores
         return outputs.ClaimList(
             claims=[
                 outputs.ClaimRow(
@@ -173,8 +179,7 @@ class Runbook:
     def show_claim(self, claim_id: ClaimId) -> outputs.ClaimDetail:
         """One claim: statement, prediction, what refutes it, its score and its runs."""
         claim = self._claim(claim_id)
-        designs = run_checks.today_designs(self.config.root, [claim])
-        score = scoring.score_claim(claim, self._runs(), designs)
+        (score,) = service.score_project(self.config.root, [claim], self._runs()).scores
         return outputs.ClaimDetail(
             id=claim.id,
             part=claim.part,
@@ -193,14 +198,12 @@ class Runbook:
     def get_scores(self) -> outputs.Scores:
         """Every claim's verdict and conditions, and calibration, from the stored runs
         (computed, not written: `score` writes scores.parquet)."""
-        runs, claims = self._runs(), self._claims()
-        designs = run_checks.today_designs(self.config.root, claims)
-        scores = scoring.score_claims(claims, runs, designs)
+        scored = service.score_project(self.config.root, self._claims(), self._runs())
         return outputs.Scores(
-            claims=[outputs.ScoreOut.of(s) for s in scores],
-            calibration=calibration.calibration(scores),
-            totals=scoring.verdict_counts(scores),
-            num_runs=len(runs),
+            claims=[outputs.ScoreOut.of(s) for s in scored.scores],
+            calibration=scored.calibration,
+            totals=scored.totals,
+            num_runs=scored.num_runs,
         )
 
     def list_runs(
@@ -214,27 +217,9 @@ class Runbook:
 
     def get_budget(self) -> outputs.Budget:
         """Dollars spent against the budget, and $/Mtok per claim and chip, from the ledger."""
-        try:
-            usd = load_project_config(self.config.root).budget.usd
-            rows = ledger.read_ledger(self.config.store)
-        except (ClaimsError, ledger.LedgerError) as err:
-            raise MCPError(INVALID_PARAMS, str(err)) from None
-        status = budget.budget_status(rows, usd)
-        table = budget.per_mtok_table(rows)
-        per_claim = [
-            {k: (None if isinstance(v, float) and v != v else v) for k, v in record.items()}
-            for record in table.to_dict(orient="records")
-        ]
-        return outputs.Budget(
-            budget_usd=status.budget_usd,
-            spent_usd=status.spent_usd,
-            remaining_usd=status.remaining_usd,
-            num_runs=status.num_runs,
-            device_s=status.device_s,
-            num_unpriced=status.num_unpriced,
-            per_claim=per_claim,
-            runs_not_in_ledger=[p.name for p in ledger.missing_runs(self.config.store, rows)],
-        )
+        with _invalid_params():
+            report = service.budget(self.config.root, self.config.store).to_json()
+        return outputs.Budget(**{name: report[name] for name in outputs.Budget.model_fields})
 
     def get_env(self) -> dict[str, Any]:
         """The platform JAX runs on, its devices, chip and library versions."""
@@ -279,8 +264,8 @@ class Runbook:
     ) -> outputs.JobOut:
         """Start compiling the engine step for a TPU chip through libtpu (no chip needed); a
         job: poll job_status for the per-bucket report (compile s, HBM, copies)."""
-        from claimbench.tpucheck import check as tpu_check
         from claimbench.tpucheck.setup import check_setup
+        from claimbench.tpucheck import check as tpu_check
 
         try:
             check_setup(
@@ -370,41 +355,22 @@ class Runbook:
 
     def score(self) -> outputs.Written:
         """Score every claim from the stored runs and write results/scores.parquet."""
-        runs, claims = self._runs(), self._claims()
-        designs = run_checks.today_designs(self.config.root, claims)
-        scores = scoring.score_claims(claims, runs, designs)
-        path = score_file.write_scores(self.config.store, scores)
-        counts = scoring.verdict_counts(scores)
-        summary = " · ".join(f"{n} {verdict}" for verdict, n in counts.items())
+        root, store = self.config.root, self.config.store
+        scored, path = service.score_and_write(root, store, self._claims(), self._runs())
         return outputs.Written(
-            path=_relative(self.config.root, path), summary=f"{len(runs)} run(s): {summary}"
+            path=_relative(root, path), summary=f"{scored.num_runs} run(s): {scored.summary()}"
         )
 
     def build_site(self) -> outputs.Written:
         """Render the scoreboard (site/index.html and a page per claim) from the stored runs."""
-        from claimbench.lab.peers import read_peers
-        from claimbench.site.render import render_site
-
-        root, store = self.config.root, self.config.store
-        claims = self._claims()
-        runs = self._runs()
-        try:
-            spend = ledger.read_ledger(store)
-            budget_usd = load_project_config(root).budget.usd
-        except (ClaimsError, ledger.LedgerError) as err:
-            raise MCPError(INVALID_PARAMS, str(err)) from None
-        index = render_site(
-            root,
-            claims,
-            runs,
-            root / "site",
-            ledger=spend,
-            budget_usd=budget_usd,
-            peer_records=read_peers(store),
-        )
+        root = self.config.root
+        with _invalid_params():
+            built = service.build_site(
+                root, self.config.store, self._claims(), self._runs(), root / "site"
+            )
         return outputs.Written(
-            path=_relative(root, index),
-            summary=f"{len(claims)} claim pages from {len(runs)} run(s)",
+            path=_relative(root, built.index),
+            summary=f"{built.num_claims} claim pages from {built.num_runs} run(s)",
         )
 
     def warm_cache(

@@ -7,7 +7,8 @@ from matplotlib.figure import Figure
 
 from claimbench.harness import history
 from claimbench.harness.claims import Claim
-from claimbench.site.charts import _RC, CLASS_COLOURS, figure_to_svg
+from claimbench.lab.figures.svg import figure_to_svg
+from claimbench.site.charts import _RC, CLASS_COLOURS
 
 FLIP_COLOUR = "#d6604d"
 

@@ -9,8 +9,8 @@ import pandas as pd
 from matplotlib import rc_context
 from matplotlib.figure import Figure
 
+from claimbench.lab.figures.svg import figure_to_svg
 from claimbench.ledger.budget import fmt_usd, per_mtok_table
-from claimbench.site.charts import figure_to_svg
 
 # As the other scoreboard charts: text stays text, at the page's size.
 _RC = {"svg.fonttype": "none", "font.size": 9}

@@ -27,6 +27,7 @@ from claimbench.harness import (
     scoring,
 )
 from claimbench.harness.claims import Claim
+from claimbench.harness.current_scores import score_current
 from claimbench.harness.run_info import RunInfo
 from claimbench.lab import peer_history, peers
 from claimbench.platform.files import replace_text
@@ -77,7 +78,7 @@ def _figures(root: Path, claim: Claim, run_dirs: list[Path]) -> list[Figure]:
     if not run_dirs or not registry.has_experiment(root, claim):
         return []
     try:
-        hook = registry.figures_hook(registry.load_experiment(root, claim))
+        hook = registry.load_experiment(root, claim).figures
         if hook is None:
             return []
         made = hook(run_dirs)
@@ -204,7 +205,7 @@ def render_site(
     any it says "not measured".
     """
     env = _environment()
-    scores = scoring.score_claims(claims, runs, run_checks.today_designs(root, claims))
+    scores = score_current(root, claims, runs)
     cal = calibration.calibration(scores)
     spent = results.total_cost_usd(runs) if ledger is None else float(ledger["usd"].sum())
     spend_svg = None if ledger is None else Markup(ledger_charts.spend_svg(ledger, budget_usd))

@@ -2,13 +2,14 @@
 
 A claim's engine is its profile's ``engine`` params over the run's model and dtype (what
 ``RunContext.engine`` does). An experiment that builds anything else exports ``engines``
-(lab/engine_settings.py), the function its own ``run`` builds its engines from; it is
-called here on the experiment's merged params (its ``DEFAULT_PARAMS`` under the claim's) and
-the checked model's config, so pools an experiment sizes from the served model are sized
-the same way here, and a pool sized from the chip's HBM (``hbm_utilization``) is sized when
-compiled. Engines an experiment holds at once share a ``group``; one that frees each engine
-before building the next gives each its own. tpu-check --claims compiles each of these for
-the target chip and sums what each group keeps resident (tpu_check_claims.py).
+(harness/experiment.py's contract, lab/engine_settings.py), the function its own ``run``
+builds its engines from; it is called here on the experiment's merged params (its
+``DEFAULT_PARAMS`` under the claim's) and the checked model's config, so pools an experiment
+sizes from the served model are sized the same way here, and a pool sized from the chip's HBM
+(``hbm_utilization``) is sized when compiled. Engines an experiment holds at once share a
+``group``; one that frees each engine before building the next gives each its own. tpu-check
+--claims compiles each of these for the target chip and sums what each group keeps resident
+(tpu_check_claims.py).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from claimbench.harness.claims import Claim
 from claimbench.harness.context import merge_params
 from claimbench.harness.registry import load_experiment
 from claimbench.lab.draft_models import DRAFT_PARAM, draft_model_name
-from claimbench.lab.engine_settings import ENGINES_FUNCTION, EngineSettings, EnginesFunction
+from claimbench.lab.engine_settings import EngineSettings
 from claimbench.models.config import ModelConfig
 
 
@@ -69,16 +70,15 @@ def experiment_engines(
     """What ``claim``'s experiment's own ``engines`` function returns for ``params`` (in the
     run's dtype: the engine params', else EngineConfig's), or one engine with the profile's
     engine params where it has none."""
-    module = load_experiment(root, claim)
-    engines: EnginesFunction | None = getattr(module, ENGINES_FUNCTION, None)
+    engines = load_experiment(root, claim).engines
     if engines is None:
         return EngineSettings()
     dtype = (params.get("engine") or {}).get("dtype", ModelOptions.dtype)
-    return engines(params, model_cfg, dtype)
+    settings: EngineSettings = engines(params, model_cfg, dtype)
+    return settings
 
 
 def claim_params(root: Path, claim: Claim, profile: str) -> dict[str, Any]:
     """The experiment's params at ``profile``: its DEFAULT_PARAMS under the claim's."""
-    module = load_experiment(root, claim)
-    defaults = getattr(module, "DEFAULT_PARAMS", {})
+    defaults = load_experiment(root, claim).DEFAULT_PARAMS
     return merge_params(defaults, claim.profile_params(profile), f"claim {claim.id!r}")

@@ -13,9 +13,9 @@ import pandas as pd
 from matplotlib import rc_context
 from matplotlib.figure import Figure
 
+from claimbench.lab.figures.svg import figure_to_svg
 from claimbench.lab.service import cumulative_service, frame_tenants
 from claimbench.lab.tenant_runs import observed_ttft_s
-from claimbench.site.charts import figure_to_svg
 
 MAX_PANELS = 4
 _RC = {"svg.fonttype": "none", "font.size": 9}  # as charts.py: text stays text
