@@ -1,10 +1,11 @@
 """build_engine: everything an LLMEngine needs made before it can serve.
 
 Loading the checkpoint and tokenizer, quantizing the weights to ``config.weights``,
-calibrating the fp8 KV scales on held-out text and loading a draft model are one-off
-preparation, not serving; they live here so ``LLMEngine`` is handed ready parts and only
-serves them. So does switching on the persistent compilation cache: a process-wide JAX
-setting, made once where the engine is built rather than inside any of its parts.
+calibrating the fp8 KV scales on held-out text, attaching early exit's heads and loading a
+draft model are one-off preparation, not serving; they live here so ``LLMEngine`` is handed
+ready parts and only serves them. So does switching on the persistent compilation cache: a
+process-wide JAX setting, made once where the engine is built rather than inside any of its
+parts.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from claimbench.engine.kv.calibration import resolve_fp8_kv_scales
 from claimbench.engine.kv.kv_cache import resolve_kv_dtype
 from claimbench.engine.spec.draft_model import load_draft_model
 from claimbench.kernels.kv_quant import FP8_DTYPE
+from claimbench.models.checkpoint import default_model_path, load_model
+from claimbench.models.early_exit import with_exit_heads
 from claimbench.models.llama import LlamaForCausalLM
 from claimbench.models.quantize import with_weight_format
 from claimbench.models.tokenizer import Tokenizer
@@ -51,7 +54,8 @@ def build_engine(
     ``model`` (and ``tokenizer``) may be given already built; otherwise both are loaded from
     ``config.model_path`` (default: the shipped claimbench-tiny). The model is quantized to
     ``config.weights`` if it is not already; an fp8 cache gets its (k, v) scales, calibrated
-    when ``config.kv_scale == "calibrate"``; ``config.speculative == "draft"`` loads the draft
+    when ``config.kv_scale == "calibrate"``; an ``early_exit_threshold`` attaches the exit
+    heads saved beside the model; ``config.speculative == "draft"`` loads the draft
     from ``config.draft_model_path`` unless ``draft_model`` is given. A
     ``config.compilation_cache_dir`` switches the persistent compilation cache on
     (``use_compilation_cache``). ``unsharded``: the runner places the model on one device
@@ -62,13 +66,14 @@ def build_engine(
     if config.compilation_cache_dir is not None:
         use_compilation_cache(config.compilation_cache_dir)
     if model is None:
-        from claimbench.models.checkpoint import default_model_path, load_model
-
         path = config.model_path or default_model_path()
         # Split over tp devices, the weights go from host memory to their shards.
         model, _ = load_model(path, config.dtype, host=config.tp > 1)
         tokenizer = tokenizer or Tokenizer.from_dir(path)
     model = with_weight_format(model, config.weights)
+    if config.model.early_exit_threshold is not None:
+        # The heads ride in the model's weight tree, saved beside the checkpoint.
+        model = with_exit_heads(model, config.model.model_path or default_model_path())
     if config.max_model_len > model.cfg.max_position_embeddings:
         raise ValueError(
             f"max_model_len={config.max_model_len} exceeds the model's "

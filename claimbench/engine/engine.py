@@ -1,4 +1,9 @@
-"""LLMEngine: requests in, timestamped events out; each step is schedule -> run -> postprocess."""
+"""LLMEngine: requests in, timestamped events out; each step is schedule -> execute -> update.
+
+The step's parts live beside what they serve: the scheduler picks the work (sched/
+scheduler.py), the runner executes it (worker/runner.py), and the scheduler side reads the
+outputs back, checks stops and finishes requests (sched/update.py); overlapped stepping is
+sched/async_sched.py."""
 
 from __future__ import annotations
 
@@ -17,23 +22,17 @@ from claimbench.engine.config import HOST_FIELDS, EngineConfig
 from claimbench.engine.kv.block_manager import BlockManager
 from claimbench.engine.kv.kv_cache import resolve_kv_dtype
 from claimbench.engine.metrics import StepRecord, requests_frame, steps_frame
-from claimbench.engine.outputs import (
-    Event,
-    FinishEvent,
-    RejectEvent,
-    RejectKind,
-    RequestOutput,
-    TokenEvent,
-)
+from claimbench.engine.outputs import Event, RejectEvent, RejectKind, RequestOutput
 from claimbench.engine.request import Request, RequestStatus
+from claimbench.engine.sampling_params import SamplingParams
+from claimbench.engine.sched.async_sched import OverlapStepper
 from claimbench.engine.sched.scheduler import Scheduler
+from claimbench.engine.sched.update import FinishedStep, StepUpdater
 from claimbench.engine.spec.draft_model import check_draft
 from claimbench.engine.spec.speculator import Speculator
 from claimbench.engine.stats import EngineStats, engine_stats
-from claimbench.engine.worker.async_step import OverlapStepper
-from claimbench.engine.worker.batch import StepInputError, StepPlan, build_step
-from claimbench.engine.worker.runner import ModelRunner, StepOutput
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.worker.batch import StepInputError, build_step
+from claimbench.engine.worker.runner import ModelRunner
 from claimbench.kernels.kv_quant import FP8_DTYPE
 from claimbench.models.llama import LlamaForCausalLM
 from claimbench.models.quantize import weight_format
@@ -69,28 +68,35 @@ class LLMEngine:
         ``unsharded`` places the model with no mesh (``ModelRunner``). ValueError for parts
         that cannot serve ``config``."""
         held = weight_format(model)
-        if held != config.weights:
+        if held != config.model.weights:
             raise ValueError(
-                f"model holds {held} weights but config.weights={config.weights!r} "
+                f"model holds {held} weights but config.weights={config.model.weights!r} "
                 "(build_engine quantizes)"
             )
-        if config.max_model_len > model.cfg.max_position_embeddings:
+        max_model_len = config.scheduler.max_model_len
+        if max_model_len > model.cfg.max_position_embeddings:
             raise ValueError(
-                f"max_model_len={config.max_model_len} exceeds the model's "
+                f"max_model_len={max_model_len} exceeds the model's "
                 f"max_position_embeddings={model.cfg.max_position_embeddings}"
             )
-        if config.speculative == "draft" and draft_model is None:
+        if config.model.early_exit_threshold is not None and not hasattr(model, "exit_heads"):
+            raise ValueError("early_exit_threshold needs a model with exit heads (build_engine)")
+        speculative = config.spec.speculative
+        if speculative == "draft" and draft_model is None:
             raise ValueError('speculative="draft" needs a draft_model (build_engine loads it)')
-        if unsharded and config.tp != 1:
-            raise ValueError(f"unsharded places the model on one device, but tp={config.tp}")
+        if unsharded and config.parallel.tp != 1:
+            raise ValueError(
+                f"unsharded places the model on one device, but tp={config.parallel.tp}"
+            )
         if draft_model is not None:
             check_draft(draft_model.cfg, model.cfg, None, None)
         if fp8_kv_scales is None:
             fp8_kv_scales = (1.0, 1.0)
-            if resolve_kv_dtype(config.kv_dtype, model.dtype) == FP8_DTYPE:
-                if config.kv_scale == "calibrate":
+            kv_scale = config.cache.kv_scale
+            if resolve_kv_dtype(config.cache.kv_dtype, model.dtype) == FP8_DTYPE:
+                if kv_scale == "calibrate":
                     raise ValueError('kv_scale="calibrate" needs fp8_kv_scales (build_engine)')
-                fp8_kv_scales = (float(config.kv_scale), float(config.kv_scale))
+                fp8_kv_scales = (float(kv_scale), float(kv_scale))
         self.config = config
         self.model_cfg = model.cfg
         self.tokenizer = tokenizer
@@ -98,8 +104,8 @@ class LLMEngine:
         self.fp8_kv_scales = fp8_kv_scales  # (k, v); used only by an fp8 cache
         self.runner = ModelRunner(config, model, fp8_kv_scales, unsharded=unsharded)
         self.speculator = None
-        if config.speculative != "none":
-            draft = draft_model if config.speculative == "draft" else None
+        if speculative != "none":
+            draft = draft_model if speculative == "draft" else None
             self.speculator = Speculator(config, draft)
         self.reset()
 
@@ -121,11 +127,15 @@ class LLMEngine:
         ]
         if changed:
             raise ValueError(f"reset may change only {HOST_FIELDS}, not {changed}")
-        block_manager = BlockManager(self.runner.num_pages, config.page_size, config.prefix_caching)
+        cache = config.cache
+        block_manager = BlockManager(self.runner.num_pages, cache.page_size, cache.prefix_caching)
         scheduler = Scheduler(config, block_manager)
         self.config, self.block_manager, self.scheduler = config, block_manager, scheduler
         if self.speculator is not None:
             self.speculator.reset()
+        # Rejected drafts' pages go back at once only in a paged pool.
+        trim = cache.kv_allocation == "paged"
+        self.updater = StepUpdater(scheduler, self.speculator, self.stop_token_ids, trim)
         self.requests: dict[str, Request] = {}
         self.step_records: list[StepRecord] = []
         self._num_trimmed_steps = 0  # records dropped by trim_step_records
@@ -133,7 +143,9 @@ class LLMEngine:
         self._seq_no = itertools.count()
         self.start_time = time.perf_counter()
         # A step still in flight from before is dropped with its requests.
-        self._overlap = OverlapStepper(self) if self.async_scheduling else None
+        self._overlap = None
+        if self.async_scheduling:
+            self._overlap = OverlapStepper(config, self.runner, scheduler, self.updater)
 
     # -- requests -------------------------------------------------------------------------
 
@@ -159,10 +171,11 @@ class LLMEngine:
         seq_no = next(self._seq_no)
         now = time.perf_counter()
         seed = sampling.seed
-        if seed is None and self.config.seed is None:
+        engine_seed = self.config.scheduler.seed
+        if seed is None and engine_seed is None:
             seed = secrets.randbits(32)  # unpredictable: no tenant can infer another's traffic
         elif seed is None:
-            seed = int(np.random.SeedSequence([self.config.seed, seq_no]).generate_state(1)[0])
+            seed = int(np.random.SeedSequence([engine_seed, seq_no]).generate_state(1)[0])
         request = Request(
             f"req-{seq_no}",
             seq_no,
@@ -251,31 +264,7 @@ class LLMEngine:
             raise ValueError(f"no request {request_id!r} in this engine")
         if request.is_finished:
             return
-        self.finish_request(request, reason, time.perf_counter(), self._pending)
-
-    def fail_requests(self, request_ids: Sequence[str], events: list[Event]) -> None:
-        """End requests whose own values kept a step from being built (``StepInputError``):
-        each finishes with reason "error" and its pages are freed; nothing else is touched,
-        so one request's data never ends the engine for every other."""
-        now = time.perf_counter()
-        for request_id in request_ids:
-            request = self.requests[request_id]
-            if not request.is_finished:
-                self.finish_request(request, "error", now, events)
-
-    def finish_request(
-        self, request: Request, reason: str, now: float, events: list[Event]
-    ) -> None:
-        """End an unfinished request at ``now`` with ``reason``: the scheduler frees its pages
-        (and the speculator its drafts), and its FinishEvent is appended to ``events``. Used
-        by the step's postprocess, aborts and the overlapped stepper (async_step.py)."""
-        self.scheduler.finish(request)
-        request.status = RequestStatus.FINISHED
-        request.finish_reason = reason
-        request.finish_time = now
-        if self.speculator is not None:
-            self.speculator.free(request)
-        events.append(FinishEvent(request.request_id, reason, now))
+        self.updater.finish(request, reason, time.perf_counter(), self._pending)
 
     def forget(self, request_id: str) -> None:
         """Drop a finished request whose events were delivered, so a long-running server's
@@ -330,7 +319,7 @@ class LLMEngine:
         """How the engine steps: whether the host overlaps the device, and when it does not."""
         return {
             "async_scheduling": self.async_scheduling,
-            # async_step.py: steps asking for prompt log-probs complete within their call.
+            # async_sched.py: steps asking for prompt log-probs complete within their call.
             "overlap_fallbacks": "speculative decoding; steps with prompt log-probs",
         }
 
@@ -339,11 +328,13 @@ class LLMEngine:
     def step(self) -> list[Event]:
         """Schedule, run one batched forward pass, sample, and report what happened.
 
-        Under async scheduling (async_step.py) the call dispatches the next step before it
+        Under async scheduling (sched/async_sched.py) the call dispatches the next step before it
         reads the current one's tokens: the events it returns are the previous step's."""
         events, self._pending = self._pending, []
         if self._overlap is not None:
-            return self._overlap.step(events)
+            for finished in self._overlap.step(events):
+                self._record(finished)
+            return events
         t0 = time.perf_counter()
         scheduled = self.scheduler.schedule(t0)
         if not scheduled.scheduled:
@@ -351,7 +342,7 @@ class LLMEngine:
         try:
             plan = build_step(self.config, scheduled.scheduled)
         except StepInputError as e:
-            self.fail_requests(e.request_ids, events)  # the others run next step
+            self.updater.fail(scheduled, e, events)  # the others run next step
             return events
         if self.speculator is not None:
             for request in scheduled.preempted:
@@ -361,100 +352,33 @@ class LLMEngine:
         t_blocked = time.perf_counter()
         out = jax.block_until_ready(out)
         t2 = time.perf_counter()
-        num_accepted = self.postprocess(plan, out, t2, events)
+        accepted = self.updater.update_from_output(plan, out, t2, events)
         t3 = time.perf_counter()
         if self.speculator is not None:
             self.speculator.propose(self.scheduler.speculating)
         t4 = time.perf_counter()
-        host_s = t3 - t0 - (t2 - t1)
-        self.record_step(
+        finished = FinishedStep(
             plan,
             out,
-            num_accepted,
+            accepted,
             len(scheduled.preempted),
             t0,
-            host_s,
-            t2 - t1,
-            t4 - t3,
+            host_s=t3 - t0 - (t2 - t1),
+            device_s=t2 - t1,
+            pages_used=self.block_manager.num_used_pages,
+            pages_free=self.block_manager.num_free_pages,
+            ladder_rung=self.scheduler.ladder.rung,
+            draft_s=t4 - t3,
             host_blocked_s=t2 - t_blocked,
         )
+        self._record(finished)
         return events
 
-    def postprocess(
-        self, plan: StepPlan, out: StepOutput, now: float, events: list[Event]
-    ) -> list[int]:
-        """Read a finished step's outputs (``out``, ready on the device) at ``now``: advance
-        each request, append its accepted tokens, report them in ``events`` and finish the
-        requests that stop. Requests that ended before the outputs were read are skipped.
-        Returns each slot's accepted draft tokens (``record_step``'s ``accepted``)."""
-        tokens = np.asarray(out.tokens).tolist()
-        logprobs = np.asarray(out.logprobs).tolist()
-        accepted = np.asarray(out.num_accepted)[: len(plan.requests)].tolist()
-        prompt_logprobs = prompt_top1 = None
-        if plan.wants_prompt_logprobs:
-            prompt_logprobs = np.asarray(out.prompt_logprobs).tolist()
-            prompt_top1 = np.asarray(out.prompt_top1).tolist()
-        offset = 0
-        for i, (request, n) in enumerate(zip(plan.requests, plan.num_tokens, strict=True)):
-            if request.is_finished:
-                # Ended before this step's outputs were read (async_step.py): dropped.
-                offset += n
-                continue
-            start = request.num_computed_tokens
-            if prompt_logprobs is not None and request.sampling.prompt_logprobs:
-                # Position p predicts prompt token p + 1, stored at index p.
-                stop = min(start + n, request.num_prompt_tokens - 1)
-                for p in range(start, stop):
-                    request.prompt_logprobs[p] = prompt_logprobs[offset + p - start]
-                    request.prompt_top1[p] = prompt_top1[offset + p - start]
-            offset += n
-            num_draft = plan.num_draft[i]
-            request.num_computed_tokens += n - num_draft
-            if request.num_uncomputed_tokens:
-                continue  # mid-prefill: the sampled token is not the next one
-            # The step's own token and the accepted drafts, each checked for a stop.
-            emitted = accepted[i] + 1
-            first = request.num_output_tokens
-            reason = request.append_outputs(
-                tokens[i][:emitted], logprobs[i][:emitted], now, self.stop_token_ids
-            )
-            # Verified K/V: every token but the last emitted one (the next step writes it).
-            request.num_computed_tokens = request.num_tokens - 1
-            for index in range(first, request.num_output_tokens):
-                lp = request.output_logprobs[index] if request.sampling.logprobs else None
-                token = request.output_token_ids[index]
-                events.append(TokenEvent(request.request_id, token, index, now, lp))
-            self.scheduler.charge_accepted(request, request.num_output_tokens - first - 1)
-            if reason is not None:
-                self.finish_request(request, reason, now, events)
-            elif num_draft and self.config.kv_allocation == "paged":
-                # Rejected drafts' pages: keep only what the next step writes into.
-                self.block_manager.trim(request, request.num_tokens)
-        return accepted
-
-    def record_step(
-        self,
-        plan: StepPlan,
-        out: StepOutput,
-        accepted: list[int],
-        num_preempted: int,
-        t0: float,
-        host_s: float,
-        device_s: float,
-        draft_s: float = 0.0,
-        *,
-        host_blocked_s: float = 0.0,
-        overlapped: bool = False,
-        num_discarded: int = 0,
-        ladder_rung: int | None = None,
-    ) -> None:
-        """Append the StepRecord of a step whose outputs were read: ``plan`` and ``out`` as
-        run, ``accepted`` draft tokens per slot, the step's start ``t0`` (perf_counter) and
-        its host, device and draft seconds. ``overlapped``: it ran under async scheduling,
-        which dropped ``num_discarded`` tokens of requests that ended first. ``ladder_rung``:
-        the rung the step was scheduled under (None: the one now)."""
-        experts_touched = tuple(np.asarray(out.experts_touched).tolist())
-        exit_layers = tuple(np.asarray(out.exit_layers)[: plan.num_scheduled_tokens].tolist())
+    def _record(self, step: FinishedStep) -> None:
+        """Append the StepRecord of a step whose outputs were read."""
+        plan, accepted = step.plan, step.accepted
+        experts_touched = tuple(np.asarray(step.out.experts_touched).tolist())
+        exit_layers = np.asarray(step.out.exit_layers)[: plan.num_scheduled_tokens].tolist()
         drafted = [(d, a) for d, a in zip(plan.num_draft, accepted, strict=True) if d]
         # A verify chunk is decode work (one sequence's next tokens), though it runs with the
         # mixed group.
@@ -464,7 +388,7 @@ class LLMEngine:
         self.step_records.append(
             StepRecord(
                 step=self.num_steps,
-                start_s=t0 - self.start_time,
+                start_s=step.t0 - self.start_time,
                 num_seqs=len(plan.requests),
                 num_decode_seqs=num_decode_seqs,
                 num_prefill_seqs=len(plan.requests) - num_decode_seqs,
@@ -474,22 +398,22 @@ class LLMEngine:
                 token_bucket=plan.token_bucket,
                 seq_bucket=plan.seq_bucket,
                 num_padding_tokens=plan.token_bucket - plan.num_scheduled_tokens,
-                num_preempted=num_preempted,
-                pages_used=self.block_manager.num_used_pages,
-                pages_free=self.block_manager.num_free_pages,
-                host_s=host_s,
-                device_s=device_s,
+                num_preempted=step.num_preempted,
+                pages_used=step.pages_used,
+                pages_free=step.pages_free,
+                host_s=step.host_s,
+                device_s=step.device_s,
                 num_drafts=len(drafted),
                 num_draft_tokens=sum(d for d, _ in drafted),
                 num_accepted_tokens=sum(a for _, a in drafted),
                 accepted_per_pos=tuple(sum(a > j for _, a in drafted) for j in range(k)),
-                draft_s=draft_s,
+                draft_s=step.draft_s,
                 experts_touched=experts_touched,
-                exit_layers=exit_layers,
-                ladder_rung=self.scheduler.ladder.rung if ladder_rung is None else ladder_rung,
-                host_blocked_s=host_blocked_s,
-                overlapped=overlapped,
-                num_discarded=num_discarded,
+                exit_layers=tuple(exit_layers),
+                ladder_rung=step.ladder_rung,
+                host_blocked_s=step.host_blocked_s,
+                overlapped=step.overlapped,
+                num_discarded=step.num_discarded,
             )
         )
 

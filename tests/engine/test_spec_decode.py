@@ -9,7 +9,8 @@ import pytest
 from engine_helpers import make_request
 
 from claimbench.engine.kv.block_manager import BlockManager
-from claimbench.engine.spec.spec_decode import accept, propose_ngram
+from claimbench.engine.spec.spec_decode import propose_ngram
+from claimbench.engine.worker.acceptance import accept
 from claimbench.engine.worker.sampler import SamplingBatch, sample
 
 accept_jit = jax.jit(accept)

@@ -8,7 +8,7 @@ import pytest
 from counterfactual_helpers import assert_fails, metric_values
 from spec_exp_helpers import TINY, run_tiny
 
-from claimbench.engine.spec.spec_decode import accept
+from claimbench.engine.worker.acceptance import accept
 from claimbench.engine.worker.sampler import SamplingBatch
 
 CLAIM = "spec-decode-gain"

@@ -2,7 +2,7 @@
 the same tokens. The draft's vocabulary may be a prefix of the target's (the same tokenizer,
 the target's embedding padded with rows no token uses, as Qwen2.5-7B's 152,064 rows against
 Qwen2.5-0.5B's 151,936): it proposes ids below its own size, and verification, which compares
-tokens only (spec_decode.accept), never reads the rows beyond them."""
+tokens only (worker/acceptance.accept), never reads the rows beyond them."""
 
 from __future__ import annotations
 

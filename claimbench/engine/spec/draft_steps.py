@@ -44,7 +44,7 @@ def _sample(logits: jax.Array, batch: SamplingBatch) -> jax.Array:
     target's own sample there uses. Threefry draws are prefix-consistent (a test checks), so
     each token id below V_draft gets the same Gumbel noise in both, and the draft's token is
     the target's whenever their distributions agree closely: acceptance compares tokens only
-    (spec_decode.py), and what the draft guesses never changes what is emitted."""
+    (worker/acceptance.py), and what the draft guesses never changes what is emitted."""
     return sample(logits, batch)[0]
 
 

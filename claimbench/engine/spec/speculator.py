@@ -2,7 +2,7 @@
 
 After every step the speculator proposes draft tokens for every running request that is
 caught up (``request.spec_token_ids``); the scheduler then gives such a request 1 + k tokens
-and the next step verifies them (spec_decode.accept). A request that gets no fresh proposal
+and the next step verifies them (worker/acceptance.accept). A request that gets no fresh proposal
 has its old draft cleared, so a verify step never reads a stale draft.
 """
 

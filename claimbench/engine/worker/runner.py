@@ -2,7 +2,7 @@
 
 One pure function, step(weights, kv_caches, inputs) -> (StepOutput, kv_caches), runs the
 model over the flattened batch, samples one token per sequence slot (or, verifying draft
-tokens, 1 + k candidates and how many of them are accepted: spec_decode.py) and returns the
+tokens, 1 + k candidates and how many of them are accepted: acceptance.py) and returns the
 updated cache, which is donated so XLA updates it in place. It is jitted once at module
 level with the model's graph as a static argument, so engines over models of the same
 shape share executables. A variant that also returns prompt log-probs for every
@@ -29,7 +29,7 @@ from claimbench.engine.kv.kv_cache import (
     pool_bytes,
     resolve_kv_dtype,
 )
-from claimbench.engine.spec.spec_decode import ACCEPTANCE_RULES, accept
+from claimbench.engine.worker.acceptance import ACCEPTANCE_RULES, accept
 from claimbench.engine.worker.batch import StepInputs, empty_inputs
 from claimbench.engine.worker.buckets import bucket_pairs
 from claimbench.engine.worker.sampler import sample
@@ -44,8 +44,7 @@ from claimbench.engine.worker.sharding import (
 )
 from claimbench.kernels.backend import AttentionBackend, get_backend, resolve_backend_name
 from claimbench.kernels.kv_quant import LayerKV
-from claimbench.models.checkpoint import default_model_path
-from claimbench.models.early_exit import early_exit_forward, with_exit_heads
+from claimbench.models.early_exit import early_exit_forward
 from claimbench.models.llama import LlamaForCausalLM, Rope, rope_table
 from claimbench.models.moe import with_router_stats
 from claimbench.models.packed import dense_path, pack_model
@@ -85,7 +84,7 @@ class StaticModel:
     ) -> None:
         self.graphdef, self.treedef, self.attention = graphdef, treedef, attention
         self.exit_threshold = exit_threshold  # early exit (models/early_exit.py); None = off
-        self.acceptance = acceptance  # verify steps' rule (spec_decode.ACCEPTANCE_RULES)
+        self.acceptance = acceptance  # verify steps' rule (acceptance.ACCEPTANCE_RULES)
         self._hash = hash((graphdef, treedef, attention, exit_threshold, acceptance))
 
     def __hash__(self) -> int:
@@ -221,8 +220,6 @@ class ModelRunner:
         self.tp = None if unsharded else TensorParallel.build(cfg.tp, model.cfg)
         if self.tp is not None:
             model = replicate_kv_heads(model, self.tp.kv_replicas)
-        if cfg.early_exit_threshold is not None:
-            model = with_exit_heads(model, cfg.model_path or default_model_path())
         # What the weights really occupy: quantized values and their scales included.
         self.weight_bytes = sum(int(w.nbytes) for w in jax.tree.leaves(nnx.state(model)))
         backend = resolve_backend_name(cfg.attention_backend)
@@ -294,7 +291,7 @@ class ModelRunner:
         self.compile_time_s = 0.0
 
     def set_acceptance(self, rule: str) -> None:
-        """Verify steps decide by ``rule`` (spec_decode.ACCEPTANCE_RULES) from now on. "all"
+        """Verify steps decide by ``rule`` (acceptance.ACCEPTANCE_RULES) from now on. "all"
         and "none" switch verification off, for the experiments' controls only; the steps
         compile again under the new rule (the bucket variants run so far are forgotten)."""
         if rule not in ACCEPTANCE_RULES:

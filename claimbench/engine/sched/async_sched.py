@@ -8,9 +8,10 @@ step before. One ``LLMEngine.step()`` call under overlap:
    output token (``PLACEHOLDER``) stands for the token N is still computing, so the
    scheduler sees the state N will leave (a decode sequence needs its next token's page);
 2. schedule and build N+1; a placeholder input token is taken from N's sampled tokens on
-   the device (``merge_token_ids``), never read back to the host first;
+   the device (worker/token_merge.py), never read back to the host first;
 3. dispatch N+1, so the device has it queued before N ends;
-4. block on N, replace each placeholder by its token, run the stop checks, emit events.
+4. block on N, replace each placeholder by its token, run the stop checks, emit events
+   (finishing through update.py's ``StepUpdater``, as the synchronous step does).
 
 The host reads each token one step late. A sequence that stops in N (EOS, a stop token) or
 is aborted before N's outputs are read has already been scheduled into N+1: the token N+1
@@ -26,63 +27,24 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
+from claimbench.engine.config import EngineConfig
 from claimbench.engine.outputs import Event, TokenEvent
 from claimbench.engine.request import Request
+from claimbench.engine.sched.scheduler import Scheduler
+from claimbench.engine.sched.update import FinishedStep, StepUpdater
 from claimbench.engine.worker.batch import StepInputError, StepPlan, build_step, empty_inputs
 from claimbench.engine.worker.buckets import bucket_pairs, pick_pair, seq_buckets, token_buckets
 from claimbench.engine.worker.runner import ModelRunner, StepOutput
-
-if TYPE_CHECKING:
-    from claimbench.engine.config import EngineConfig
-    from claimbench.engine.sched.scheduler import Scheduler
+from claimbench.engine.worker.token_merge import merge_token_ids
 
 PLACEHOLDER = -1  # an output token still being computed on the device
-
-
-class SteppedEngine(Protocol):
-    """What the stepper uses of ``LLMEngine``: its public parts only, so the engine's
-    internals can change without this file (and no import of engine.py here)."""
-
-    config: EngineConfig
-    runner: ModelRunner
-    scheduler: Scheduler
-    stop_token_ids: frozenset[int]
-
-    def fail_requests(self, request_ids: Sequence[str], events: list[Event]) -> None: ...
-
-    def finish_request(
-        self, request: Request, reason: str, now: float, events: list[Event]
-    ) -> None: ...
-
-    def postprocess(
-        self, plan: StepPlan, out: StepOutput, now: float, events: list[Event]
-    ) -> list[int]: ...
-
-    def record_step(
-        self,
-        plan: StepPlan,
-        out: StepOutput,
-        accepted: list[int],
-        num_preempted: int,
-        t0: float,
-        host_s: float,
-        device_s: float,
-        draft_s: float = 0.0,
-        *,
-        host_blocked_s: float = 0.0,
-        overlapped: bool = False,
-        num_discarded: int = 0,
-        ladder_rung: int | None = None,
-    ) -> None: ...
 
 
 @dataclass
@@ -146,13 +108,6 @@ def parked(scheduler: Scheduler, step: InFlight | None) -> Iterator[None]:
         running[:] = [r for r in before if id(r) in out or id(r) in now] + added
 
 
-@jax.jit
-def merge_token_ids(token_ids: jax.Array, src: jax.Array, prev_tokens: jax.Array) -> jax.Array:
-    """token_ids i32[T] with position t replaced by prev_tokens[src[t], 0] where src[t] >= 0
-    (src i32[T], prev_tokens i32[N', 1 + k]): the previous step's sampled tokens, on device."""
-    return jnp.where(src >= 0, prev_tokens[jnp.maximum(src, 0), 0], token_ids)
-
-
 def token_sources(plan: StepPlan, prev: InFlight | None) -> np.ndarray | None:
     """i32[T]: for each input token that is a placeholder, the previous step's slot that
     samples it (-1 elsewhere); None when there is none. A placeholder is always a decode
@@ -185,8 +140,17 @@ class OverlapStepper:
     """Runs ``LLMEngine.step()`` with the next step dispatched before the current one's
     outputs are read. Holds at most one step in flight between calls."""
 
-    def __init__(self, engine: SteppedEngine) -> None:
-        self.engine = engine
+    def __init__(
+        self,
+        config: EngineConfig,
+        runner: ModelRunner,
+        scheduler: Scheduler,
+        updater: StepUpdater,
+    ) -> None:
+        self.config = config
+        self.runner = runner
+        self.scheduler = scheduler
+        self.updater = updater
         self.inflight: InFlight | None = None
         self.last_ready = 0.0  # when the last step's outputs were seen ready
 
@@ -194,7 +158,7 @@ class OverlapStepper:
         """Compile the token merge at every (token bucket, previous step's sequence bucket),
         so serving with overlap never compiles: (variants compiled now, seconds). The previous
         tokens come from real all-padding steps, so they are placed as a step's outputs are."""
-        cfg, runner = self.engine.config, self.engine.runner
+        cfg, runner = self.config, self.runner
         start, before = time.perf_counter(), merge_token_ids._cache_size()
         steps_before = runner.num_compilations
         for num_seqs in seq_buckets(cfg):
@@ -218,20 +182,23 @@ class OverlapStepper:
         num = merge_token_ids._cache_size() - before + runner.num_compilations - steps_before
         return num, time.perf_counter() - start
 
-    def step(self, events: list[Event]) -> list[Event]:
-        engine = self.engine
+    def step(self, events: list[Event]) -> list[FinishedStep]:
+        """One overlapped step: dispatch the next step, then read the one in flight. Its
+        events are appended to ``events``; returns the steps whose outputs were read (the
+        previous one, and the new one when it asked for prompt log-probs), in order."""
         prev, self.inflight = self.inflight, None
+        finished = []
         t0 = time.perf_counter()
         if prev is not None:
             advance(prev)
-        with parked(engine.scheduler, prev):
-            scheduled = engine.scheduler.schedule(t0)
+        with parked(self.scheduler, prev):
+            scheduled = self.scheduler.schedule(t0)
         cur = plan = None
         if scheduled.scheduled:
             try:
-                plan = build_step(engine.config, scheduled.scheduled)
+                plan = build_step(self.config, scheduled.scheduled)
             except StepInputError as e:  # the step in flight still completes below
-                engine.fail_requests(e.request_ids, events)
+                self.updater.fail(scheduled, e, events)
         if plan is not None:
             inputs = plan.inputs
             src = token_sources(plan, prev)
@@ -239,19 +206,19 @@ class OverlapStepper:
                 merged = merge_token_ids(inputs.token_ids, src, prev.out.tokens)
                 inputs = dataclasses.replace(inputs, token_ids=merged)
             dispatched = time.perf_counter()
-            out = engine.runner.execute(inputs, plan.wants_prompt_logprobs)
+            out = self.runner.execute(inputs, plan.wants_prompt_logprobs)
             host_s = time.perf_counter() - t0
-            rung = engine.scheduler.ladder.rung
+            rung = self.scheduler.ladder.rung
             cur = InFlight(plan, out, t0, dispatched, host_s, len(scheduled.preempted), rung)
         if prev is not None:
-            self._complete(prev, events)
+            finished.append(self._complete(prev, events))
         if cur is not None:
             if cur.plan.wants_prompt_logprobs:
-                # Prompt log-probs are filled by the synchronous postprocess.
-                self._complete_sync(cur, events)
+                # Prompt log-probs are filled by the synchronous update.
+                finished.append(self._complete_sync(cur, events))
             else:
                 self.inflight = cur
-        return events
+        return finished
 
     def _wait(self, step: InFlight) -> tuple[float, float, float]:
         """Block on the step's outputs: (ready time, seconds blocked, device seconds). Device
@@ -265,8 +232,7 @@ class OverlapStepper:
         self.last_ready = ready
         return ready, ready - start, device_s
 
-    def _complete(self, step: InFlight, events: list[Event]) -> None:
-        engine = self.engine
+    def _complete(self, step: InFlight, events: list[Event]) -> FinishedStep:
         ready, blocked, device_s = self._wait(step)
         tokens = np.asarray(step.out.tokens)[:, 0].tolist()
         logprobs = np.asarray(step.out.logprobs)[:, 0].tolist()
@@ -278,14 +244,15 @@ class OverlapStepper:
                 continue
             if not step.samples[i]:
                 continue
-            reason = fill(request, tokens[i], logprobs[i], ready, engine.stop_token_ids)
+            reason = fill(request, tokens[i], logprobs[i], ready, self.updater.stop_token_ids)
             index = request.num_output_tokens - 1
             lp = request.output_logprobs[index] if request.sampling.logprobs else None
             events.append(TokenEvent(request.request_id, tokens[i], index, ready, lp))
             if reason is not None:
-                engine.finish_request(request, reason, ready, events)
+                self.updater.finish(request, reason, ready, events)
         host_s = step.host_s + time.perf_counter() - ready
-        engine.record_step(
+        pool = self.scheduler.block_manager
+        return FinishedStep(
             step.plan,
             step.out,
             [0] * len(step.plan.requests),
@@ -293,18 +260,20 @@ class OverlapStepper:
             step.t0,
             host_s,
             device_s,
+            pool.num_used_pages,
+            pool.num_free_pages,
+            step.ladder_rung,
             host_blocked_s=blocked,
             overlapped=True,
             num_discarded=num_discarded,
-            ladder_rung=step.ladder_rung,
         )
 
-    def _complete_sync(self, step: InFlight, events: list[Event]) -> None:
-        engine = self.engine
+    def _complete_sync(self, step: InFlight, events: list[Event]) -> FinishedStep:
         ready, blocked, device_s = self._wait(step)
-        accepted = engine.postprocess(step.plan, step.out, ready, events)
+        accepted = self.updater.update_from_output(step.plan, step.out, ready, events)
         host_s = step.host_s + time.perf_counter() - ready
-        engine.record_step(
+        pool = self.scheduler.block_manager
+        return FinishedStep(
             step.plan,
             step.out,
             accepted,
@@ -312,6 +281,8 @@ class OverlapStepper:
             step.t0,
             host_s,
             device_s,
+            pool.num_used_pages,
+            pool.num_free_pages,
+            step.ladder_rung,
             host_blocked_s=blocked,
-            ladder_rung=step.ladder_rung,
         )
