@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 
@@ -58,13 +59,12 @@ def tiny_model(seed: int = 0, cfg: ModelConfig = TINY_MODEL) -> LlamaForCausalLM
     return LlamaForCausalLM(cfg, dtype=jnp.float32, rngs=nnx.Rngs(seed))
 
 
-def tiny_engine(model=None, **overrides):
-    """An f32 engine over the tiny model: 8-token pages, buckets (16, 32) x (8,)."""
-    from claimbench.engine.build import build_engine
+def tiny_config(num_pages: int = 64, **overrides):
+    """tiny_engine's EngineConfig: f32, a pool of ``num_pages`` 8-token pages, buckets
+    (16, 32) x (8,)."""
     from claimbench.engine.config import EngineConfig
     from claimbench.engine.kv.kv_cache import kv_bytes_per_token
 
-    num_pages = overrides.pop("num_pages", 64)
     page_size = overrides.get("page_size", 8)
     pool = num_pages * page_size * kv_bytes_per_token(TINY_MODEL, jnp.float32)
     cfg = dict(
@@ -75,7 +75,34 @@ def tiny_engine(model=None, **overrides):
         max_num_batched_tokens=32,
         max_model_len=128,
     )
-    return build_engine(EngineConfig(**{**cfg, **overrides}), model=model or tiny_model())
+    return EngineConfig(**{**cfg, **overrides})
+
+
+def tiny_engine(model=None, **overrides):
+    """An f32 engine over the tiny model (tiny_config's overrides)."""
+    from claimbench.engine.build import build_engine
+
+    return build_engine(tiny_config(**overrides), model=model or tiny_model())
+
+
+@functools.cache
+def _default_tiny_engine():
+    """tiny_engine() and the config it was built with."""
+    engine = tiny_engine()
+    return engine, engine.config
+
+
+def shared_tiny_engine(**host_options):
+    """tiny_engine(), built once per process and reset on every call: no requests, no step
+    records, no cached prefix, a new scheduler. ``host_options`` (config.HOST_FIELDS:
+    policies, tenants, seed, prefix caching, async scheduling) hold until the next call.
+
+    For tests that neither patch the engine nor count its compilations: the runner, with
+    its compile counters and the pages earlier tests wrote (no request reads a page before
+    writing it), is the same one across tests."""
+    engine, config = _default_tiny_engine()
+    engine.reset(dataclasses.replace(config, **host_options))
+    return engine
 
 
 DENSE_LEN = 128

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from engine_helpers import tiny_engine, tiny_model
+from engine_helpers import shared_tiny_engine, tiny_engine, tiny_model
 
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.worker.sampler import SamplingParams
@@ -28,7 +28,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.mark.slow
 def test_never_exiting_serves_the_ordinary_tokens(model_dir) -> None:
-    plain_engine = tiny_engine()
+    plain_engine = shared_tiny_engine()
     plain = plain_engine.generate(PROMPTS, GREEDY)
     assert all(len(x) == 0 for x in plain_engine.steps_frame().exit_layers)
     tokens, steps = _serve(model_dir, 1.5)

@@ -1,7 +1,7 @@
 import jax
 import numpy as np
 import pytest
-from engine_helpers import dense_logits, tiny_engine, tiny_model
+from engine_helpers import dense_logits, shared_tiny_engine, tiny_engine, tiny_model
 
 from claimbench.engine.outputs import FinishEvent, RejectEvent, TokenEvent
 from claimbench.engine.worker.sampler import SamplingParams
@@ -19,9 +19,9 @@ def model():
     return tiny_model()
 
 
-@pytest.fixture(scope="module")
-def engine(model):
-    return tiny_engine(model)
+@pytest.fixture
+def engine():
+    return shared_tiny_engine()
 
 
 def test_greedy_tokens_are_the_dense_models_argmax(engine, model):

@@ -4,7 +4,7 @@ import dataclasses
 import json
 
 import pytest
-from engine_helpers import tiny_engine
+from engine_helpers import shared_tiny_engine
 from typer.testing import CliRunner
 
 from claimbench.cli.main import app
@@ -27,7 +27,7 @@ def test_host_fields_are_the_tables_runtime_rows():
 
 
 def test_reset_switches_runtime_options_and_refuses_new_engine_ones():
-    engine = tiny_engine()
+    engine = shared_tiny_engine()
     engine.reset(dataclasses.replace(engine.config, scheduling_policy="vtc", prefix_caching="off"))
     assert engine.config.scheduling_policy == "vtc"
     with pytest.raises(ValueError, match="max_num_seqs"):

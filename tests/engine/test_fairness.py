@@ -3,7 +3,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 import pytest
-from engine_helpers import make_request, tiny_engine
+from engine_helpers import make_request, shared_tiny_engine
 
 from claimbench.engine.sched.fairness import ServiceLedger, service_tokens
 from claimbench.lab.service import cumulative_service, max_service_gap, steps_backlog
@@ -110,7 +110,7 @@ def gap_and_bound(run, w_in=1.0, w_out=2.0):
 
 @pytest.mark.slow
 def test_vtc_keeps_the_gap_within_its_bound_where_fcfs_lets_it_grow():
-    engine = tiny_engine()
+    engine = shared_tiny_engine()
     gaps = {}
     for policy in ("fcfs", "vtc"):
         config = dataclasses.replace(engine.config, scheduling_policy=policy)

@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from engine_helpers import tiny_engine, tiny_model
+from engine_helpers import shared_tiny_engine, tiny_engine, tiny_model
 
 from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.lab.serving_summary import summarize_by_tenant
 
 GREEDY = SamplingParams(max_tokens=6, ignore_eos=True)
 PAGE = 8  # tiny_engine's page size
-
-
-@pytest.fixture(scope="module")
-def model():
-    return tiny_model()
 
 
 def shared_prefix_prompts(num: int, prefix_len: int, seed: int) -> list[list[int]]:
@@ -54,12 +49,12 @@ def serve_in_waves(engine, prompts, waves: int = 3) -> list[list[int]]:
 
 
 @pytest.mark.slow
-def test_greedy_outputs_match_without_caching_through_evictions_and_preemption(model):
+def test_greedy_outputs_match_without_caching_through_evictions_and_preemption():
     prompts = shared_prefix_prompts(18, prefix_len=40, seed=0)
-    expected = serve_in_waves(tiny_engine(model, prefix_caching="off"), prompts)
+    expected = serve_in_waves(shared_tiny_engine(prefix_caching="off"), prompts)
     # 20 usable pages: the two prefixes (5 pages each) plus a few live requests, so cached
     # blocks are evicted and running requests preempted along the way.
-    engine = tiny_engine(model, num_pages=21, prefix_caching="shared")
+    engine = tiny_engine(tiny_model(), num_pages=21, prefix_caching="shared")
     check_no_shared_page_is_written(engine)
     assert serve_in_waves(engine, prompts) == expected
     frame = engine.requests_frame()
@@ -73,8 +68,8 @@ def test_greedy_outputs_match_without_caching_through_evictions_and_preemption(m
     assert engine.block_manager.chains == {} and engine.block_manager.tenant_pages == {}
 
 
-def test_the_last_prompt_token_is_always_computed(model):
-    engine = tiny_engine(model, prefix_caching="shared")
+def test_the_last_prompt_token_is_always_computed():
+    engine = shared_tiny_engine(prefix_caching="shared")
     prompt = np.random.default_rng(1).integers(3, 97, size=3 * PAGE).tolist()
     first, second = engine.generate([prompt, prompt], GREEDY)  # one step: no hit yet
     assert second.token_ids == first.token_ids
@@ -93,8 +88,8 @@ def test_the_last_prompt_token_is_always_computed(model):
         ("off", (None, None), False),
     ],
 )
-def test_who_shares_a_prefix_depends_on_the_mode(model, mode, salts, hit):
-    engine = tiny_engine(model, prefix_caching=mode)
+def test_who_shares_a_prefix_depends_on_the_mode(mode, salts, hit):
+    engine = shared_tiny_engine(prefix_caching=mode)
     prompt = np.random.default_rng(2).integers(3, 97, size=4 * PAGE + 3).tolist()
     for tenant, salt in zip(("victim", "attacker"), salts, strict=True):
         engine.add_request(prompt, GREEDY, tenant=tenant, cache_salt=salt)
@@ -110,8 +105,8 @@ def test_who_shares_a_prefix_depends_on_the_mode(model, mode, salts, hit):
     assert own_hit == (0 if mode == "off" else 4 * PAGE)
 
 
-def test_abort_releases_shared_references(model):
-    engine = tiny_engine(model, prefix_caching="per-tenant")
+def test_abort_releases_shared_references():
+    engine = shared_tiny_engine(prefix_caching="per-tenant")
     prompt = np.random.default_rng(3).integers(3, 97, size=3 * PAGE + 1).tolist()
     engine.generate([prompt], GREEDY)
     long = SamplingParams(max_tokens=40, ignore_eos=True)
@@ -128,8 +123,8 @@ def test_abort_releases_shared_references(model):
     assert pool.num_cached_blocks >= 3  # still cached for the next request
 
 
-def test_hit_rate_per_tenant_in_metrics(model):
-    engine = tiny_engine(model, prefix_caching="per-tenant")
+def test_hit_rate_per_tenant_in_metrics():
+    engine = shared_tiny_engine(prefix_caching="per-tenant")
     prompt = np.random.default_rng(4).integers(3, 97, size=2 * PAGE + 4).tolist()
     for tenant in ("a", "a", "b"):
         engine.add_request(prompt, GREEDY, tenant=tenant)
@@ -140,8 +135,8 @@ def test_hit_rate_per_tenant_in_metrics(model):
     assert rates["b"] == 0.0
 
 
-def test_prompt_logprobs_requests_compute_their_whole_prompt(model):
-    engine = tiny_engine(model, prefix_caching="shared")
+def test_prompt_logprobs_requests_compute_their_whole_prompt():
+    engine = shared_tiny_engine(prefix_caching="shared")
     prompt = np.random.default_rng(5).integers(3, 97, size=2 * PAGE + 5).tolist()
     engine.generate([prompt], GREEDY)
     params = SamplingParams(max_tokens=1, prompt_logprobs=True)

@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from engine_helpers import tiny_engine
+from engine_helpers import shared_tiny_engine
 
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.worker.sampler import SamplingParams
@@ -14,9 +14,9 @@ from claimbench.engine.worker.sampler import SamplingParams
 SAMPLED = SamplingParams(max_tokens=4, temperature=1.0, ignore_eos=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def engine():
-    return tiny_engine(async_scheduling=False)
+    return shared_tiny_engine(async_scheduling=False)
 
 
 def _counter_seeds(base: int, num: int) -> set[int]:

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from engine_helpers import TINY_MODEL, tiny_engine, tiny_model
+from engine_helpers import TINY_MODEL, shared_tiny_engine, tiny_config, tiny_model
 from flax import nnx
 
 from claimbench.engine.build import build_engine
@@ -31,8 +31,7 @@ def truncated(target: LlamaForCausalLM, vocab: int) -> LlamaForCausalLM:
 
 
 def prefix_engine(**overrides):
-    base = tiny_engine(**overrides)
-    config = dataclasses.replace(base.config, speculative="draft", num_spec_tokens=4)
+    config = tiny_config(speculative="draft", num_spec_tokens=4, **overrides)
     draft = truncated(tiny_model(), DRAFT_VOCAB)
     return build_engine(config, model=tiny_model(), draft_model=draft)
 
@@ -46,7 +45,7 @@ def prompts(lengths, seed=0):
 def test_greedy_output_with_a_smaller_draft_vocabulary_is_plain_decodings():
     batch = prompts([5, 40, 17, 2, 9], seed=1)
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (20, 20, 7, 12, 30)]
-    expected = [o.token_ids for o in tiny_engine().generate(batch, params)]
+    expected = [o.token_ids for o in shared_tiny_engine().generate(batch, params)]
     engine = prefix_engine()
     outs = [o.token_ids for o in engine.generate(batch, params)]
     assert outs == expected
@@ -64,7 +63,7 @@ def test_seeded_sampled_output_with_a_smaller_draft_vocabulary_is_plain_decoding
     hot = SamplingParams(max_tokens=16, temperature=0.8, seed=7, ignore_eos=True)
     batch = prompts([9, 30], seed=4)
     outs = [o.token_ids for o in engine.generate(batch, [hot, hot])]
-    assert outs == [o.token_ids for o in tiny_engine().generate(batch, [hot, hot])]
+    assert outs == [o.token_ids for o in shared_tiny_engine().generate(batch, [hot, hot])]
     assert all(0 <= t < TINY_MODEL.vocab_size for out in outs for t in out)
     steps = engine.steps_frame()
     assert 0 < steps["num_accepted_tokens"].sum() <= steps["num_draft_tokens"].sum()
@@ -73,7 +72,7 @@ def test_seeded_sampled_output_with_a_smaller_draft_vocabulary_is_plain_decoding
 @pytest.mark.slow
 def test_a_larger_or_foreign_draft_vocabulary_is_refused_in_one_line():
     larger = dataclasses.replace(TINY_MODEL, vocab_size=120)
-    config = dataclasses.replace(tiny_engine().config, speculative="draft")
+    config = tiny_config(speculative="draft")
     with pytest.raises(ValueError, match=r"vocabulary \(120\) is larger than the target's \(97\)"):
         build_engine(config, model=tiny_model(), draft_model=tiny_model(0, larger))
     smaller = dataclasses.replace(TINY_MODEL, vocab_size=DRAFT_VOCAB)

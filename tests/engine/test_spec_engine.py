@@ -5,7 +5,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from engine_helpers import tiny_engine, tiny_model
+from engine_helpers import shared_tiny_engine, tiny_config, tiny_engine, tiny_model
 
 from claimbench.engine.build import build_engine
 from claimbench.engine.sched.fairness import OUTPUT_PREFIX
@@ -23,16 +23,15 @@ def prompts(lengths, seed=0):
 REPEATING = [5, 6, 7, 8, 9, 10, 11] * 5
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def plain():
-    return tiny_engine()
+    return shared_tiny_engine()
 
 
 def spec_engine(speculative, draft_seed=None, **overrides):
     """The tiny engine with speculation; the draft is the target itself (seed 0: every draft
     accepted) or another random model (rejections nearly always)."""
-    base = tiny_engine(**overrides)
-    config = dataclasses.replace(base.config, speculative=speculative, num_spec_tokens=4)
+    config = tiny_config(speculative=speculative, num_spec_tokens=4, **overrides)
     draft = None if draft_seed is None else tiny_model(draft_seed)
     return build_engine(config, model=tiny_model(), draft_model=draft)
 
@@ -147,8 +146,7 @@ def test_a_draft_with_another_vocabulary_is_refused():
     from engine_helpers import TINY_MODEL
 
     other = dataclasses.replace(TINY_MODEL, vocab_size=150)
-    base = tiny_engine()
-    config = dataclasses.replace(base.config, speculative="draft")
+    config = tiny_config(speculative="draft")
     with pytest.raises(ValueError, match=r"vocabulary \(150\) is larger than the target's \(97\)"):
         build_engine(config, model=tiny_model(), draft_model=tiny_model(0, other))
 
