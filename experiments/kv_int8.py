@@ -22,7 +22,7 @@ DESTROYED_KV, every value rounded to zero), the engines differing in nothing els
 
 Params (claims.yaml, per profile): num_windows, window_len, model, pool_bytes, page_size,
 seq_len, counterfactual, and ``engine`` options of both engines (the full profile sizes each
-engine's pool from the chip's HBM: ``hbm_utilization``, lab/pool_fit.py).
+engine's pool from the chip's HBM: ``hbm_utilization``, tpucompile/pool_fit.py).
 """
 
 from __future__ import annotations

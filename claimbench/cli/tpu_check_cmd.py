@@ -15,9 +15,9 @@ from claimbench.engine.config import KV_DTYPES, WEIGHT_FORMATS
 from claimbench.hardware.chips import get_chip
 from claimbench.harness.claims import find_claim
 from claimbench.models.config import ModelConfig
-from claimbench.tpucheck import check as tpu_check
 from claimbench.tpucheck.claims import ClaimCheck, ResidentGroup, check_claims, resident_groups
 from claimbench.tpucheck.setup import check_setup
+from claimbench.tpucompile import check as tpu_check
 
 TpuChip = StrEnum("TpuChip", {name: name for name in tpu_check.TPU_CHIPS})
 Profile = StrEnum("Profile", {name: name for name in tpu_check.PROFILES})

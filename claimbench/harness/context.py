@@ -22,8 +22,8 @@ from claimbench.harness.design import design_of
 from claimbench.harness.registry import experiment_path
 from claimbench.harness.sequential_run import BlockGate, run_blocks
 from claimbench.harness.stopping import StoppingRule
-from claimbench.lab.pool_fit import HBM_UTILIZATION
 from claimbench.models import provenance as model_provenance
+from claimbench.tpucompile.pool_fit import HBM_UTILIZATION
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
@@ -234,9 +234,9 @@ class RunContext:
             self._use_model(config.draft_model_path or default_draft_path())
         fit = None
         if utilization is not None:
-            # The pool from the chip's HBM (vLLM's gpu_memory_utilization): lab/pool_fit.py.
-            from claimbench.lab.pool_fit import run_pool
+            # The pool from the chip's HBM (vLLM's gpu_memory_utilization): tpucompile/pool_fit.py.
             from claimbench.models.checkpoint import read_config
+            from claimbench.tpucompile.pool_fit import run_pool
 
             model_cfg = read_config(self._use_model(config.model_path))
             fit = run_pool(model_cfg, config, utilization, self.hardware)

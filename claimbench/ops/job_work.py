@@ -80,7 +80,7 @@ def run_claims(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
 def tpu_check(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
     """`claimbench tpu-check` for one engine: the compile report, per bucket."""
     from claimbench.tpucheck.setup import check_setup
-    from claimbench.tpucheck import check
+    from claimbench.tpucompile import check
 
     setup = check_setup(
         Path(spec["root"]),

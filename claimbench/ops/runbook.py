@@ -28,7 +28,7 @@ from claimbench.ops import outputs, remote, service
 from claimbench.ops.agents import Agent
 from claimbench.ops.jobs import Job, JobManager
 from claimbench.ops.scopes import CHECK, RUN, SPEND, TOOL_SCOPES
-from claimbench.tpucheck.check import TPU_CHIPS
+from claimbench.tpucompile.check import TPU_CHIPS
 
 # The agent of the call being served, set by the guard (ops/guard.py) for the tool's duration.
 current_agent: ContextVar[Agent | None] = ContextVar("current_agent", default=None)
@@ -265,7 +265,7 @@ class Runbook:
         """Start compiling the engine step for a TPU chip through libtpu (no chip needed); a
         job: poll job_status for the per-bucket report (compile s, HBM, copies)."""
         from claimbench.tpucheck.setup import check_setup
-        from claimbench.tpucheck import check as tpu_check
+        from claimbench.tpucompile import check as tpu_check
 
         try:
             check_setup(

@@ -1,2 +1,2 @@
-"""TPU without a TPU: the engine's steps compiled ahead of time for TPU chips through libtpu on
-a CPU host, the compiled HLO read for copies and bytes, and each claim's engines checked."""
+"""What `tpu-check` compiles for the claims project (through tpucompile/): the profile's model
+and engine, each claim's engines and bf16-not-fp16's float32 reference."""

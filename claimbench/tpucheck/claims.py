@@ -5,9 +5,9 @@ setting the engine refuses is the finding, in one line), then the engine step is
 for the chip at the config's largest bucket, the one that needs the most memory, over the
 config's tp chips. The answer per engine is OK, the compiler's one-line error, or "does not
 fit" with the sizes, as tpu_check reports them. An engine whose pool is sized from the
-chip's HBM (``hbm_utilization``) gets the pool lab/pool_fit.py chooses for this chip,
+chip's HBM (``hbm_utilization``) gets the pool tpucompile/pool_fit.py chooses for this chip,
 reported with the sizes it was chosen from; a speculative engine's draft model has its own
-step compiled beside the target's (tpu_draft.py). Engines an experiment holds at once (one
+step compiled beside the target's (tpucompile/draft.py). Engines an experiment holds at once (one
 ``group``) are then summed: their arguments (weights, pools, inputs) are all resident, and
 the largest one step's temporaries on top.
 """
@@ -25,11 +25,11 @@ from claimbench.engine.spec.draft_model import check_draft
 from claimbench.engine.worker.buckets import bucket_pairs
 from claimbench.engine.worker.sharding import check_tp
 from claimbench.harness.claims import Claim
-from claimbench.lab.pool_fit import HBM_UTILIZATION, PoolFit, size_pool
 from claimbench.models.checkpoint import default_draft_path, read_config
 from claimbench.models.config import ModelConfig
-from claimbench.tpucheck.check import SLICE_CHIPS, BucketReport, check, resolve_model
 from claimbench.tpucheck.claim_engines import ClaimEngine, claim_engines, claim_params
+from claimbench.tpucompile.check import SLICE_CHIPS, BucketReport, check, resolve_model
+from claimbench.tpucompile.pool_fit import HBM_UTILIZATION, PoolFit, size_pool
 
 # Experiments whose float32 reference is computed layer by layer (lab/f32_reference.py).
 F32_REFERENCE = {"bf16_not_fp16"}
@@ -210,7 +210,7 @@ def _check_engine(
     (bucket,) = report.buckets
     draft = None
     if draft_cfg is not None:
-        from claimbench.tpucheck.draft import check_draft_step
+        from claimbench.tpucompile.draft import check_draft_step
 
         draft = check_draft_step(chip, draft_cfg, config)
     return ClaimCheck(

@@ -27,7 +27,7 @@ from claimbench.lab.f32_reference import (
 )
 from claimbench.models.config import ModelConfig
 from claimbench.models.moe import build_model
-from claimbench.tpucheck.check import BucketReport, one_line_error, tpu_devices
+from claimbench.tpucompile.check import BucketReport, one_line_error, tpu_devices
 
 
 def _nbytes(tree: object) -> int:

@@ -10,7 +10,7 @@ from claimbench.engine.config import EngineConfig
 from claimbench.engine.worker.sharding import check_tp
 from claimbench.harness.project_config import load_project_config
 from claimbench.models.config import ModelConfig
-from claimbench.tpucheck import check as tpu_check
+from claimbench.tpucompile import check as tpu_check
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from claimbench.kernels.pallas_rpa import (
     page_head_dim,
     ragged_paged_attention,
 )
-from claimbench.tpucheck import check as tpu_check
-from claimbench.tpucheck.hlo_copies import count_full_copies, hlo_shape
+from claimbench.tpucompile import check as tpu_check
+from claimbench.tpucompile.hlo_copies import count_full_copies, hlo_shape
 
 # One step of the full profile's largest bucket: 256 tokens over 32 sequences, a pool of
 # 2,048 pages of 16 tokens, block tables of 64 pages (1,024 tokens) per sequence.

@@ -25,7 +25,7 @@ from claimbench.models.fetch import (
     hub_download,
 )
 from claimbench.models.provenance import describe_model
-from claimbench.tpucheck import check as tpu_check
+from claimbench.tpucompile import check as tpu_check
 
 REPO = "Qwen/Qwen2.5-7B-Instruct"
 REV = "a09a35458c702b33eeacc393d103063234e8bc28"

@@ -12,7 +12,7 @@ import pytest
 from cli_helpers import invoke
 from mcp_helpers import Ops, make_agents
 
-from claimbench.tpucheck import check as tpu_check
+from claimbench.tpucompile import check as tpu_check
 
 REPO = Path(__file__).resolve().parents[2]
 CLAIM = "kv-dominates"

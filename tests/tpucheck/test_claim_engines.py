@@ -16,8 +16,8 @@ from claimbench.harness.context import merge_params
 from claimbench.harness.registry import load_experiment
 from claimbench.lab.engine_settings import ENGINES_FUNCTION
 from claimbench.models.checkpoint import default_model_path, read_config
-from claimbench.tpucheck import check as tpu_check
 from claimbench.tpucheck.claim_engines import claim_engines, claim_params
+from claimbench.tpucompile import check as tpu_check
 
 ROOT = Path(__file__).resolve().parents[2]
 WITH_ENGINES = {

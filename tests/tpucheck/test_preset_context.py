@@ -4,9 +4,9 @@ max_model_len is checked against the real model's limit, not a default."""
 from __future__ import annotations
 
 from claimbench.hardware.model_presets import PRESETS, get_preset, model_config
-from claimbench.tpucheck.check import resolve_model
 from claimbench.tpucheck.claim_engines import ClaimEngine
 from claimbench.tpucheck.claims import _check_engine
+from claimbench.tpucompile.check import resolve_model
 
 
 def test_presets_carry_the_checkpoints_context_and_rope() -> None:

@@ -15,10 +15,10 @@ from claimbench.cli.main import app
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.worker.buckets import bucket_pairs
 from claimbench.harness.claims import find_claim, load_claims
-from claimbench.tpucheck import check as tpu_check
-from claimbench.tpucheck.check import BucketReport
 from claimbench.tpucheck.claim_engines import ClaimEngine, claim_engines
 from claimbench.tpucheck.claims import ClaimCheck, _check_engine, resident_groups
+from claimbench.tpucompile import check as tpu_check
+from claimbench.tpucompile.check import BucketReport
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,10 +6,10 @@ import pytest
 
 from claimbench.engine.config import EngineConfig
 from claimbench.models.checkpoint import default_draft_path, read_config
-from claimbench.tpucheck import check as tpu_check
 from claimbench.tpucheck.claim_engines import ClaimEngine
 from claimbench.tpucheck.claims import _check_engine
-from claimbench.tpucheck.draft import draft_pool_bytes
+from claimbench.tpucompile import check as tpu_check
+from claimbench.tpucompile.draft import draft_pool_bytes
 
 pytestmark = pytest.mark.skipif(
     tpu_check.libtpu_unavailable() is not None, reason="libtpu not installed"

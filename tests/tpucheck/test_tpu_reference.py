@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from claimbench.tpucheck import check as tpu_check
 from claimbench.tpucheck.reference import check_reference
+from claimbench.tpucompile import check as tpu_check
 
 pytestmark = pytest.mark.skipif(
     tpu_check.libtpu_unavailable() is not None, reason="libtpu not installed"

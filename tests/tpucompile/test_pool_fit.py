@@ -6,8 +6,8 @@ import pytest
 
 from claimbench.engine.config import EngineConfig
 from claimbench.harness.context import RunContext
-from claimbench.lab.pool_fit import fit_pool, pool_bounds, size_pool
-from claimbench.tpucheck import check as tpu_check
+from claimbench.tpucompile import check as tpu_check
+from claimbench.tpucompile.pool_fit import fit_pool, pool_bounds, size_pool
 
 GB = 10**9
 

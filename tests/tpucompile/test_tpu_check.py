@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 
 from claimbench.cli.main import app
 from claimbench.engine.config import EngineConfig
-from claimbench.tpucheck import check as tpu_check
-from claimbench.tpucheck.hlo_collectives import count_collectives
-from claimbench.tpucheck.hlo_copies import count_full_copies, hlo_shape
-from claimbench.tpucheck.target import build_target
+from claimbench.tpucompile import check as tpu_check
+from claimbench.tpucompile.hlo_collectives import count_collectives
+from claimbench.tpucompile.hlo_copies import count_full_copies, hlo_shape
+from claimbench.tpucompile.target import build_target
 
 CACHE = ("bf16", (8192, 16, 4, 64))
 

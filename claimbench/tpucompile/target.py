@@ -48,7 +48,7 @@ from claimbench.models.config import ModelConfig
 from claimbench.models.llama import Rope, rope_table
 from claimbench.models.moe import build_model
 from claimbench.models.quantize import quantize_weights
-from claimbench.tpucheck.hlo_copies import Shape, hlo_shape
+from claimbench.tpucompile.hlo_copies import Shape, hlo_shape
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from claimbench.engine.worker.buckets import bucket_pairs, seq_buckets
 from claimbench.hardware.chips import get_chip
 from claimbench.kernels.metadata import NULL_PAGE
 from claimbench.models.config import ModelConfig
-from claimbench.tpucheck.check import BucketReport, _inspect, one_line_error, tpu_devices
-from claimbench.tpucheck.target import build_target
+from claimbench.tpucompile.check import BucketReport, _inspect, one_line_error, tpu_devices
+from claimbench.tpucompile.target import build_target
 
 
 def draft_pool_bytes(draft_cfg: ModelConfig, engine_cfg: EngineConfig) -> int:

@@ -2,7 +2,7 @@
 
 libtpu can describe a TPU topology and compile for it on any host: the step is lowered
 with every argument given as a ShapeDtypeStruct placed on devices of that topology (one,
-or a tp-way slice: tpu_target.py; no weights are read, so a 7B model needs no download and
+or a tp-way slice: target.py; no weights are read, so a 7B model needs no download and
 no memory), with the Pallas attention kernel compiled, not interpreted. Per (token,
 sequence) bucket it reports whether Mosaic and XLA compile it, how long that takes, what
 the executable needs in one chip's HBM against its capacity, how many whole-KV-array
@@ -29,9 +29,9 @@ from claimbench.hardware.chips import get_chip
 from claimbench.hardware.model_presets import TINY_NAME, get_preset, model_config
 from claimbench.models.checkpoint import default_moe_path, read_config
 from claimbench.models.config import ModelConfig
-from claimbench.tpucheck.hlo_collectives import count_collectives
-from claimbench.tpucheck.hlo_copies import count_full_copies
-from claimbench.tpucheck.target import build_target
+from claimbench.tpucompile.hlo_collectives import count_collectives
+from claimbench.tpucompile.hlo_copies import count_full_copies
+from claimbench.tpucompile.target import build_target
 
 TPU_CHIPS = ("v5e", "v6e")
 PROFILES = ("quick", "full")

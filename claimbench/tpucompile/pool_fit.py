@@ -128,7 +128,7 @@ def _step_bytes(chip: str, model_cfg: Any, probe: Any, devices: tuple[Any, ...] 
     the same chip, model, config and devices (a compile of the whole step, the same bytes
     every time: several engines and claims of a run share a configuration)."""
     from claimbench.engine.worker.buckets import bucket_pairs
-    from claimbench.tpucheck.check import check
+    from claimbench.tpucompile.check import check
 
     buckets = [bucket_pairs(probe)[-1]]
     devices_list = list(devices) if devices else None
