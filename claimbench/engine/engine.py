@@ -8,8 +8,6 @@ sched/async_sched.py."""
 from __future__ import annotations
 
 import itertools
-import math
-import numbers
 import secrets
 import time
 from collections.abc import Sequence
@@ -24,6 +22,12 @@ from claimbench.engine.kv.kv_cache import resolve_kv_dtype
 from claimbench.engine.metrics import StepRecord, requests_frame, steps_frame
 from claimbench.engine.outputs import Event, RejectEvent, RejectKind, RequestOutput
 from claimbench.engine.request import Request, RequestStatus
+from claimbench.engine.request_checks import (
+    check_arrival_time,
+    check_id,
+    check_request,
+    invalid_tokens,
+)
 from claimbench.engine.sampling_params import SamplingParams
 from claimbench.engine.sched.async_sched import OverlapStepper
 from claimbench.engine.sched.scheduler import Scheduler
@@ -166,8 +170,8 @@ class LLMEngine:
         Malformed arguments (wrong types, an empty tenant) raise ValueError before anything is
         registered or charged, so a caller's bad input leaves no state behind."""
         sampling = SamplingParams() if sampling is None else sampling
-        token_ids = self._check_request(prompt, sampling, tenant, priority, cache_salt)
-        arrival_time = _check_arrival_time(arrival_time)
+        token_ids = check_request(prompt, sampling, tenant, priority, cache_salt, self.tokenizer)
+        arrival_time = check_arrival_time(arrival_time)
         seq_no = next(self._seq_no)
         now = time.perf_counter()
         seed = sampling.seed
@@ -190,7 +194,8 @@ class LLMEngine:
         self.requests[request.request_id] = request
         # Ingress refusals (tenant limits, shedding) are the ones admission counts.
         num_refused = self.scheduler.admission.total_rejected
-        reason = self._invalid_tokens(token_ids) or self.scheduler.admit(request)
+        vocab = self.model_cfg.vocab_size
+        reason = invalid_tokens(token_ids, vocab) or self.scheduler.admit(request)
         if reason is None:
             self.scheduler.add(request)
         else:
@@ -212,46 +217,10 @@ class LLMEngine:
         """The RejectEvent a request was refused with at ``add_request`` (reason, kind and
         retry-after), or None if it was admitted: a server answers the caller at once with
         it. ValueError for an unknown (or forgotten) id."""
-        request = self.requests.get(_check_id(request_id))
+        request = self.requests.get(check_id(request_id))
         if request is None:
             raise ValueError(f"no request {request_id!r} in this engine")
         return request.rejection
-
-    def _check_request(
-        self,
-        prompt: object,
-        sampling: object,
-        tenant: object,
-        priority: object,
-        cache_salt: object,
-    ) -> list[int]:
-        """The prompt's token ids; ValueError naming the first malformed argument."""
-        if not isinstance(sampling, SamplingParams):
-            raise ValueError(f"sampling must be SamplingParams, got {type(sampling).__name__}")
-        if not isinstance(tenant, str) or not tenant:
-            raise ValueError(f"tenant must be a non-empty string, got {tenant!r}")
-        if isinstance(priority, bool) or not isinstance(priority, numbers.Integral):
-            raise ValueError(f"priority must be an integer tier, got {priority!r}")
-        if not -(2**31) <= priority < 2**31:
-            # Orderings do arithmetic on it (priority-aging: arrival + priority * aging_s).
-            raise ValueError(f"priority must fit an int32, got {priority}")
-        if cache_salt is not None and not isinstance(cache_salt, str):
-            raise ValueError(f"cache_salt must be a string or None, got {cache_salt!r}")
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise ValueError("a text prompt needs a tokenizer; pass token ids instead")
-            return self.tokenizer.encode(prompt)
-        if isinstance(prompt, bytes | bytearray | dict) or not isinstance(prompt, Sequence):
-            raise ValueError(f"prompt must be text or a list of token ids, got {type(prompt)}")
-        bad = [t for t in prompt if isinstance(t, bool) or not isinstance(t, int | np.integer)]
-        if bad:
-            raise ValueError(f"prompt token ids must be integers, got {bad[:5]}")
-        return [int(t) for t in prompt]
-
-    def _invalid_tokens(self, token_ids: list[int]) -> str | None:
-        vocab = self.model_cfg.vocab_size
-        bad = [t for t in token_ids if not 0 <= t < vocab]
-        return f"token ids {bad[:5]} outside the vocabulary of {vocab}" if bad else None
 
     def abort(self, request_id: str, reason: str = "abort") -> None:
         """Stop a request now and free its pages (no-op if it already finished); its
@@ -259,7 +228,7 @@ class LLMEngine:
         that is not a non-empty string."""
         if not isinstance(reason, str) or not reason:
             raise ValueError(f"abort reason must be a non-empty string, got {reason!r}")
-        request = self.requests.get(_check_id(request_id))
+        request = self.requests.get(check_id(request_id))
         if request is None:
             raise ValueError(f"no request {request_id!r} in this engine")
         if request.is_finished:
@@ -270,7 +239,7 @@ class LLMEngine:
         """Drop a finished request whose events were delivered, so a long-running server's
         memory stays bounded (experiments keep theirs for requests_frame). ValueError for an
         unknown or unfinished request, or one with an event still to come."""
-        request = self.requests.get(_check_id(request_id))
+        request = self.requests.get(check_id(request_id))
         if request is None or not request.is_finished:
             raise ValueError(f"request {request_id!r} is not a finished request of this engine")
         if any(e.request_id == request_id for e in self._pending):
@@ -487,27 +456,3 @@ class LLMEngine:
     def steps_frame(self) -> pd.DataFrame:
         """One row per step; the tenants' cumulative service columns (fairness.py) beside."""
         return steps_frame(self.step_records).join(self.scheduler.service.columns())
-
-
-def _check_id(request_id: object) -> str:
-    """``request_id`` if it is a string (ids are "req-N"); ValueError naming it otherwise."""
-    if not isinstance(request_id, str):
-        raise ValueError(f"request id must be a string, got {request_id!r}")
-    return request_id
-
-
-def _check_arrival_time(arrival_time: object) -> float | None:
-    """A finite number of perf_counter seconds, or None (now). The orderings sort by it and
-    the token buckets refill by it: a string would make every step's sort raise, and NaN
-    would compare false everywhere (a bucket at NaN refuses nothing)."""
-    if arrival_time is None:
-        return None
-    if isinstance(arrival_time, bool) or not isinstance(arrival_time, numbers.Real):
-        raise ValueError(f"arrival_time must be a number of seconds, got {arrival_time!r}")
-    try:
-        seconds = float(arrival_time)
-    except OverflowError:
-        seconds = math.inf  # an integer past float range
-    if not math.isfinite(seconds):
-        raise ValueError(f"arrival_time must be finite, got {arrival_time!r}")
-    return seconds

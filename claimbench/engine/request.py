@@ -13,7 +13,7 @@ import enum
 from collections.abc import Collection
 
 from claimbench.engine.outputs import RejectEvent
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 
 
 class RequestStatus(enum.Enum):
