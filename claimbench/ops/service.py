@@ -1,10 +1,11 @@
-"""What both front ends do to a claims project: score it, build its site, gate and run claims,
-report the budget.
+"""What both front ends do to a claims project: score it, build its site, ask the budget gate
+before a run of its claims, report the budget.
 
 `claimbench score`, `site`, `run` and `budget` (cli/) and the MCP tools (ops/runbook.py and
 the job worker, ops/job_work.py) are thin over these: each front end chooses the runs it
 counts, turns ServiceError into its own one-line refusal (exit 2, or an invalid-params error)
-and prints or returns what comes back.
+and prints or returns what comes back. Both then run the admitted claims with
+ledger/run_claims.py's batch runner, each with its own progress reporting.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def build_site(
     (the site never reads scores.parquet: it shows more than the flat table holds). Spend and
     the peer comparison are the whole store's, whichever runs are shown. ServiceError for a
     corrupt ledger or bad claims.yaml settings, before anything is written."""
-    from claimbench.lab.peers import read_peers
+    from claimbench.bench.peers import read_peers
     from claimbench.site.render import render_site
 
     spend = _read_ledger(store)
