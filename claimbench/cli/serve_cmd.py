@@ -8,8 +8,19 @@ from typing import Annotated
 import typer
 
 from claimbench.cli.common import err_console, fail, global_options
+from claimbench.cli.engine_options import (
+    ENGINE_DEFAULTS,
+    KV_POOL_MB,
+    BatchInvariantOption,
+    KVPoolMBOption,
+    MaxModelLenOption,
+    MaxNumBatchedTokensOption,
+    MaxNumSeqsOption,
+    SchedulingPolicyOption,
+)
 from claimbench.cli.extras import require_extra
 from claimbench.cli.secret_options import METRICS_KEY_ENV_VAR, MetricsKeyFileOption, read_secret
+from claimbench.engine.config import KV_DTYPES
 from claimbench.serving.state import PrefixSharing
 
 
@@ -33,20 +44,21 @@ def serve(
     served_model_name: Annotated[
         str | None, typer.Option(help="Model id clients send (default: the model directory's).")
     ] = None,
-    max_model_len: Annotated[int, typer.Option(help="Prompt + output tokens at most.")] = 1024,
-    max_num_seqs: Annotated[int, typer.Option(help="Sequences in flight at most.")] = 32,
-    max_num_batched_tokens: Annotated[int, typer.Option(help="Token budget per step.")] = 512,
-    kv_pool_mb: Annotated[float, typer.Option(help="KV cache pool in MiB.")] = 256.0,
-    kv_dtype: Annotated[str, typer.Option(help="auto | bf16 | f32 | int8 | fp8.")] = "auto",
-    weights: Annotated[str, typer.Option(help="Weights: bf16 (none) | int8 | fp8.")] = "bf16",
-    batch_invariant: Annotated[
-        bool,
-        typer.Option(help="Batch-invariant kernels: a request's bits ignore its batch (CPU)."),
-    ] = False,
-    scheduling_policy: Annotated[
-        str, typer.Option(help="fcfs | priority | priority-aging | vtc | wvtc.")
-    ] = "fcfs",
-    victim_policy: Annotated[str, typer.Option(help="Preemption victim policy.")] = "newest",
+    max_model_len: MaxModelLenOption = ENGINE_DEFAULTS["max_model_len"],
+    max_num_seqs: MaxNumSeqsOption = ENGINE_DEFAULTS["max_num_seqs"],
+    max_num_batched_tokens: MaxNumBatchedTokensOption = ENGINE_DEFAULTS["max_num_batched_tokens"],
+    kv_pool_mb: KVPoolMBOption = KV_POOL_MB,
+    kv_dtype: Annotated[str, typer.Option(help=" | ".join(KV_DTYPES) + ".")] = ENGINE_DEFAULTS[
+        "kv_dtype"
+    ],
+    weights: Annotated[str, typer.Option(help="Weights: bf16 (none) | int8 | fp8.")] = (
+        ENGINE_DEFAULTS["weights"]
+    ),
+    batch_invariant: BatchInvariantOption = ENGINE_DEFAULTS["batch_invariant"],
+    scheduling_policy: SchedulingPolicyOption = ENGINE_DEFAULTS["scheduling_policy"],
+    victim_policy: Annotated[str, typer.Option(help="Preemption victim policy.")] = (
+        ENGINE_DEFAULTS["victim_policy"]
+    ),
     precompile: Annotated[
         bool, typer.Option(help="Compile every step shape before serving.")
     ] = True,
@@ -60,7 +72,7 @@ def serve(
             "step runs, for the requests clients send as theirs finish (default: the "
             "platform's, off today)."
         ),
-    ] = None,
+    ] = ENGINE_DEFAULTS["async_scheduling"],
     stream_interval: Annotated[
         int,
         typer.Option(

@@ -63,32 +63,34 @@ def build_engine(
     ``config.tp == 1``). ValueError for a model or draft that cannot serve ``config``.
     """
     config = config or EngineConfig()
-    if config.compilation_cache_dir is not None:
-        use_compilation_cache(config.compilation_cache_dir)
+    if config.compilation.compilation_cache_dir is not None:
+        use_compilation_cache(config.compilation.compilation_cache_dir)
     if model is None:
-        path = config.model_path or default_model_path()
+        path = config.model.model_path or default_model_path()
         # Split over tp devices, the weights go from host memory to their shards.
-        model, _ = load_model(path, config.dtype, host=config.tp > 1)
+        model, _ = load_model(path, config.model.dtype, host=config.parallel.tp > 1)
         tokenizer = tokenizer or Tokenizer.from_dir(path)
-    model = with_weight_format(model, config.weights)
+    model = with_weight_format(model, config.model.weights)
     if config.model.early_exit_threshold is not None:
         # The heads ride in the model's weight tree, saved beside the checkpoint.
         model = with_exit_heads(model, config.model.model_path or default_model_path())
-    if config.max_model_len > model.cfg.max_position_embeddings:
+    if config.scheduler.max_model_len > model.cfg.max_position_embeddings:
         raise ValueError(
-            f"max_model_len={config.max_model_len} exceeds the model's "
+            f"max_model_len={config.scheduler.max_model_len} exceeds the model's "
             f"max_position_embeddings={model.cfg.max_position_embeddings}"
         )
-    fp8_kv_scales = None  # the engine reads a number from config.kv_scale itself
+    fp8_kv_scales = None  # the engine reads a number from config.cache.kv_scale itself
     if (
-        config.kv_scale == "calibrate"
-        and resolve_kv_dtype(config.kv_dtype, model.dtype) == FP8_DTYPE
+        config.cache.kv_scale == "calibrate"
+        and resolve_kv_dtype(config.cache.kv_dtype, model.dtype) == FP8_DTYPE
     ):
         fp8_kv_scales = resolve_fp8_kv_scales(
-            config.kv_scale, model, tokenizer, config.max_model_len
+            config.cache.kv_scale, model, tokenizer, config.scheduler.max_model_len
         )
-    if config.speculative == "draft" and draft_model is None:
-        draft_model = load_draft_model(config.draft_model_path, config.dtype, model.cfg, tokenizer)
+    if config.spec.speculative == "draft" and draft_model is None:
+        draft_model = load_draft_model(
+            config.spec.draft_model_path, config.model.dtype, model.cfg, tokenizer
+        )
     return LLMEngine(
         config,
         model,

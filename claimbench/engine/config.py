@@ -1,5 +1,8 @@
-"""Engine configuration: EngineConfig, six small frozen configs validated on construction,
-built and read with flat option names."""
+"""Engine configuration: EngineConfig, six small frozen configs validated on construction.
+
+Code reads a section (``config.cache.page_size``); flat option names are the edges' form
+(claims.yaml, the CLI, meta.json), translated in one place: ``EngineConfig.from_flat`` and
+``config.flat()``."""
 
 from __future__ import annotations
 
@@ -291,12 +294,12 @@ class EngineConfig:
     """Everything that shapes the engine, as six small frozen configs (vLLM's VllmConfig
     pattern): ``model``, ``cache``, ``scheduler``, ``parallel``, ``spec`` and ``compilation``.
 
-    Built and read with the flat option names claims.yaml and the CLI use:
-    ``EngineConfig(page_size=32, max_num_seqs=8)`` puts each option in its section,
-    ``config.page_size`` reads ``config.cache.page_size``, and ``dataclasses.replace(config,
-    page_size=64)`` and ``config.flat()`` work on flat names. Sections may be passed whole;
-    flat options given beside them win. An unknown option is a TypeError, a bad value a
-    ValueError (one line each)."""
+    Read through the sections: ``config.cache.page_size``. The flat option names claims.yaml
+    and the CLI use go through ``from_flat`` and ``flat()``; ``EngineConfig(page_size=32,
+    max_num_seqs=8)`` and ``dataclasses.replace(config, page_size=64)`` take them too, each
+    option put in its section. Sections may be passed whole; flat options given beside them
+    win. ``config.page_size`` still reads ``config.cache.page_size`` for callers not yet on
+    the sections. An unknown option is a TypeError, a bad value a ValueError (one line each)."""
 
     model: ModelOptions
     cache: CacheConfig
@@ -330,37 +333,39 @@ class EngineConfig:
         return getattr(object.__getattribute__(self, section), name)
 
     def _check_across_sections(self) -> None:
-        buckets = self.token_buckets
+        buckets = self.compilation.token_buckets
+        budget = self.scheduler.max_num_batched_tokens
         ascending = list(buckets) == sorted(set(buckets))
-        if buckets and (not ascending or buckets[-1] != self.max_num_batched_tokens):
+        if buckets and (not ascending or buckets[-1] != budget):
             raise ValueError(
-                f"token_buckets must ascend to max_num_batched_tokens="
-                f"{self.max_num_batched_tokens}, got {list(buckets)}"
+                f"token_buckets must ascend to max_num_batched_tokens={budget}, got {list(buckets)}"
             )
         # The exit heads ride in the unsharded step and the verify step samples many
         # positions per sequence: neither is wired for early exit.
-        if self.early_exit_threshold is not None and (self.tp != 1 or self.speculative != "none"):
+        tp, speculative = self.parallel.tp, self.spec.speculative
+        if self.model.early_exit_threshold is not None and (tp != 1 or speculative != "none"):
             raise ValueError(
                 f"early_exit_threshold needs tp=1 and speculative='none', "
-                f"got tp={self.tp}, speculative={self.speculative!r}"
+                f"got tp={tp}, speculative={speculative!r}"
             )
 
-        if self.batch_invariant:
+        if self.model.batch_invariant:
             self._check_batch_invariant()
 
     def _check_batch_invariant(self) -> None:
         # What the invariant path covers: one device's packed float matmuls and the native
         # attention. Quantized weights, split weights, drafts and exit heads are not on it.
-        if self.attention_backend not in ("auto", "cpu"):
+        model = self.model
+        if model.attention_backend not in ("auto", "cpu"):
             raise ValueError(
                 f"batch_invariant needs attention_backend 'cpu' (or 'auto' on a CPU), "
-                f"got {self.attention_backend!r}"
+                f"got {model.attention_backend!r}"
             )
         others = {
-            "weights": (self.weights, "bf16"),
-            "tp": (self.tp, 1),
-            "speculative": (self.speculative, "none"),
-            "early_exit_threshold": (self.early_exit_threshold, None),
+            "weights": (model.weights, "bf16"),
+            "tp": (self.parallel.tp, 1),
+            "speculative": (self.spec.speculative, "none"),
+            "early_exit_threshold": (model.early_exit_threshold, None),
         }
         wrong = {name: got for name, (got, want) in others.items() if got != want}
         if wrong:
@@ -372,16 +377,26 @@ class EngineConfig:
         # differently from the decode steps it replaces: a co-tenant that forces a preemption
         # would move the request's bits. Reserving a request's pages up front means no
         # running request ever needs pages, so none is preempted.
-        if self.kv_allocation == "paged":
+        if self.cache.kv_allocation == "paged":
             raise ValueError(
                 "batch_invariant needs kv_allocation 'reserve_request' or 'reserve_max' "
                 "(with 'paged' a co-tenant can force a preemption, and the recompute rounds "
                 "differently), got 'paged'"
             )
 
+    @classmethod
+    def from_flat(cls, **flat: Any) -> EngineConfig:
+        """A config from flat option names, as the edges spell them (claims.yaml's ``engine``
+        params, the CLI, a run's meta.json): each option lands in its section (SECTION_OF).
+        The inverse of ``flat()``; an unknown option is a TypeError."""
+        sections = sorted(set(flat) & set(SECTIONS))
+        if sections:
+            raise TypeError(f"EngineConfig.from_flat takes flat options, got section(s) {sections}")
+        return cls(**flat)
+
     def flat(self) -> dict[str, Any]:
-        """Every option by its flat name, in KNOBS order."""
-        return {name: getattr(self, name) for name in KNOBS}
+        """Every option by its flat name, in KNOBS order (the inverse of ``from_flat``)."""
+        return {name: getattr(getattr(self, SECTION_OF[name]), name) for name in KNOBS}
 
     def policy_params(self) -> PolicyParams:
         """What the orderings and victim policies read from this config."""
@@ -390,19 +405,19 @@ class EngineConfig:
     @property
     def spec_tokens(self) -> int:
         """Draft tokens per sequence a step verifies: num_spec_tokens, or 0 without speculation."""
-        return 0 if self.speculative == "none" else self.num_spec_tokens
+        return 0 if self.spec.speculative == "none" else self.spec.num_spec_tokens
 
     def resolved_async_scheduling(self, platform: str) -> bool:
         """async_scheduling, or where it is None the default for ``platform`` (a
         jax.default_backend() name)."""
-        if self.async_scheduling is None:
+        if self.scheduler.async_scheduling is None:
             return ASYNC_SCHEDULING_DEFAULT.get(platform, False)
-        return self.async_scheduling
+        return self.scheduler.async_scheduling
 
     @property
     def pages_per_seq(self) -> int:
         """Block-table width: pages of a max_model_len request (fixed, so shapes are static)."""
-        return -(-self.max_model_len // self.page_size)
+        return -(-self.scheduler.max_model_len // self.cache.page_size)
 
 
 def _one_of(name: str, value: Any, allowed: tuple[Any, ...]) -> None:

@@ -47,7 +47,7 @@ def engine_stats(runner: ModelRunner, manager: BlockManager, scheduler: Schedule
     blocked = False
     if scheduler.waiting:
         head = next(iter(scheduler.ordering.order(scheduler.waiting, time.perf_counter())))
-        budget = scheduler.cfg.max_num_batched_tokens - len(running)
+        budget = scheduler.cfg.scheduler.max_num_batched_tokens - len(running)
         num_tokens = min(head.num_uncomputed_tokens, max(budget, 1))
         blocked = not manager.can_allocate(head, num_tokens)
     held = [len(r.block_table) * manager.page_size for r in running]

@@ -85,3 +85,13 @@ def test_every_engine_option_claims_yaml_uses_is_a_flat_option():
 def test_the_configs_policy_names_are_the_policies_the_scheduler_implements():
     assert tuple(ORDERINGS) == SCHEDULING_POLICIES
     assert tuple(VICTIMS) == VICTIM_POLICIES
+
+
+def test_from_flat_and_flat_are_inverses_at_the_edges():
+    config = EngineConfig.from_flat(page_size=32, max_num_seqs=8, speculative="ngram")
+    assert (config.cache.page_size, config.scheduler.max_num_seqs) == (32, 8)
+    assert EngineConfig.from_flat(**config.flat()) == config
+    with pytest.raises(TypeError, match="unexpected option"):
+        EngineConfig.from_flat(pages=3)
+    with pytest.raises(TypeError, match="section"):
+        EngineConfig.from_flat(cache=CacheConfig())

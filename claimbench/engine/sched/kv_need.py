@@ -19,6 +19,6 @@ def num_kv_slots(cfg: EngineConfig, request: Request) -> int:
     the request before any step writes its K/V (draft tokens never run past it: a proposer
     drafts at most the outputs left after the verify step's own token). reserve_max: every
     slot of max_model_len, as a server that reserves the model's maximum length does."""
-    if cfg.kv_allocation == "reserve_max":
-        return cfg.max_model_len
+    if cfg.cache.kv_allocation == "reserve_max":
+        return cfg.scheduler.max_model_len
     return request.max_total_tokens - 1

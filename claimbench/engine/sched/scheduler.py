@@ -40,8 +40,8 @@ class Scheduler:
         self.block_manager = block_manager
         params = cfg.policy_params()
         self.tenants = params.tenants
-        self.ordering = make_ordering(cfg.scheduling_policy, params)
-        self.pick_victim = get_victim_policy(cfg.victim_policy)
+        self.ordering = make_ordering(cfg.scheduler.scheduling_policy, params)
+        self.pick_victim = get_victim_policy(cfg.scheduler.victim_policy)
         self.admission = AdmissionControl(self.tenants)
         self.service = ServiceLedger()  # per-tenant service, one snapshot per step
         self.quotas = (
@@ -49,7 +49,7 @@ class Scheduler:
             if self.tenants.has_kv_quotas
             else None
         )
-        self.ladder = LadderState(cfg.ladder)
+        self.ladder = LadderState(cfg.scheduler.ladder)
         self.waiting: list[Request] = []
         self.running: list[Request] = []
 
@@ -57,10 +57,11 @@ class Scheduler:
         """Why the request can never be served (then it is rejected), or None."""
         if request.num_prompt_tokens == 0:
             return "empty prompt"
-        if request.max_total_tokens > self.cfg.max_model_len:
+        max_model_len = self.cfg.scheduler.max_model_len
+        if request.max_total_tokens > max_model_len:
             return (
                 f"prompt ({request.num_prompt_tokens} tokens) + max_tokens "
-                f"({request.sampling.max_tokens}) exceeds max_model_len={self.cfg.max_model_len}"
+                f"({request.sampling.max_tokens}) exceeds max_model_len={max_model_len}"
             )
         # The pages the reserve modes take at admission and paged mode grows into.
         pages = self.block_manager.num_pages_for(num_kv_slots(self.cfg, request))
@@ -125,7 +126,7 @@ class Scheduler:
 
     def _pick(self, now: float) -> SchedulerOutput:
         out = SchedulerOutput()
-        budget = self.ladder.token_budget(self.cfg.max_num_batched_tokens)
+        budget = self.ladder.token_budget(self.cfg.scheduler.max_num_batched_tokens)
         if self.ladder.speculation_disabled:
             # Drafts proposed before the rung engaged are never verified.
             for request in self.running:
@@ -149,7 +150,7 @@ class Scheduler:
         # Under quotas pages are short only for the tenants that just lost some.
         short = {r.tenant for r in out.preempted}
         for request in self.ordering.order(self.waiting, now):
-            if budget == 0 or len(self.running) >= self.cfg.max_num_seqs:
+            if budget == 0 or len(self.running) >= self.cfg.scheduler.max_num_seqs:
                 break
             if request.tenant in short:
                 continue
@@ -187,7 +188,7 @@ class Scheduler:
         """Tokens to allocate pages for when admitting: this step's, or under the reserve
         modes every slot admission counted (``num_kv_slots``), counted like allocate from
         the cached prefix."""
-        if self.cfg.kv_allocation == "paged":
+        if self.cfg.cache.kv_allocation == "paged":
             return num_tokens
         return max(num_tokens, num_kv_slots(self.cfg, request) - num_cached)
 

@@ -51,19 +51,21 @@ class DraftProposer:
         graphdef, state = nnx.split(model)
         self.weights, treedef = jax.tree.flatten(state)
         # Its catch-up chunks (the one or two tokens a verification added) are short too.
-        attention = get_backend(cfg.attention_backend, verify_width=1 + cfg.num_spec_tokens)
+        attention = get_backend(
+            cfg.model.attention_backend, verify_width=1 + cfg.spec.num_spec_tokens
+        )
         self._static = StaticModel(graphdef, treedef, attention)
         # Room for every running sequence at full length, so the draft never runs short.
-        self.num_pages = 1 + cfg.max_num_seqs * cfg.pages_per_seq
-        backend = resolve_backend_name(cfg.attention_backend)
+        self.num_pages = 1 + cfg.scheduler.max_num_seqs * cfg.pages_per_seq
+        backend = resolve_backend_name(cfg.model.attention_backend)
         self.kv_caches = allocate_kv_cache(
             page_layout(model.cfg, backend),  # as the target's: the same kernel reads both
             self.num_pages,
-            cfg.page_size,
+            cfg.cache.page_size,
             resolve_kv_dtype("auto", model.dtype),
             attention_backend=backend,
         )
-        self.rope = jax.device_put(rope_table(model.cfg, cfg.max_model_len))
+        self.rope = jax.device_put(rope_table(model.cfg, cfg.scheduler.max_model_len))
         self.reset()
 
     def reset(self) -> None:
@@ -87,7 +89,7 @@ class DraftProposer:
                     continue  # the proposers are among the catch-up step's sequences
                 _, self.kv_caches = propose_steps(
                     self._static,
-                    self.cfg.num_spec_tokens,
+                    self.cfg.spec.num_spec_tokens,
                     self.weights,
                     self.rope,
                     self.kv_caches,
@@ -107,7 +109,7 @@ class DraftProposer:
     def propose(self, requests: list[Request]) -> dict[str, list[int]]:
         """Catch the draft up on every running request and propose for the caught-up ones:
         the draft tokens by request id."""
-        budget = self.cfg.max_num_batched_tokens
+        budget = self.cfg.scheduler.max_num_batched_tokens
         chunks: list[tuple[Request, _DraftSeq, list[int]]] = []  # (request, state, tokens)
         wants: dict[str, int] = {}  # draft tokens each proposing request asks for
         for request in requests:
@@ -115,7 +117,7 @@ class DraftProposer:
             caught_up = request.num_uncomputed_tokens == 1
             # Never more drafts than outputs left after the step's own token.
             num_wanted = min(
-                self.cfg.num_spec_tokens,
+                self.cfg.spec.num_spec_tokens,
                 request.sampling.max_tokens - request.num_output_tokens - 1,
             )
             if caught_up and num_wanted <= 0:
@@ -146,7 +148,7 @@ class DraftProposer:
         )
         drafts, self.kv_caches = propose_steps(
             self._static,
-            self.cfg.num_spec_tokens,
+            self.cfg.spec.num_spec_tokens,
             self.weights,
             self.rope,
             self.kv_caches,
@@ -174,7 +176,7 @@ class DraftProposer:
         return seq
 
     def _grow(self, seq: _DraftSeq, num_tokens: int) -> None:
-        needed = -(-num_tokens // self.cfg.page_size) - len(seq.block_table)
+        needed = -(-num_tokens // self.cfg.cache.page_size) - len(seq.block_table)
         for _ in range(max(needed, 0)):
             seq.block_table.append(self._free_pages.pop())
 
@@ -184,7 +186,7 @@ class DraftProposer:
         """The ragged step's inputs over (request, state, tokens to feed) chunks, and each
         request's slot. Single-token chunks take the first slots: the attention kernels'
         decode group."""
-        cfg, page_size = self.cfg, self.cfg.page_size
+        cfg, page_size = self.cfg, self.cfg.cache.page_size
         total = sum(len(t) for _, _, t in chunks)
         token_bucket, seq_bucket = pick_pair(cfg, total, len(chunks))
         inputs = empty_inputs(cfg, token_bucket, seq_bucket)
@@ -235,7 +237,8 @@ class DraftProposer:
             inputs.first_index[slot] = first_index[slot]
             inputs.positions[slot] = request.num_tokens
             num_wanted = min(
-                cfg.num_spec_tokens, request.sampling.max_tokens - request.num_output_tokens - 1
+                cfg.spec.num_spec_tokens,
+                request.sampling.max_tokens - request.num_output_tokens - 1,
             )
             inputs.num_active[slot] = num_wanted - 1
             inputs.page_indices[slot, : len(seq.block_table)] = seq.block_table

@@ -47,7 +47,7 @@ class Speculator:
         for request in running:
             # At most the outputs left after the verify step's own token.
             wanted = min(
-                self.cfg.num_spec_tokens,
+                self.cfg.spec.num_spec_tokens,
                 request.sampling.max_tokens - request.num_output_tokens - 1,
             )
             caught_up = request.num_uncomputed_tokens == 1

@@ -201,7 +201,7 @@ def _build_step(cfg: EngineConfig, scheduled: list[tuple[Request, int]]) -> Step
     # Each token's slot, position and cache slot.
     row, index = _segments(counts)
     positions = start[row] + index
-    page_size = cfg.page_size
+    page_size = cfg.cache.page_size
     inputs.token_ids[:total] = tokens
     inputs.positions[:total] = positions
     md.slot_mapping[:total] = (

@@ -25,11 +25,13 @@ def power_of_two_buckets(minimum: int, maximum: int) -> tuple[int, ...]:
 
 
 def token_buckets(cfg: EngineConfig) -> tuple[int, ...]:
-    return cfg.token_buckets or power_of_two_buckets(MIN_TOKEN_BUCKET, cfg.max_num_batched_tokens)
+    return cfg.compilation.token_buckets or power_of_two_buckets(
+        MIN_TOKEN_BUCKET, cfg.scheduler.max_num_batched_tokens
+    )
 
 
 def seq_buckets(cfg: EngineConfig) -> tuple[int, ...]:
-    return power_of_two_buckets(MIN_SEQ_BUCKET, cfg.max_num_seqs)
+    return power_of_two_buckets(MIN_SEQ_BUCKET, cfg.scheduler.max_num_seqs)
 
 
 def bucket_pairs(cfg: EngineConfig) -> list[tuple[int, int]]:

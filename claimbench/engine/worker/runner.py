@@ -217,35 +217,35 @@ class ModelRunner:
         """Places ``model`` and allocates the pool; process-wide JAX settings are left alone
         (the persistent compilation cache is switched on by ``build.use_compilation_cache``)."""
         self.cfg = cfg
-        self.tp = None if unsharded else TensorParallel.build(cfg.tp, model.cfg)
+        self.tp = None if unsharded else TensorParallel.build(cfg.parallel.tp, model.cfg)
         if self.tp is not None:
             model = replicate_kv_heads(model, self.tp.kv_replicas)
         # What the weights really occupy: quantized values and their scales included.
         self.weight_bytes = sum(int(w.nbytes) for w in jax.tree.leaves(nnx.state(model)))
-        backend = resolve_backend_name(cfg.attention_backend)
+        backend = resolve_backend_name(cfg.model.attention_backend)
         # The "cpu" backend's matmuls: the native kernel on weights packed once, here, or
         # XLA's dot (models/packed.py). One device only: packed weights are not split.
         self.dense = "xla"
         if backend == "cpu" and (self.tp is None or self.tp.tp == 1):
-            self.dense = dense_path(model, batch_invariant=cfg.batch_invariant)
-        elif cfg.batch_invariant:  # XLA's and Pallas's tiling follow the step's shapes
+            self.dense = dense_path(model, batch_invariant=cfg.model.batch_invariant)
+        elif cfg.model.batch_invariant:  # XLA's and Pallas's tiling follow the step's shapes
             raise ValueError(f"batch_invariant needs the 'cpu' attention backend, got {backend!r}")
         if self.dense == "native":
             model = pack_model(model)
         graphdef, state = nnx.split(model)
         self.weights, treedef = jax.tree.flatten(state)
-        self.kv_dtype = resolve_kv_dtype(cfg.kv_dtype, model.dtype)
+        self.kv_dtype = resolve_kv_dtype(cfg.cache.kv_dtype, model.dtype)
         # The pages' layout (head_dim lane-padded for the Pallas kernel) sizes the pool.
         kv_cfg = page_layout(model.cfg, backend)
         # One pool, sized per device: kv_pool_bytes is what each device gives its KV heads.
         local_cfg = kv_cfg if self.tp is None else self.tp.local_layout(kv_cfg)
         self.num_pages = num_pages_for_pool(
-            local_cfg, self.kv_dtype, cfg.page_size, cfg.kv_pool_bytes
+            local_cfg, self.kv_dtype, cfg.cache.page_size, cfg.cache.kv_pool_bytes
         )
         allocate = partial(
             allocate_kv_cache,
             num_pages=self.num_pages,
-            page_size=cfg.page_size,
+            page_size=cfg.cache.page_size,
             storage_dtype=self.kv_dtype,
             fp8_scales=fp8_kv_scales,
             # Pages in the dtype this backend reads and writes them in (XLA writes in
@@ -271,21 +271,23 @@ class ModelRunner:
         # Over all devices: each holds a whole pool of its own heads (int8 scale rows padded
         # per device), so the total is tp local pools, not one pool of every head.
         num_devices = 1 if self.tp is None else self.tp.tp
-        local_bytes = pool_bytes(local_cfg, self.kv_dtype, cfg.page_size, self.num_pages)
+        local_bytes = pool_bytes(local_cfg, self.kv_dtype, cfg.cache.page_size, self.num_pages)
         self.kv_cache_bytes = num_devices * local_bytes
         self.kv_bytes_per_token = num_devices * kv_bytes_per_token(local_cfg, self.kv_dtype)
         # Verifying, the "xla" backend attends every short chunk of a step at once.
         verify_width = 1 + cfg.spec_tokens if cfg.spec_tokens else None
-        attention = get_backend(cfg.attention_backend, verify_width=verify_width)
+        attention = get_backend(cfg.model.attention_backend, verify_width=verify_width)
         if self.tp is None:
-            self.rope = jax.device_put(rope_table(model.cfg, cfg.max_model_len))
+            self.rope = jax.device_put(rope_table(model.cfg, cfg.scheduler.max_model_len))
             self._step = _step
         else:
             replicated = self.tp.named(REPLICATED)
-            self.rope = jax.device_put(rope_table(model.cfg, cfg.max_model_len), replicated)
+            self.rope = jax.device_put(
+                rope_table(model.cfg, cfg.scheduler.max_model_len), replicated
+            )
             attention = ShardedAttention(attention, self.tp.mesh)
             self._step = _sharded_step(tuple(weight_shardings), tuple(cache_shardings), replicated)
-        self._static = StaticModel(graphdef, treedef, attention, cfg.early_exit_threshold)
+        self._static = StaticModel(graphdef, treedef, attention, cfg.model.early_exit_threshold)
         self._warm: set[tuple[int, int, bool]] = set()
         self.num_compilations = 0  # bucket variants first run by this runner
         self.compile_time_s = 0.0
