@@ -41,7 +41,7 @@ On a TPU VM (vllm-tpu, i.e. vLLM on tpu-inference, in its own environment: scrip
 --tpu) one process at a time can hold the chips, so the sides cannot take turns: --sequential
 (the default where TPU device nodes are present) runs vLLM's warm-up and all its rounds for
 each pair, letting its process exit after each, then ours. --store RESULTS_DIR keeps the
-result with its provenance as RESULTS_DIR/peers/<time>-vllm.json (claimbench.lab.peers; the
+result with its provenance as RESULTS_DIR/peers/<time>-vllm.json (claimbench.bench.peers; the
 scoreboard's headline row shows the pair with async scheduling off where it ran), and a
 failed comparison as a "not measured" record with the reason; --not-measured REASON
 stores only such a record (the nightly, when vLLM could not be installed).
@@ -750,7 +750,7 @@ def compare(args) -> dict:
         "pairs": pairs,
         "ours_off_vs_on": ours_off_vs_on,
         "headline": headline,
-        # The headline pair's figures where the scoreboard reads them (lab/peers.py).
+        # The headline pair's figures where the scoreboard reads them (bench/peers.py).
         "ours": pairs[headline]["ours"],
         "vllm": pairs[headline]["vllm"],
         "ratio": pairs[headline]["ratio"],
@@ -759,8 +759,8 @@ def compare(args) -> dict:
 
 def store(results_dir: Path, result: dict | None, reason: str | None) -> Path:
     """Keep a measured result (or, with ``reason``, a not-measured record) under peers/."""
+    from claimbench.bench import peers
     from claimbench.harness.provenance import git_state
-    from claimbench.lab import peers
 
     if result is None:
         # No JAX here: a night whose vLLM did not install must not start the chips for this.

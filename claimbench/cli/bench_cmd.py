@@ -33,8 +33,8 @@ from claimbench.cli.spec_options import (
 from claimbench.platform.cpu_devices import TPOption
 
 if TYPE_CHECKING:
+    from claimbench.bench.serving import BenchResult, BenchTarget, BenchWorkload
     from claimbench.engine.config import EngineConfig
-    from claimbench.lab.bench import BenchResult, BenchTarget, BenchWorkload
     from claimbench.models.config import ModelConfig
     from claimbench.models.tokenizer import Tokenizer
     from claimbench.serving.clients.replay import WorkItem
@@ -131,8 +131,8 @@ def bench(
 
     The engine options (KV pool, dtypes, batch limits, speculation) shape the in-process
     engine; with --url the server's own settings apply."""
+    from claimbench.bench.serving import BenchWorkload, bench_engine_config, check_options
     from claimbench.engine.worker.sharding import check_model_tp
-    from claimbench.lab.bench import BenchWorkload, bench_engine_config, check_options
 
     if url is not None:
         require_extra("claimbench bench --url", "serve", ("httpx",))
@@ -210,8 +210,8 @@ def _in_process(
     """The benchmark on an engine built here, compiled first, with a progress bar."""
     from rich.progress import Progress
 
+    from claimbench.bench.serving import bench_engine
     from claimbench.engine.build import build_engine
-    from claimbench.lab.bench import bench_engine
 
     try:
         engine = build_engine(config, tokenizer=tokenizer)
@@ -231,7 +231,7 @@ def _over_http(
     """The benchmark against a running server; an unreachable one is one line."""
     import httpx
 
-    from claimbench.lab.bench import bench_http
+    from claimbench.bench.serving import bench_http
 
     try:
         return bench_http(url, items, target.keys, model, timeout_s, target.slos)

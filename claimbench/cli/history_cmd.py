@@ -9,11 +9,11 @@ from typing import Annotated, Any
 
 import typer
 
+from claimbench.bench import peer_history, peers
 from claimbench.cli import project
 from claimbench.cli.common import console, fail, global_options
 from claimbench.harness import history, run_checks, selection
 from claimbench.harness.claims import find_claim
-from claimbench.lab import peer_history, peers
 
 
 def _point_dict(point: history.HistoryPoint) -> dict[str, Any]:

@@ -42,7 +42,7 @@ META_KEYS = ("run_id", "claim", "profile", "seed", "trials", "start", "end", "ha
 # Files the store itself keeps at the top of results/; anything else there is foreign.
 # The ledger (its row files, the single file of earlier stores) and its lock file are
 # ledger/ledger.py's (LEDGER_DIR, LEDGER_FILE, LOCK_FILE).
-# peers/: side-by-side engine comparisons (lab/peers.py), beside the runs.
+# peers/: side-by-side engine comparisons (bench/peers.py), beside the runs.
 _OWN_TOP_LEVEL = {
     RUNS_DIR,
     SCORES_FILE,

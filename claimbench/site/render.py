@@ -17,6 +17,7 @@ import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
+from claimbench.bench import peer_history, peers
 from claimbench.harness import (
     calibration,
     deciding,
@@ -29,7 +30,6 @@ from claimbench.harness import (
 from claimbench.harness.claims import Claim
 from claimbench.harness.current_scores import score_current
 from claimbench.harness.run_info import RunInfo
-from claimbench.lab import peer_history, peers
 from claimbench.platform.files import replace_text
 from claimbench.site import charts, history_charts, ledger_charts
 

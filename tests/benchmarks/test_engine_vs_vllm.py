@@ -320,7 +320,7 @@ class LLM:
 
 @pytest.mark.slow
 def test_both_pairs_run_and_are_stored_with_the_host(tmp_path):
-    from claimbench.lab import peers
+    from claimbench.bench import peers
 
     package = tmp_path / "fake" / "vllm"
     package.mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""lab.bench, called directly: the options' checks, the workload, a run on an engine and over
+"""bench.serving, called directly: the options' checks, the workload, a run on an engine and over
 HTTP, and what the result prints and saves."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ import pandas as pd
 import pytest
 from engine_helpers import tiny_engine
 
-from claimbench.engine.worker.sampler import SamplingParams
-from claimbench.lab.bench import (
+from claimbench.bench.serving import (
     BenchResult,
     BenchWorkload,
     bench_engine,
@@ -20,6 +19,7 @@ from claimbench.lab.bench import (
     check_options,
     tenant_keys,
 )
+from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.models.checkpoint import default_model_path
 from claimbench.models.tokenizer import Tokenizer
 from claimbench.serving.clients.replay import WorkItem

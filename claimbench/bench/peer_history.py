@@ -1,4 +1,4 @@
-"""The engine's own numbers over nights: the peer comparisons (lab/peers.py) as series.
+"""The engine's own numbers over nights: the peer comparisons (bench/peers.py) as series.
 
 One series per peer and hardware (``TPU v6e x1``, ``CPU (Intel Xeon, 2 cores)``), oldest first,
 of the measured records: our output tok/s, the ratio ours / peer, and our TTFT and TPOT
@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from claimbench.bench import peers
 from claimbench.harness import intervals
-from claimbench.lab import peers
 
 REGRESSION = "regression beyond noise"
 IMPROVEMENT = "improvement beyond noise"

@@ -1,4 +1,4 @@
-"""lab/peer_history.py: the peer comparisons as series per hardware, a regression flagged when
+"""bench/peer_history.py: the peer comparisons as series per hardware, a regression flagged when
 the new interval lies wholly below the previous one, a move within noise not flagged."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from history_helpers import CPU, peer_record
 
-from claimbench.lab import peer_history
+from claimbench.bench import peer_history
 
 record = peer_record
 

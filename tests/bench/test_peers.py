@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from claimbench.bench import peers
 from claimbench.harness.claims import load_claims
-from claimbench.lab import peers
 from claimbench.site.render import render_site
 
 ROOT = Path(__file__).resolve().parents[2]
