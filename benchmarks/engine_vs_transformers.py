@@ -198,7 +198,7 @@ def decode_at_batch(args, model, tokenizer, prompts) -> dict[str, float]:
     device_step = float(np.median(device))
     period = {mode: float(np.median(cat(mode, "period_s"))) for mode in runs}
     kv_lens = np.asarray([len(p) + 16 for p in prompts[:batch]])
-    dense_s = dense_decode_step_s(model, kv_lens, engine.config.max_model_len)
+    dense_s = dense_decode_step_s(model, kv_lens, engine.config.scheduler.max_model_len)
     return {
         "decode_steps": float(len(device)),
         "host_share_pct": float(100 * host.sum() / (host + device).sum()),

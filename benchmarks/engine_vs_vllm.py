@@ -324,7 +324,7 @@ def build_ours(args, job: Job):
 
 def set_async_scheduling(engine, on: bool) -> None:
     """Switch our engine's async scheduling (a host setting: nothing recompiles)."""
-    if engine.config.async_scheduling != on:
+    if engine.config.scheduler.async_scheduling != on:
         engine.reset(dataclasses.replace(engine.config, async_scheduling=on))
 
 

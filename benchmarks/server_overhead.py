@@ -101,11 +101,12 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
 
 def serve_args(args: argparse.Namespace, port: int) -> list[str]:
     cfg = engine_config(args)
+    sched = cfg.scheduler
     return [
         "--model", str(args.model), "--dtype", args.dtype, "serve", "--port", str(port),
-        "--max-model-len", str(cfg.max_model_len), "--max-num-seqs", str(cfg.max_num_seqs),
-        "--max-num-batched-tokens", str(cfg.max_num_batched_tokens),
-        "--kv-pool-mb", str(cfg.kv_pool_bytes // 2**20), "--prefix-sharing", "off",
+        "--max-model-len", str(sched.max_model_len), "--max-num-seqs", str(sched.max_num_seqs),
+        "--max-num-batched-tokens", str(sched.max_num_batched_tokens),
+        "--kv-pool-mb", str(cfg.cache.kv_pool_bytes // 2**20), "--prefix-sharing", "off",
         "--served-model-name", "bench", "--stream-interval", str(args.stream_interval),
         *ASYNC_FLAGS[args.async_scheduling], *API_POLICY_FLAGS[args.api_policy],
     ]  # fmt: skip

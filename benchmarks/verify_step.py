@@ -41,7 +41,7 @@ def step_inputs(cfg: EngineConfig, batch: int, context: int, width: int) -> Step
     """``batch`` sequences each with ``context`` cached tokens feeding ``width`` new ones."""
     token_bucket, seq_bucket = pick_pair(cfg, batch * width, batch)
     inputs = empty_inputs(cfg, token_bucket, seq_bucket)
-    md, page_size = inputs.md, cfg.page_size
+    md, page_size = inputs.md, cfg.cache.page_size
     rng = np.random.default_rng(0)
     k = cfg.spec_tokens
     for i in range(batch):
@@ -73,16 +73,16 @@ class Arm:
         graphdef, state = nnx.split(model)
         self.weights, treedef = jax.tree.flatten(state)
         self.static = StaticModel(graphdef, treedef, attention)
-        backend = resolve_backend_name(cfg.attention_backend)
-        num_pages = 1 + cfg.max_num_seqs * cfg.pages_per_seq
+        backend = resolve_backend_name(cfg.model.attention_backend)
+        num_pages = 1 + cfg.scheduler.max_num_seqs * cfg.pages_per_seq
         self.kv_caches = allocate_kv_cache(
             page_layout(model.cfg, backend),
             num_pages,
-            cfg.page_size,
+            cfg.cache.page_size,
             resolve_kv_dtype("auto", model.dtype),
             attention_backend=backend,
         )
-        self.rope = jax.device_put(rope_table(model.cfg, cfg.max_model_len))
+        self.rope = jax.device_put(rope_table(model.cfg, cfg.scheduler.max_model_len))
 
     def timed(self, inputs: StepInputs) -> float:
         start = time.perf_counter()

@@ -113,7 +113,7 @@ def run(ctx: RunContext) -> None:
     timelines = phases(params)
     engine = ctx.engine(precompile=True, compile_cache=params["compile_cache"])
     baseline = engine.config
-    limits = ingress_limits(params, baseline.max_num_seqs)
+    limits = ingress_limits(params, baseline.scheduler.max_num_seqs)
     vocab_size = engine.model_cfg.vocab_size
     meter = service_rate.SaturationMeter(
         engine, params["saturation_requests"], config=baseline, via=params["via"]

@@ -127,7 +127,7 @@ def engine_policy(cfg: EngineConfig) -> BucketPolicy:
 
 def geometric_policies(params: dict[str, Any], cfg: EngineConfig) -> list[BucketPolicy]:
     """Geometric token buckets at each of ``ratios`` (the engine's sequence buckets)."""
-    budget, seqs = cfg.max_num_batched_tokens, seq_buckets(cfg)
+    budget, seqs = cfg.scheduler.max_num_batched_tokens, seq_buckets(cfg)
     return [
         BucketPolicy(f"geometric x{r:g}", geometric_buckets(MIN_TOKEN_BUCKET, budget, r), seqs)
         for r in params["ratios"]
@@ -139,7 +139,7 @@ def histogram_policies(
 ) -> list[BucketPolicy]:
     """Token buckets fitted to the sizes ``steps`` (served by the engine) needed: for each of
     ``histogram_buckets``, the set of that many that pads those steps least."""
-    budget, seqs = cfg.max_num_batched_tokens, seq_buckets(cfg)
+    budget, seqs = cfg.scheduler.max_num_batched_tokens, seq_buckets(cfg)
     needed = engine_policy(cfg).needed_tokens(steps["num_scheduled_tokens"], steps["num_seqs"])
     return [
         BucketPolicy(f"histogram {k}", fit_histogram_buckets(needed, k, budget), seqs)
@@ -192,7 +192,7 @@ def run(ctx: RunContext) -> None:
     counterfactual = counterfactuals.chosen(params, ("one-bucket",))
     engine = ctx.engine(precompile=True, compile_cache=params["compile_cache"])
     if counterfactual == "one-bucket":
-        budget = engine.config.max_num_batched_tokens
+        budget = engine.config.scheduler.max_num_batched_tokens
         del engine  # its KV pool goes before the one-bucket engine's
         engine = ctx.engine(
             precompile=True, compile_cache=params["compile_cache"], token_buckets=(budget,)

@@ -142,7 +142,10 @@ def run(ctx: RunContext) -> None:
     engine = ctx.engine(precompile=True, **engines(params, None, ctx.dtype).settings[""])
     for trial in range(ctx.trials):
         requests = draw_requests(
-            params, ctx.seed + trial, engine.model_cfg.vocab_size, engine.config.max_model_len
+            params,
+            ctx.seed + trial,
+            engine.model_cfg.vocab_size,
+            engine.config.scheduler.max_model_len,
         )
         num_output = sum(r.max_tokens for r in requests)
         throughput = {}

@@ -142,18 +142,18 @@ def run(ctx: RunContext) -> None:
     options = engines(params, read_config(ctx.model_path), ctx.dtype).settings[""]
     engine = ctx.engine(precompile=True, **options)
     if counterfactual == "one-bucket":
-        budget = engine.config.max_num_batched_tokens
+        budget = engine.config.scheduler.max_num_batched_tokens
         del engine  # its KV pool goes before the one-bucket engine's
         engine = ctx.engine(precompile=True, token_buckets=(budget,), **options)
     config = engine.config
-    if prompt_len + output_len > config.max_model_len:
+    if prompt_len + output_len > config.scheduler.max_model_len:
         raise ValueError(
             f"prompt_len + output_len = {prompt_len + output_len} exceeds "
-            f"max_model_len={config.max_model_len}"
+            f"max_model_len={config.scheduler.max_model_len}"
         )
     model = shape_from_config("served", engine.model_cfg)
-    weight_bpp = weight_storage_bytes(config.weights, config.dtype)
-    kv_bpe = np.dtype(resolve_kv_dtype(config.kv_dtype, config.dtype)).itemsize
+    weight_bpp = weight_storage_bytes(config.model.weights, config.model.dtype)
+    kv_bpe = np.dtype(resolve_kv_dtype(config.cache.kv_dtype, config.model.dtype)).itemsize
     vocab = engine.model_cfg.vocab_size
     # Warm every batch size's host path untimed (the steps are precompiled).
     warm = np.random.default_rng([ctx.seed, 1]).integers(3, vocab, size=(max_batch, prompt_len))
@@ -161,7 +161,7 @@ def run(ctx: RunContext) -> None:
         reset_with(engine)
         decode_steps_s(engine, warm[:batch].tolist(), 3)
     for trial in range(ctx.trials):
-        bandwidth, peak_flops, source = _roofline(ctx, config.dtype)
+        bandwidth, peak_flops, source = _roofline(ctx, config.model.dtype)
         # A chip's spec is arithmetic input, stored once; a CPU's probes are measured each trial.
         measured = source == MEASURED_SOURCE
         if measured or trial == 0:

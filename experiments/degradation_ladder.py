@@ -262,7 +262,7 @@ def run(ctx: RunContext) -> None:
         saturation = service_rate.measure_saturation(
             engine, mix(params, seed), num_burst, config=plain
         )
-        slos = slo_seconds(params, saturation, engine.config.max_num_seqs)
+        slos = slo_seconds(params, saturation, engine.config.scheduler.max_num_seqs)
         # The SLOs travel in the tenants' config (provenance); neither arm acts on them.
         tenants = tuple(
             Tenant(name, priority=spec["tier"], ttft_slo_s=slos[name][0], tpot_slo_s=slos[name][1])

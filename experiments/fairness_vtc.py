@@ -133,7 +133,11 @@ def run(ctx: RunContext) -> None:
         vtc_output_weight=params["output_weight"],
     )
     baseline = engine.config
-    idle = {"vtc": {"ladder": idle_half(baseline.max_num_seqs)}} if chosen == "vtc-idle" else {}
+    idle = (
+        {"vtc": {"ladder": idle_half(baseline.scheduler.max_num_seqs)}}
+        if chosen == "vtc-idle"
+        else {}
+    )
     vocab_size = engine.model_cfg.vocab_size
     meter = service_rate.SaturationMeter(
         engine, params["saturation_requests"], config=baseline, via=params["via"]

@@ -219,13 +219,15 @@ def sweep_levels(
     under kv-elastic, the registered pool's usable pages (the engine's pool is larger)."""
     # The pool's size does not depend on max_num_seqs: a probe engine's pool sizes the sweep.
     probe = ctx.engine(prefix_caching="off")
-    kv_fit = kv_fit_concurrency(params, probe.stats().num_usable_pages, probe.config.page_size)
+    kv_fit = kv_fit_concurrency(
+        params, probe.stats().num_usable_pages, probe.config.cache.page_size
+    )
     levels_n = concurrencies(params["kv_fit_levels"], kv_fit)
-    budget = max(levels_n[-1], probe.config.max_num_batched_tokens)
+    budget = max(levels_n[-1], probe.config.scheduler.max_num_batched_tokens)
     overrides: dict[str, Any] = {}
     registered_pages = None
     if counterfactuals.chosen(params, COUNTERFACTUALS) == "kv-elastic":
-        overrides["kv_pool_bytes"] = ELASTIC_POOL * probe.config.kv_pool_bytes
+        overrides["kv_pool_bytes"] = ELASTIC_POOL * probe.config.cache.kv_pool_bytes
         registered_pages = probe.stats().num_usable_pages
     engine = ctx.engine(
         precompile=True,
@@ -251,7 +253,7 @@ def run(ctx: RunContext) -> None:
             num_requests,
             ctx.seed + trial,
             engine.model_cfg.vocab_size,
-            engine.config.max_model_len,
+            engine.config.scheduler.max_model_len,
         )
         levels = []
         for n in levels_n:

@@ -157,10 +157,10 @@ def run(ctx: RunContext) -> None:
         pages = batch * -(-(prompt_len + output_len) // page_size)
         overrides["kv_pool_bytes"] = kv_pool_bytes(ctx, engine_params, pages)
     engine = ctx.engine(precompile=True, **overrides)
-    if prompt_len + output_len > engine.config.max_model_len:
+    if prompt_len + output_len > engine.config.scheduler.max_model_len:
         raise ValueError(
             f"prompt_len + output_len = {prompt_len + output_len} exceeds "
-            f"max_model_len={engine.config.max_model_len}"
+            f"max_model_len={engine.config.scheduler.max_model_len}"
         )
     vocab = engine.model_cfg.vocab_size
     # Warm both arms' host paths and the device-side token merge's shapes, untimed.

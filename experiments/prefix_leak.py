@@ -269,7 +269,7 @@ def run(ctx: RunContext) -> None:
         plan = draw_plan(
             params, np.random.default_rng([ctx.seed, trial]), engine.model_cfg.vocab_size
         )
-        _check_fits(plan, engine.config.max_model_len)
+        _check_fits(plan, engine.config.scheduler.max_model_len)
         results: dict[str, ModeResult] = {}
         # Alternate which mode goes first, so slow drift on the machine favours neither.
         for name in list(ENGINE_MODES)[:: 1 if trial % 2 == 0 else -1]:

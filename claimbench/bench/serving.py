@@ -133,7 +133,7 @@ def bench_engine_config(
 ) -> EngineConfig:
     """The engine's config: a pool of ``kv_pool_mb`` MiB, room for the longest request, and
     ``engine``'s settings (dtypes, batch limits, speculation, tp). ValueError on a bad one."""
-    return EngineConfig(
+    return EngineConfig.from_flat(
         model_path=model_path,
         dtype=dtype,
         kv_pool_bytes=int(kv_pool_mb * 2**20),

@@ -15,13 +15,25 @@ import json
 import math
 import sys
 import time
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from claimbench.cli.common import err_console, fail, flag_message, global_options, option_flags
+from claimbench.cli.engine_options import (
+    DEFAULT_KV_DTYPE,
+    DEFAULT_KV_SCALE,
+    DEFAULT_WEIGHTS,
+    ENGINE_DEFAULTS,
+    KV_POOL_MB,
+    BatchInvariantOption,
+    KVDtype,
+    KVPoolMBOption,
+    MaxNumBatchedTokensOption,
+    MaxNumSeqsOption,
+    WeightFormat,
+)
 from claimbench.cli.extras import require_extra
 from claimbench.cli.secret_options import API_KEY_ENV_VAR, read_secret_list
 from claimbench.cli.spec_options import (
@@ -48,24 +60,6 @@ ENGINE_FLAGS = option_flags(
 )
 
 
-class KVDtype(StrEnum):
-    """KV cache storage (engine.config.KV_DTYPES); auto = the model dtype."""
-
-    auto = "auto"
-    bf16 = "bf16"
-    f32 = "f32"
-    int8 = "int8"
-    fp8 = "fp8"
-
-
-class WeightFormat(StrEnum):
-    """Weight-only quantization (engine.config.WEIGHT_FORMATS); bf16 = none."""
-
-    bf16 = "bf16"
-    int8 = "int8"
-    fp8 = "fp8"
-
-
 def bench(
     ctx: typer.Context,
     requests: Annotated[int, typer.Option(help="Number of requests.")] = 64,
@@ -80,18 +74,18 @@ def bench(
     range_ratio: Annotated[
         float, typer.Option(help="Prompt lengths uniform in input_len * [1 - r, 1 + r].")
     ] = 0.0,
-    max_num_seqs: Annotated[int, typer.Option(help="Sequences in flight at most.")] = 32,
-    max_num_batched_tokens: Annotated[int, typer.Option(help="Token budget per step.")] = 512,
-    kv_pool_mb: Annotated[float, typer.Option(help="KV cache pool in MiB.")] = 256.0,
-    kv_dtype: Annotated[
-        KVDtype, typer.Option(help="KV cache dtype; auto = the model's.")
-    ] = KVDtype.auto,
+    max_num_seqs: MaxNumSeqsOption = ENGINE_DEFAULTS["max_num_seqs"],
+    max_num_batched_tokens: MaxNumBatchedTokensOption = ENGINE_DEFAULTS["max_num_batched_tokens"],
+    kv_pool_mb: KVPoolMBOption = KV_POOL_MB,
+    kv_dtype: Annotated[KVDtype, typer.Option(help="KV cache dtype; auto = the model's.")] = (
+        DEFAULT_KV_DTYPE
+    ),
     kv_scale: Annotated[
         str, typer.Option(help="fp8 KV tensor scale: a number, or calibrate (held-out text).")
-    ] = "1.0",
+    ] = DEFAULT_KV_SCALE,
     weights: Annotated[
         WeightFormat, typer.Option(help="Weight-only quantization; bf16 = none.")
-    ] = WeightFormat.bf16,
+    ] = (DEFAULT_WEIGHTS),
     seed: Annotated[int, typer.Option(help="Seed for prompts and arrivals.")] = 0,
     timeout_s: Annotated[float, typer.Option(help="Abort what is unfinished after this.")] = 3600,
     out: Annotated[
@@ -100,7 +94,7 @@ def bench(
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     speculative: SpeculativeOption = Speculative.none,
-    num_spec_tokens: NumSpecTokensOption = 4,
+    num_spec_tokens: NumSpecTokensOption = ENGINE_DEFAULTS["num_spec_tokens"],
     draft_model: DraftModelOption = None,
     url: Annotated[
         str | None,
@@ -121,11 +115,8 @@ def bench(
     slo_ttft_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TTFT (ms).")] = None,
     slo_tpot_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TPOT (ms).")] = None,
     slo_e2el_ms: Annotated[float | None, typer.Option(help="Goodput SLO on E2EL (ms).")] = None,
-    tp: TPOption = 1,
-    batch_invariant: Annotated[
-        bool,
-        typer.Option(help="Batch-invariant kernels: a request's bits ignore its batch (CPU)."),
-    ] = False,
+    tp: TPOption = ENGINE_DEFAULTS["tp"],
+    batch_invariant: BatchInvariantOption = ENGINE_DEFAULTS["batch_invariant"],
 ) -> None:
     """Serve a Poisson/gamma workload of held-out prompts and summarize it.
 

@@ -226,26 +226,28 @@ class RunContext:
         if compile_cache:
             options.setdefault("compilation_cache_dir", COMPILE_CACHE_DIR)
         utilization = options.pop(HBM_UTILIZATION, None)
-        config = EngineConfig(**options)
-        self._use_model(config.model_path)
-        if config.speculative == "draft":  # the draft's weights are the run's too
+        config = EngineConfig.from_flat(**options)
+        self._use_model(config.model.model_path)
+        if config.spec.speculative == "draft":  # the draft's weights are the run's too
             from claimbench.models.checkpoint import default_draft_path
 
-            self._use_model(config.draft_model_path or default_draft_path())
+            self._use_model(config.spec.draft_model_path or default_draft_path())
         fit = None
         if utilization is not None:
             # The pool from the chip's HBM (vLLM's gpu_memory_utilization): tpucompile/pool_fit.py.
             from claimbench.models.checkpoint import read_config
             from claimbench.tpucompile.pool_fit import run_pool
 
-            model_cfg = read_config(self._use_model(config.model_path))
+            model_cfg = read_config(self._use_model(config.model.model_path))
             fit = run_pool(model_cfg, config, utilization, self.hardware)
             if not fit.fits:
                 raise ValueError(fit.describe())
             config = dataclasses.replace(config, kv_pool_bytes=fit.pool_bytes)
         engine = build_engine(config)
         resolved = config.flat()
-        resolved["attention_backend_resolved"] = resolve_backend_name(config.attention_backend)
+        resolved["attention_backend_resolved"] = resolve_backend_name(
+            config.model.attention_backend
+        )
         if fit is not None:
             resolved["kv_pool_fit"] = dataclasses.asdict(fit)
         self.engine_configs.append(json.loads(json.dumps(resolved, default=str)))

@@ -79,7 +79,7 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     from claimbench.engine.build import build_engine
     from claimbench.engine.config import EngineConfig
 
-    engine = build_engine(EngineConfig(**spec["config"]))
+    engine = build_engine(EngineConfig.from_flat(**spec["config"]))
     # What the server precompiles (serving/engine_loop/engine_core.py).
     precompile_s = engine.precompile()[1] if spec["precompile"] else 0.0
     # Step programs compiled ahead (async scheduling's small token-merge programs, which

@@ -57,13 +57,13 @@ def serve_http_frames(
     reset under its own config with the prefix-caching mode the server needs, and is left
     idle (its loop stopped) afterwards.
     """
-    sharing = SHARING[engine.config.prefix_caching]
+    sharing = SHARING[engine.config.cache.prefix_caching]
     engine.reset(dataclasses.replace(engine.config, prefix_caching=sharing.engine_mode))
     config = engine.config
     tenants = sorted({r.tenant for r in requests})
     keys = {t: new_key() for t in tenants}
-    table = TenantKeys(list(config.tenants), {hash_key(k): t for t, k in keys.items()})
-    model_dir = config.model_path or default_model_path()
+    table = TenantKeys(list(config.scheduler.tenants), {hash_key(k): t for t, k in keys.items()})
+    model_dir = config.model.model_path or default_model_path()
     state = build_state(
         engine,
         model_dir=model_dir,

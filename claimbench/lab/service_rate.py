@@ -67,7 +67,7 @@ def measure_saturation(
     length, the one tenant_runs.at_load scales rates by, so loads and service units agree.
     """
     engine.reset(config)
-    size = burst_size(num_requests, engine.config.max_num_seqs)
+    size = burst_size(num_requests, engine.config.scheduler.max_num_seqs)
     burst = dataclasses.replace(spec, max_requests=size, max_duration_s=None)
     requests = [
         dataclasses.replace(r, arrival_s=0.0)

@@ -83,7 +83,7 @@ def serve_engine_config(
     """The served engine's config: a pool of ``kv_pool_mb`` MiB, the degradation ladder from
     ``ladder_file`` (none: off) and ``settings``. ValueError naming a bad file or setting."""
     ladder = load_ladder(ladder_file) if ladder_file is not None else ()
-    return EngineConfig(kv_pool_bytes=int(kv_pool_mb * 2**20), ladder=ladder, **settings)
+    return EngineConfig.from_flat(kv_pool_bytes=int(kv_pool_mb * 2**20), ladder=ladder, **settings)
 
 
 def engine_failure(state: ServerState) -> str | None:

@@ -183,19 +183,19 @@ def _check_engine(
     try:
         if engine.model is not None:
             model_name, model_cfg = resolve_model(engine.model)
-        config = EngineConfig(**options)
+        config = EngineConfig.from_flat(**options)
         check_tp(tp, model_cfg.num_heads, model_cfg.num_kv_heads, SLICE_CHIPS)
-        if config.max_model_len > model_cfg.max_position_embeddings:
+        if config.scheduler.max_model_len > model_cfg.max_position_embeddings:
             raise ValueError(
-                f"max_model_len={config.max_model_len} exceeds the model's "
+                f"max_model_len={config.scheduler.max_model_len} exceeds the model's "
                 f"max_position_embeddings={model_cfg.max_position_embeddings}"
             )
         draft_cfg = None
-        if config.speculative == "draft":
+        if config.spec.speculative == "draft":
             if engine.draft is not None:
                 _, draft_cfg = resolve_model(engine.draft)
             else:
-                draft_cfg = read_config(config.draft_model_path or default_draft_path())
+                draft_cfg = read_config(config.spec.draft_model_path or default_draft_path())
             check_draft(draft_cfg, model_cfg, None, None)
         pool = None
         if utilization is not None:

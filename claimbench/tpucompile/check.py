@@ -170,17 +170,17 @@ def check(
     """Compile the engine step for ``chip`` at ``buckets`` (default: every bucket pair),
     over ``engine_cfg.tp`` devices of its topology (or ``devices``). Sizes are per device."""
     spec = get_chip(chip)
-    devices = devices or tpu_devices(chip, engine_cfg.tp)
+    devices = devices or tpu_devices(chip, engine_cfg.parallel.tp)
     target = build_target(chip, model_cfg, engine_cfg, devices)
     report = CheckReport(
-        chip, model_name, engine_cfg.weights, target.kv_dtype, target.num_pages, tp=target.tp
+        chip, model_name, engine_cfg.model.weights, target.kv_dtype, target.num_pages, tp=target.tp
     )
-    page_size = engine_cfg.page_size
+    page_size = engine_cfg.cache.page_size
     for num_tokens, num_seqs in buckets or bucket_pairs(engine_cfg):
         inputs = jax.tree.map(target.placed, empty_inputs(engine_cfg, num_tokens, num_seqs))
         # The most KV a bucket touches: every sequence slot read at full length (capped at
         # the pool), and every token's new row written.
-        kv_read = min(num_seqs * engine_cfg.max_model_len, target.num_pages * page_size)
+        kv_read = min(num_seqs * engine_cfg.scheduler.max_model_len, target.num_pages * page_size)
         ideal = target.weight_bytes + (kv_read + num_tokens) * target.kv_token_bytes
         base = dict(
             num_tokens=num_tokens,

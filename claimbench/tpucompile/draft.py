@@ -30,9 +30,11 @@ from claimbench.tpucompile.target import build_target
 def draft_pool_bytes(draft_cfg: ModelConfig, engine_cfg: EngineConfig) -> int:
     """The draft's pool as DraftProposer allocates it: every sequence slot at max_model_len
     and the null page, in the compute dtype, laid out for the Pallas kernel."""
-    num_pages = 1 + engine_cfg.max_num_seqs * engine_cfg.pages_per_seq
-    storage = resolve_kv_dtype("auto", engine_cfg.dtype)
-    return pool_bytes(page_layout(draft_cfg, "pallas"), storage, engine_cfg.page_size, num_pages)
+    num_pages = 1 + engine_cfg.scheduler.max_num_seqs * engine_cfg.pages_per_seq
+    storage = resolve_kv_dtype("auto", engine_cfg.model.dtype)
+    return pool_bytes(
+        page_layout(draft_cfg, "pallas"), storage, engine_cfg.cache.page_size, num_pages
+    )
 
 
 def check_draft_step(
@@ -75,7 +77,7 @@ def check_draft_step(
         with jax.default_device(target.device):
             lowered = propose_steps.lower(
                 target.static,
-                engine_cfg.num_spec_tokens,
+                engine_cfg.spec.num_spec_tokens,
                 target.weights,
                 target.rope,
                 target.caches,

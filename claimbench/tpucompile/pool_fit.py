@@ -83,18 +83,18 @@ def pool_bounds(model_cfg: Any, engine_cfg: Any) -> tuple[int, int]:
     sequence slot at max_model_len, each with the null page."""
     from claimbench.engine.kv.kv_cache import page_layout, pool_bytes, resolve_kv_dtype
 
-    if engine_cfg.tp != 1:
+    if engine_cfg.parallel.tp != 1:
         raise ValueError(
-            f"{HBM_UTILIZATION} sizes one chip's pool: tp must be 1, got {engine_cfg.tp}"
+            f"{HBM_UTILIZATION} sizes one chip's pool: tp must be 1, got {engine_cfg.parallel.tp}"
         )
     layout = page_layout(model_cfg, "pallas")
-    storage = resolve_kv_dtype(engine_cfg.kv_dtype, engine_cfg.dtype)
+    storage = resolve_kv_dtype(engine_cfg.cache.kv_dtype, engine_cfg.model.dtype)
     per_seq = engine_cfg.pages_per_seq
 
     def size(num_seqs: int) -> int:
-        return pool_bytes(layout, storage, engine_cfg.page_size, 1 + num_seqs * per_seq)
+        return pool_bytes(layout, storage, engine_cfg.cache.page_size, 1 + num_seqs * per_seq)
 
-    return size(1), size(engine_cfg.max_num_seqs)
+    return size(1), size(engine_cfg.scheduler.max_num_seqs)
 
 
 def size_pool(

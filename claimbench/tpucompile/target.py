@@ -83,17 +83,17 @@ def build_target(
     tp = len(devices)
     check_tp(tp, model_cfg.num_heads, model_cfg.num_kv_heads, tp)
     replicas = kv_replicas(tp, model_cfg.num_kv_heads)
-    dtype = jnp.dtype(engine_cfg.dtype)
+    dtype = jnp.dtype(engine_cfg.model.dtype)
 
     def build() -> nnx.Module:
         # The engine's order: quantize (build_engine), then replicate KV heads (runner).
         model = build_model(model_cfg, dtype=dtype, rngs=nnx.Rngs(0))
-        return replicate_kv_heads(quantize_weights(model, engine_cfg.weights), replicas)
+        return replicate_kv_heads(quantize_weights(model, engine_cfg.model.weights), replicas)
 
     abstract = nnx.eval_shape(build)
     graphdef, state = nnx.split(abstract)
     leaves, treedef = jax.tree.flatten(state)
-    kv_dtype = resolve_kv_dtype(engine_cfg.kv_dtype, engine_cfg.dtype)
+    kv_dtype = resolve_kv_dtype(engine_cfg.cache.kv_dtype, engine_cfg.model.dtype)
     # The pool as the runner lays it out for the Pallas kernel, sized per device.
     kv_cfg = page_layout(abstract.cfg, "pallas")
     attention = get_backend("pallas", target_platform="tpu", tpu_generation=chip)
@@ -110,11 +110,11 @@ def build_target(
         weight_shardings = [NamedSharding(mesh, s) for s in weight_specs(state, tp)]
         attention = ShardedAttention(attention, mesh)
     num_pages = num_pages_for_pool(
-        local_cfg, kv_dtype, engine_cfg.page_size, engine_cfg.kv_pool_bytes
+        local_cfg, kv_dtype, engine_cfg.cache.page_size, engine_cfg.cache.kv_pool_bytes
     )
     local = jax.eval_shape(
         lambda: allocate_kv_cache(
-            local_cfg, num_pages, engine_cfg.page_size, kv_dtype, attention_backend="pallas"
+            local_cfg, num_pages, engine_cfg.cache.page_size, kv_dtype, attention_backend="pallas"
         )
     )
     if mesh is None:
@@ -133,7 +133,7 @@ def build_target(
     ]
     rope = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
-        jax.eval_shape(lambda: rope_table(model_cfg, engine_cfg.max_model_len)),
+        jax.eval_shape(lambda: rope_table(model_cfg, engine_cfg.scheduler.max_model_len)),
     )
     if mesh is None:
         step = unsharded_step
