@@ -59,7 +59,7 @@ def build(job, batch_invariant: bool, page_size: int):
 
 def alone_vs_beside(engine, job) -> dict[str, bool]:
     """The first prompt alone, then beside every other: tokens and log-probs identical?"""
-    from claimbench.engine.worker.sampler import SamplingParams
+    from claimbench.engine.sampling_params import SamplingParams
 
     greedy = SamplingParams(max_tokens=job.output_len, ignore_eos=True, logprobs=True)
     engine.reset()

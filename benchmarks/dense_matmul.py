@@ -89,7 +89,7 @@ def time_matmuls(shapes, rows: int, repeats: int, iters: int) -> dict:
 def engine_rounds(rounds: int, workload: list[str]) -> dict:
     import engine_vs_vllm as ev
 
-    from claimbench.engine.worker.sampler import SamplingParams
+    from claimbench.engine.sampling_params import SamplingParams
     from claimbench.models.packed import DENSE_ENV
 
     # vLLM does not run here: its interpreter is named only to satisfy the shared parser.

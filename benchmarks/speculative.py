@@ -34,7 +34,7 @@ import numpy as np
 from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.engine import LLMEngine
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.lab.serving_summary import spec_decode_summary
 from claimbench.models.checkpoint import default_model_path
 from claimbench.models.tokenizer import Tokenizer

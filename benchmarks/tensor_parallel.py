@@ -79,7 +79,7 @@ def main() -> None:
 
     from claimbench.engine.build import build_engine
     from claimbench.engine.config import EngineConfig
-    from claimbench.engine.worker.sampler import SamplingParams
+    from claimbench.engine.sampling_params import SamplingParams
     from claimbench.models.checkpoint import default_model_path, load_model
     from claimbench.models.tokenizer import Tokenizer
     from claimbench.workload.corpus import heldout_prompts

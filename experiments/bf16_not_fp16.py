@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.harness.context import COMPILE_CACHE_DIR
 from claimbench.lab import counterfactuals
 from claimbench.lab.destructive_quantizers import two_level_checkpoint

@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 
 from claimbench.engine.config import DEFAULT_PAGE_SIZE
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.lab import counterfactuals
 from claimbench.lab.exit_quality import NEVER_EXIT, greedy_agreement, teacher_forced
 from claimbench.lab.tenant_runs import kv_pool_bytes, rotated

@@ -61,12 +61,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.lab import counterfactuals, open_loop, service_rate
 from claimbench.lab import tenant_runs as tr
+from claimbench.lab.figures import tenant_charts
 from claimbench.lab.slow_device import slow_device
 from claimbench.lab.time_slicing import serve_time_sliced
-from claimbench.lab.figures import tenant_charts
 from claimbench.workload.build import WorkloadRequest
 from claimbench.workload.spec import WorkloadSpec
 

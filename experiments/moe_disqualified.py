@@ -173,7 +173,7 @@ def measure_trial(
 ) -> np.ndarray:
     """Serve ``batch`` held-out prompts together; the touched percentage of each pure decode
     step at that batch."""
-    from claimbench.engine.worker.sampler import SamplingParams
+    from claimbench.engine.sampling_params import SamplingParams
     from claimbench.models.checkpoint import read_config
     from claimbench.models.tokenizer import Tokenizer
     from claimbench.workload.corpus import heldout_prompts

@@ -46,7 +46,7 @@ import numpy as np
 from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.engine.kv.kv_cache import pool_bytes_for
 from claimbench.engine.outputs import TokenEvent
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.lab import counterfactuals
 from claimbench.lab.engine_settings import EngineSettings
 from claimbench.lab.precision import arm_order

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.hardware.chips import get_chip
 from claimbench.hardware.model_presets import get_preset
 from claimbench.hardware.roofline import ServingSetup, decode_step

@@ -12,7 +12,7 @@ import numpy as np
 from flax import nnx
 
 from claimbench.engine.request import Request
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.models.config import ModelConfig
 from claimbench.models.llama import LlamaForCausalLM
 

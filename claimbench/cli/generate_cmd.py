@@ -48,7 +48,7 @@ def generate(
 ) -> None:
     """Generate a completion, printing tokens as they are produced."""
     from claimbench.engine.build import build_engine
-    from claimbench.engine.worker.sampler import SamplingParams
+    from claimbench.engine.sampling_params import SamplingParams
     from claimbench.engine.worker.sharding import check_model_tp
     from claimbench.lab.single_completion import complete, completion_config, timing_line
 

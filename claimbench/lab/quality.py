@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from claimbench.engine.engine import LLMEngine
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.models.tokenizer import Tokenizer
 from claimbench.workload.corpus import heldout_token_windows
 

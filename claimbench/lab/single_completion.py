@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.outputs import FinishEvent, TokenEvent
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.lab.serving_summary import spec_decode_summary
 
 MIN_CHUNK_TOKENS = 16  # the smallest step: one compiled shape for a short prompt

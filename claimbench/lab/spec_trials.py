@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.lab import counterfactuals
 from claimbench.lab.draft_models import DRAFT_PARAM, draft_path, pinned_draft
 from claimbench.lab.engine_settings import EngineSettings

@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 
 from claimbench.engine.kv.kv_cache import pool_bytes_for
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.engine.sched.fairness import BACKLOG_PREFIX, OUTPUT_PREFIX
-from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.models.checkpoint import read_config
 from claimbench.serving.clients.replay import replay
 from claimbench.workload.build import WorkloadRequest, build_requests

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from claimbench.engine.outputs import TokenEvent
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.lab.tenant_runs import ServedRun
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from claimbench.engine.config_tenants import Tenant
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 
 NORMAL = SamplingParams(max_tokens=2, ignore_eos=True)
 MAX_STEPS = 400  # a tiny engine serves any admitted request (<= 128 tokens) well within

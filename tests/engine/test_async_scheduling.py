@@ -13,8 +13,8 @@ from engine_helpers import tiny_engine, tiny_model
 from claimbench.engine import config
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.outputs import FinishEvent, RejectEvent, TokenEvent
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.engine.sched.async_sched import PLACEHOLDER
-from claimbench.engine.worker.sampler import SamplingParams
 
 BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
 

@@ -15,7 +15,7 @@ from flax import nnx
 from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.kv.kv_cache import kv_bytes_per_token
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.kernels import native_dense
 from claimbench.models import packed
 from claimbench.models.llama import LlamaForCausalLM

@@ -6,7 +6,7 @@ import pytest
 from engine_helpers import shared_tiny_engine, tiny_engine, tiny_model
 
 from claimbench.engine.config import EngineConfig
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.models.exit_heads import ExitHeads, save_exit_heads
 
 PROMPTS = [[3, 4, 5, 6, 7], [10, 11, 12], [20, 21, 22, 23, 24, 25, 26]]

@@ -4,7 +4,7 @@ import pytest
 from engine_helpers import dense_logits, shared_tiny_engine, tiny_engine, tiny_model
 
 from claimbench.engine.outputs import FinishEvent, RejectEvent, TokenEvent
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=12, ignore_eos=True)
 

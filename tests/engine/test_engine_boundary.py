@@ -16,7 +16,7 @@ from engine_helpers import tiny_engine
 
 from claimbench.engine.config_tenants import Tenant
 from claimbench.engine.outputs import FinishEvent, RejectEvent, TokenEvent
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 
 
 @pytest.mark.parametrize(

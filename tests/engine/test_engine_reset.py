@@ -4,7 +4,7 @@ import pytest
 from engine_helpers import tiny_engine
 
 from claimbench.engine.config_tenants import Tenant
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 
 
 def test_reset_switches_host_policy_and_forgets_requests():

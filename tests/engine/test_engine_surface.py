@@ -12,7 +12,7 @@ from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.config_tenants import Tenant
 from claimbench.engine.outputs import RejectEvent, RejectKind
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 
 SIX = SamplingParams(max_tokens=6, ignore_eos=True)
 

@@ -8,7 +8,7 @@ import pytest
 from engine_helpers import tiny_engine
 
 from claimbench.engine.config import EngineConfig
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 
 # 64 pages of 8 slots (the null page among them), max_model_len 128 = 16 pages per reservation.
 PROMPTS = [list(range(3, 3 + n)) for n in (5, 12, 20)]

@@ -12,8 +12,8 @@ from claimbench.engine.config import KV_ALLOCATIONS, EngineConfig
 from claimbench.engine.config_tenants import Tenant
 from claimbench.engine.kv.block_manager import BlockManager
 from claimbench.engine.request import Request, RequestStatus
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.engine.sched.scheduler import Scheduler
-from claimbench.engine.worker.sampler import SamplingParams
 
 PAGE_SIZE = 4
 

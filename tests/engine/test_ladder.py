@@ -11,8 +11,8 @@ from claimbench.cli.main import app
 from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig, knob_rows
 from claimbench.engine.config_ladder import Action, Rung, Signal, as_ladder, load_ladder
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.engine.sched.ladder import LadderState
-from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.lab.step_driver import serve_by_step
 from claimbench.workload.build import WorkloadRequest
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from engine_helpers import shared_tiny_engine, tiny_engine, tiny_model
 
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.lab.serving_summary import summarize_by_tenant
 
 GREEDY = SamplingParams(max_tokens=6, ignore_eos=True)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from engine_helpers import tiny_engine, tiny_model
 
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ import pytest
 from engine_helpers import shared_tiny_engine
 
 from claimbench.engine.config import EngineConfig
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 
 SAMPLED = SamplingParams(max_tokens=4, temperature=1.0, ignore_eos=True)
 

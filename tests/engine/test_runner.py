@@ -6,9 +6,9 @@ from engine_helpers import make_request, tiny_engine, tiny_model
 
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.kv.block_manager import BlockManager
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.engine.worker.batch import build_step
 from claimbench.engine.worker.buckets import bucket_pairs, pick_pair, power_of_two_buckets
-from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.kernels.metadata import NULL_PAGE
 from claimbench.serving.clients.replay import WorkItem, replay
 

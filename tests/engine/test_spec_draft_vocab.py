@@ -12,8 +12,8 @@ from engine_helpers import TINY_MODEL, shared_tiny_engine, tiny_config, tiny_mod
 from flax import nnx
 
 from claimbench.engine.build import build_engine
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.engine.spec.draft_model import check_draft
-from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.models.llama import LlamaForCausalLM
 
 DRAFT_VOCAB = 80  # the target's 97 ids, less the last 17

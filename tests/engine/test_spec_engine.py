@@ -8,8 +8,8 @@ import pytest
 from engine_helpers import shared_tiny_engine, tiny_config, tiny_engine, tiny_model
 
 from claimbench.engine.build import build_engine
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.engine.sched.fairness import OUTPUT_PREFIX
-from claimbench.engine.worker.sampler import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=20, ignore_eos=True)
 

@@ -12,7 +12,7 @@ from test_spec_draft_vocab import truncated
 
 from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 
 SEEDS = tuple(range(6))  # seed 3 showed the batch under the earlier acceptance rule
 

@@ -8,8 +8,8 @@ import pytest
 from engine_helpers import tiny_engine, tiny_model
 
 from claimbench.engine.config import EngineConfig
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.engine.worker.buckets import bucket_pairs, pick_pair, token_buckets
-from claimbench.engine.worker.sampler import SamplingParams
 
 
 def test_default_is_powers_of_two_and_configured_buckets_replace_them():

@@ -4,7 +4,7 @@ backlogged from the start, stepped to completion (no wall clock decides anything
 import pytest
 from engine_helpers import tiny_engine
 
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 
 # Four lower-tier requests arrive first, two top-tier ones last: "newest" aims at the top.
 ARRIVALS = [("mid", 1), ("bulk", 1), ("bulk", 1), ("mid", 1), ("top", 0), ("top", 0)]

@@ -6,7 +6,7 @@ from engine_helpers import tiny_engine
 from tenant_exp_helpers import assert_realised_loads, experiment, run_tiny, write_checkpoint
 
 from claimbench.engine.outputs import TokenEvent
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.lab import tenant_runs as tr
 
 CLAIM = "priority-aging"

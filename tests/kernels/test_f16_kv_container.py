@@ -26,7 +26,7 @@ from test_ragged_paged_attention import (
 )
 
 from claimbench.engine.kv.kv_cache import allocate_kv_cache, page_layout, pool_bytes
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.kernels.kv_quant import (
     F16_CONTAINER,
     LayerKV,

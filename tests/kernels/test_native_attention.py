@@ -20,7 +20,7 @@ import pytest
 import test_reference_attention as ref
 from engine_helpers import tiny_engine, tiny_model
 
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.kernels import backend, native_attention, reference, xla_prefill
 from claimbench.kernels.kv_quant import FP8_DTYPE, LayerKV, int8_scales_shape, to_container
 from claimbench.kernels.metadata import NULL_PAGE, AttentionMetadata

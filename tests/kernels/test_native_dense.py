@@ -19,7 +19,7 @@ import pytest
 from engine_helpers import TINY_MODEL, tiny_engine, tiny_model
 from flax import nnx
 
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.kernels import native_attention, native_dense
 from claimbench.models import packed
 from claimbench.models.quantize import quantize_weights

@@ -3,7 +3,7 @@
 import jax
 import numpy as np
 
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.lab.cold_start_probe import SAMPLING_PATHS, serving_batches
 from claimbench.lab.compile_events import CompileCounter
 

@@ -20,7 +20,7 @@ from text_checkpoints import LLAMA3, NUM_TOKENS, QWEN2, TEXT, write_checkpoint
 
 from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).resolve().parents[1] / "vllm_text_worker.py"

@@ -9,7 +9,7 @@ from server_helpers import shared_server, tenant_counts
 from typer.testing import CliRunner
 
 from claimbench.cli.main import app
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.serving.clients.http_replay import replay_http
 from claimbench.serving.clients.replay import WorkItem
 

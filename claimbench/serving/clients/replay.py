@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.outputs import Event, RunResult
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 
 
 @dataclass(frozen=True)
