@@ -12,8 +12,9 @@ from rich.table import Table
 from claimbench.cli import project, score_json
 from claimbench.cli.common import console, fail, global_options
 from claimbench.cli.evidence_options import OriginOption, SinceOption, selected_runs
-from claimbench.harness import registry, run_checks, scoring
+from claimbench.harness import registry
 from claimbench.harness.claims import find_claim
+from claimbench.harness.current_scores import score_current
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
@@ -23,7 +24,7 @@ def list_claims(ctx: typer.Context, as_json: JsonOption = False) -> None:
     root = global_options(ctx).root
     claims = project.open_claims(root)
     runs = project.read_results(project.results_dir(root, None))
-    scores = scoring.score_claims(claims, runs, run_checks.today_designs(root, claims))
+    scores = score_current(root, claims, runs)
     rows = [
         {
             "id": s.claim.id,
@@ -61,7 +62,7 @@ def show_claim(
     except ValueError as err:
         fail(str(err))
     runs = selected_runs(project.results_dir(root, None), since, origin)
-    score = scoring.score_claim(claim, runs, run_checks.today_designs(root, [claim]))
+    (score,) = score_current(root, [claim], runs)
     experiment = registry.experiment_path(root, claim)
     if as_json:
         data = claim.model_dump() | score_json.score_dict(root, score)
