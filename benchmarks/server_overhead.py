@@ -71,10 +71,10 @@ from claimbench.lab.processes import children, cpu_seconds
 from claimbench.models.checkpoint import default_model_path
 from claimbench.models.tokenizer import Tokenizer
 from claimbench.platform.jax_platforms import set_default_jax_platforms
-from claimbench.serving.engine_loop.async_engine import AsyncEngine
 from claimbench.serving.engine_loop.batch_policy import set_batch_policy
-from claimbench.serving.engine_loop.engine_client import ProcessEngine
-from claimbench.serving.engine_loop.engine_core import CoreOptions
+from claimbench.serving.engine_loop.process_engine import ProcessEngine
+from claimbench.serving.engine_loop.protocol import CoreOptions
+from claimbench.serving.engine_loop.thread_engine import ThreadEngine
 from claimbench.workload.corpus import heldout_prompts
 
 CONCURRENCIES = (1, 16)
@@ -146,9 +146,9 @@ def iteration_count(metrics_text: bytes) -> int:
 def through_async_engine(
     engine: LLMEngine, prompts: list[list[int]], clients: int, sampling: SamplingParams
 ) -> dict:
-    """Closed loop of ``clients`` asyncio tasks over the server's AsyncEngine, without HTTP:
+    """Closed loop of ``clients`` asyncio tasks over the server's ThreadEngine, without HTTP:
     what the engine thread and the per-request event queues cost on their own."""
-    loop_engine = AsyncEngine(engine)
+    loop_engine = ThreadEngine(engine, CoreOptions(engine.config, precompile=False))
     todo = list(prompts)
     latencies, num_tokens = [], 0
 
@@ -163,15 +163,15 @@ def through_async_engine(
             num_tokens += sampling.max_tokens  # EOS ignored: every request runs to length
 
     async def run_all() -> None:
-        await asyncio.gather(*(client() for _ in range(clients)))
+        loop_engine.start()
+        try:
+            await asyncio.gather(*(client() for _ in range(clients)))
+        finally:
+            await loop_engine.shutdown()
 
-    loop_engine.start()
     steps_start = engine.num_steps
     start, cpu_start = time.perf_counter(), time.process_time()
-    try:
-        asyncio.run(run_all())
-    finally:
-        loop_engine.stop()
+    asyncio.run(run_all())
     result = _result(time.perf_counter() - start, latencies, num_tokens)
     result["steps"] = engine.num_steps - steps_start
     result["cpu_s"] = time.process_time() - cpu_start

@@ -1,5 +1,5 @@
 """An in-process server for the hardening tests: the app over the shipped tiny model, its
-engine on a thread (AsyncEngine), called through httpx's ASGI transport on one event loop.
+engine loop on a thread (ThreadEngine), called through httpx's ASGI transport on one event loop.
 No socket and no engine process: thousands of requests take seconds."""
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from claimbench.engine.config import EngineConfig
 from claimbench.engine.config_tenants import Tenant
 from claimbench.models.checkpoint import default_model_path
 from claimbench.serving.api.app import create_app
-from claimbench.serving.state import ServerState, build_state
+from claimbench.serving.api.state import ServerState
+from claimbench.serving.server import ServeOptions, build_server_state
 from claimbench.serving.tenants import TenantKeys, hash_key
 
 T = TypeVar("T")
@@ -60,7 +61,8 @@ def in_process_server() -> InProcessServer:
     )
     engine = build_engine(config)
     keys = TenantKeys(list(TENANTS), {hash_key(k): t for t, k in KEYS.items()})
-    state = build_state(engine, model_dir=default_model_path(), model_name=MODEL, tenants=keys)
+    options = ServeOptions(default_model_path(), config, model_name=MODEL, precompile=False)
+    state, _ = build_server_state(options, engine=engine, tenants=keys)
     state.engine.start()
     return InProcessServer(state, create_app(state), asyncio.new_event_loop())
 

@@ -27,8 +27,8 @@ from claimbench.engine.config import EngineConfig
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.request import Request
 from claimbench.models.checkpoint import default_model_path
+from claimbench.serving.api.state import ServerState
 from claimbench.serving.server import GracefulServer, ServeOptions, build_server_state, make_server
-from claimbench.serving.state import ServerState
 from claimbench.serving.tenants import add_tenant
 
 MODEL = "claimbench-tiny"

@@ -21,7 +21,7 @@ from claimbench.cli.engine_options import (
 from claimbench.cli.extras import require_extra
 from claimbench.cli.secret_options import METRICS_KEY_ENV_VAR, MetricsKeyFileOption, read_secret
 from claimbench.engine.config import KV_DTYPES
-from claimbench.serving.state import PrefixSharing
+from claimbench.serving.api.state import PrefixSharing
 
 
 def serve(
@@ -121,7 +121,7 @@ def serve(
     """Serve the model over HTTP (OpenAI's /v1/completions and /v1/chat/completions)."""
     require_extra("claimbench serve", "serve")
     from claimbench.models.checkpoint import ModelLoadError, default_model_path
-    from claimbench.serving.engine_loop.engine_client import EngineProcessError
+    from claimbench.serving.engine_loop.process_engine import EngineProcessError
     from claimbench.serving.serve_setup import (
         check_listen,
         check_serve_limits,

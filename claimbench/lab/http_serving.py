@@ -2,8 +2,10 @@
 http``), so a claim is checked end to end: HTTP, API keys, the server's admission answers.
 
 The experiment's own engine is wrapped in a server for the run (one API key per tenant,
-tenant settings from the engine's config), started on a free loopback port in a thread of
-this process, warmed up by one request, emptied, driven by ``serving.clients.http_replay`` at the
+tenant settings from the engine's config), built as `claimbench serve` builds its own
+(``build_server_state``: the same engine loop and messages, the loop on a thread over this
+engine rather than in a process), started on a free loopback port in a thread of this
+process, warmed up by one request, emptied, driven by ``serving.clients.http_replay`` at the
 workload's arrival times, and shut down again; the engine then carries on in process for
 the next arm.
 
@@ -27,10 +29,15 @@ import pandas as pd
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.models.checkpoint import default_model_path
+from claimbench.serving.api.state import PrefixSharing
 from claimbench.serving.clients.http_replay import replay_http
 from claimbench.serving.clients.replay import WorkItem, as_work_items
-from claimbench.serving.server import GracefulServer, ServeOptions, make_server
-from claimbench.serving.state import PrefixSharing, build_state
+from claimbench.serving.server import (
+    GracefulServer,
+    ServeOptions,
+    build_server_state,
+    make_server,
+)
 from claimbench.serving.tenants import TenantKeys, hash_key, new_key
 from claimbench.workload.build import WorkloadRequest
 
@@ -58,21 +65,23 @@ def serve_http_frames(
     idle (its loop stopped) afterwards.
     """
     sharing = SHARING[engine.config.cache.prefix_caching]
-    engine.reset(dataclasses.replace(engine.config, prefix_caching=sharing.engine_mode))
+    cache = dataclasses.replace(engine.config.cache, prefix_caching=sharing.engine_mode)
+    engine.reset(dataclasses.replace(engine.config, cache=cache))
     config = engine.config
     tenants = sorted({r.tenant for r in requests})
     keys = {t: new_key() for t in tenants}
     table = TenantKeys(list(config.scheduler.tenants), {hash_key(k): t for t, k in keys.items()})
     model_dir = config.model.model_path or default_model_path()
-    state = build_state(
-        engine,
-        model_dir=model_dir,
-        model_name=model_dir.name,
-        tenants=table,
+    options = ServeOptions(
+        model_dir,
+        config,
         prefix_sharing=sharing,
+        port=_free_port(),
+        precompile=False,
+        log_level="warning",
         keep_finished_requests=len(requests),
     )
-    options = ServeOptions(model_dir, config, port=_free_port(), log_level="warning")
+    state, _ = build_server_state(options, engine=engine, tenants=table)
     server = make_server(state, options)
     thread = threading.Thread(target=server.run, name="claimbench-http-run", daemon=True)
     thread.start()

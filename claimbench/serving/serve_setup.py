@@ -13,8 +13,8 @@ from typing import Any
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.config_ladder import load_ladder
 from claimbench.serving import server
+from claimbench.serving.api.state import ServerState
 from claimbench.serving.server import ServeOptions
-from claimbench.serving.state import ServerState
 
 MIN_HEADER_BYTES = 1024  # a smaller bound would refuse ordinary clients' headers
 

@@ -1,9 +1,11 @@
-"""Building and running a server: engine process from options, uvicorn, graceful SIGTERM.
+"""Building and running a server: its state from options, uvicorn, graceful SIGTERM.
 
 The engine runs in its own process (engine_core.py), built there from the options; this
 process keeps HTTP, tenants, tokenization and detokenization, so the two never wait on one
 another's Python lock, and (`serve`'s default) runs under SCHED_BATCH, so its wake-ups never
-preempt the engine's threads on a shared core (batch_policy.py). On SIGTERM the server
+preempt the engine's threads on a shared core (batch_policy.py). A caller that holds its
+engine and reads it afterwards (lab/http_serving.py) gets the same loop on a thread
+(``build_server_state(..., engine=...)``): one builder, one message protocol. On SIGTERM the server
 stops admitting (new requests get 503), uvicorn stops accepting connections and waits up
 to ``shutdown_timeout_s`` for in-flight responses (streams run to their end), then the
 engine process aborts whatever is left and exits, and so does the server, with 0.
@@ -34,6 +36,7 @@ from types import FrameType
 import uvicorn
 
 from claimbench.engine.config import EngineConfig
+from claimbench.engine.engine import LLMEngine
 from claimbench.models.checkpoint import read_config
 from claimbench.models.generation_config import stop_token_ids_source
 from claimbench.models.tokenizer import Tokenizer
@@ -46,11 +49,13 @@ from claimbench.serving.api.http_limits import (
     limited_protocol,
 )
 from claimbench.serving.api.limits import BODY_TIMEOUT_S, DEFAULT_MAX_REQUEST_BYTES
+from claimbench.serving.api.state import PrefixSharing, ServerState
 from claimbench.serving.engine_loop.batch_policy import set_batch_policy
-from claimbench.serving.engine_loop.engine_client import ProcessEngine
-from claimbench.serving.engine_loop.engine_core import CoreOptions
-from claimbench.serving.engine_loop.supervisor import MAX_RESTARTS, EngineSupervisor
-from claimbench.serving.state import PrefixSharing, ServerState
+from claimbench.serving.engine_loop.engine_client import EngineClient
+from claimbench.serving.engine_loop.process_engine import ProcessEngine
+from claimbench.serving.engine_loop.protocol import KEEP_FINISHED_REQUESTS, CoreOptions
+from claimbench.serving.engine_loop.thread_engine import ThreadEngine
+from claimbench.serving.supervisor import MAX_RESTARTS, EngineSupervisor
 from claimbench.serving.tenants import TenantKeys, hash_key
 
 log = logging.getLogger("claimbench.serving")
@@ -81,15 +86,35 @@ class ServeOptions:
     max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT
     metrics_key: str | None = None  # set: /metrics needs it as a Bearer key
     max_engine_restarts: int = MAX_RESTARTS  # tries to replace a dead engine process
+    # Finished requests the engine keeps (the newest), for a look at what just ran.
+    keep_finished_requests: int = KEEP_FINISHED_REQUESTS
 
 
-def build_server_state(options: ServeOptions) -> tuple[ServerState, list[str]]:
-    """Load tenants and the tokenizer, start the engine process (it builds and precompiles
-    the engine and records the golden output) and wait until it is ready.
+def build_server_state(
+    options: ServeOptions,
+    *,
+    engine: LLMEngine | None = None,
+    tenants: TenantKeys | None = None,
+) -> tuple[ServerState, list[str]]:
+    """Load tenants and the tokenizer, start the engine loop (it precompiles the engine
+    and records the golden output) and wait until it is ready.
+
+    Without ``engine`` the loop runs in a spawned process that builds the engine from
+    ``options.engine`` (what `claimbench serve` runs). With one, the loop runs on a thread
+    of this process over it, under its own config, which must already have the prefix
+    caching ``options.prefix_sharing`` needs; the caller reads it once the server has
+    stopped. ``tenants`` replaces ``options.tenants_file``'s.
 
     Returns the state and the start-up lines to print. ValueError on bad options,
     EngineProcessError when the engine process fails to start."""
-    tenants = TenantKeys.load(options.tenants_file) if options.tenants_file else None
+    if tenants is None and options.tenants_file:
+        tenants = TenantKeys.load(options.tenants_file)
+    mode = options.prefix_sharing.engine_mode
+    if engine is not None and engine.config.cache.prefix_caching != mode:
+        raise ValueError(
+            f"prefix sharing {options.prefix_sharing.value!r} needs an engine with "
+            f"prefix_caching={mode!r}, got {engine.config.cache.prefix_caching!r}"
+        )
     tokenizer = Tokenizer.from_dir(options.model_dir)
     chat_template = ChatTemplate.for_model(options.model_dir)
     chat_template.check()  # a bad template or stop id ends start-up before the engine's
@@ -105,18 +130,12 @@ def build_server_state(options: ServeOptions) -> tuple[ServerState, list[str]]:
     else:
         names = ", ".join(t.id for t in tenants.tenants)
         lines.append(f"{len(tenants.tenants)} tenants from {options.tenants_file}: {names}")
-    config = dataclasses.replace(
-        options.engine,
-        model_path=options.model_dir,
-        tenants=tuple(tenants.tenants) if tenants else options.engine.tenants,
-        prefix_caching=options.prefix_sharing.engine_mode,
-    )
-    core = CoreOptions(
-        config, precompile=options.precompile, stream_interval=options.stream_interval
-    )
-    engine = ProcessEngine(core)
-    info = engine.launch()
-    lines.append(f"engine process {engine.pid}")
+    client = _engine_client(options, engine, tenants)
+    info = client.launch()
+    if isinstance(client, ProcessEngine):
+        lines.append(f"engine process {client.pid}")
+    else:
+        lines.append("engine loop on a thread of this process")
     if options.api_batch_policy:  # after the spawn: the engine process keeps the normal one
         lines.append(set_batch_policy(True))
     lines.append(f"async scheduling: {'on' if info.async_scheduling else 'off'}")
@@ -128,14 +147,13 @@ def build_server_state(options: ServeOptions) -> tuple[ServerState, list[str]]:
     lines.append(f"golden completion recorded: {info.golden_tokens}")
     lines.append(f"event loop: {event_loop()}")
     state = ServerState(
-        engine=engine,
+        engine=client,
         tokenizer=tokenizer,
         model_name=options.model_name or options.model_dir.name,
         max_model_len=info.max_model_len,
         chat_template=chat_template,
         tenants=tenants,
         prefix_sharing=options.prefix_sharing,
-        metrics=None,
         golden_prompt_ids=info.golden_prompt_ids,
         golden_tokens=info.golden_tokens,
         max_request_bytes=options.max_request_bytes,
@@ -145,6 +163,34 @@ def build_server_state(options: ServeOptions) -> tuple[ServerState, list[str]]:
     if options.metrics_key:
         lines.append("/metrics needs the metrics key")
     return state, lines
+
+
+def _engine_client(
+    options: ServeOptions, engine: LLMEngine | None, tenants: TenantKeys | None
+) -> EngineClient:
+    """The engine loop ``build_server_state`` starts: in a process, or over ``engine``."""
+    if engine is not None:
+        config = engine.config
+    else:
+        given = options.engine
+        config = dataclasses.replace(
+            given,
+            model=dataclasses.replace(given.model, model_path=options.model_dir),
+            cache=dataclasses.replace(
+                given.cache, prefix_caching=options.prefix_sharing.engine_mode
+            ),
+            scheduler=dataclasses.replace(
+                given.scheduler,
+                tenants=tuple(tenants.tenants) if tenants else given.scheduler.tenants,
+            ),
+        )
+    core = CoreOptions(
+        config,
+        precompile=options.precompile,
+        stream_interval=options.stream_interval,
+        keep_finished_requests=options.keep_finished_requests,
+    )
+    return ProcessEngine(core) if engine is None else ThreadEngine(engine, core)
 
 
 class GracefulServer(uvicorn.Server):

@@ -13,9 +13,8 @@ from server_helpers import TEST_ENGINE, num_requests
 from claimbench.engine.config_tenants import Tenant
 from claimbench.engine.outputs import FinishEvent, RejectKind, TokenEvent
 from claimbench.engine.worker.sampler import SamplingParams
-from claimbench.serving.engine_loop.async_engine import EngineStopped, RequestRejected
-from claimbench.serving.engine_loop.engine_client import EngineProcessError, ProcessEngine
-from claimbench.serving.engine_loop.engine_core import CoreOptions
+from claimbench.serving.engine_loop.process_engine import EngineProcessError, ProcessEngine
+from claimbench.serving.engine_loop.protocol import CoreOptions, EngineStopped, RequestRejected
 
 PROMPTS = [[1, 5, 6, 7, 8, 9], [1, 10, 11, 12], [1, 13, 14, 15, 16, 17, 18, 19]]
 GREEDY = SamplingParams(max_tokens=7, ignore_eos=True)

@@ -17,7 +17,8 @@ from claimbench.models.checkpoint import default_model_path
 from claimbench.models.tokenizer import Tokenizer
 from claimbench.serving.api.generation import OutputAssembler, pieces
 from claimbench.serving.api.protocol import ChatCompletionRequest, CompletionRequest
-from claimbench.serving.engine_loop.async_engine import RequestFailed, RequestStream
+from claimbench.serving.engine_loop.protocol import RequestFailed
+from claimbench.serving.engine_loop.request_stream import RequestStream
 
 BASE = '{"model": "m", "prompt": "x"'
 

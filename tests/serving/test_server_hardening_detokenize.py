@@ -15,7 +15,7 @@ from claimbench.models.tokenizer import Tokenizer
 from claimbench.serving.api import generation, limits
 from claimbench.serving.api.generation import OFFLOAD_EVENTS, OutputAssembler, pieces
 from claimbench.serving.api.limits import OFFLOAD_CHARS
-from claimbench.serving.engine_loop.async_engine import RequestStream
+from claimbench.serving.engine_loop.request_stream import RequestStream
 
 
 @pytest.mark.parametrize("num_tokens", [OFFLOAD_EVENTS // 2, OFFLOAD_EVENTS * 2])

@@ -20,12 +20,12 @@ from typer.testing import CliRunner
 from claimbench.cli.main import app as cli
 from claimbench.models.checkpoint import default_model_path
 from claimbench.serving import server as server_module
-from claimbench.serving.engine_loop import supervisor as supervisor_module
+from claimbench.serving import supervisor as supervisor_module
 from claimbench.serving.engine_loop.batch_policy import is_batch, set_batch_policy
-from claimbench.serving.engine_loop.engine_client import EngineProcessError
-from claimbench.serving.engine_loop.supervisor import EngineSupervisor
+from claimbench.serving.engine_loop.process_engine import EngineProcessError
 from claimbench.serving.monitoring.health import Readiness
 from claimbench.serving.server import GracefulServer, ServeOptions
+from claimbench.serving.supervisor import EngineSupervisor
 
 
 class DeadEngine:

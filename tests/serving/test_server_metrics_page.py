@@ -17,15 +17,15 @@ from claimbench.serving.monitoring.metrics_page import MetricsPage
 
 
 class CountingEngine:
-    """The in-process engine, counting the snapshots /metrics asks it for."""
+    """The in-process engine, counting the pages /metrics asks it for."""
 
     def __init__(self, engine) -> None:
         self._engine = engine
-        self.num_snapshots = 0
+        self.num_pages = 0
 
-    async def snapshot(self):
-        self.num_snapshots += 1
-        return await self._engine.snapshot()
+    async def render_metrics(self) -> bytes:
+        self.num_pages += 1
+        return await self._engine.render_metrics()
 
     def __getattr__(self, name: str):
         return getattr(self._engine, name)
@@ -59,10 +59,10 @@ def test_metrics_loops_render_one_page_and_a_finished_request_renders_another():
 
     pages = server.run(scrape_loops())
     assert len(pages) == 80
-    assert engine.num_snapshots == 1  # 80 answers, one page (it was one per call)
+    assert engine.num_pages == 1  # 80 answers, one page (it was one per call)
     before = generated(pages[-1])
     after = server.run(complete_then_scrape())
-    assert engine.num_snapshots == 2  # the request that ended is on the next page
+    assert engine.num_pages == 2  # the request that ended is on the next page
     assert generated(after) >= before + 3
 
 

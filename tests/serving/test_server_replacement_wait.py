@@ -19,13 +19,13 @@ from claimbench.engine.build import build_engine
 from claimbench.engine.outputs import FinishEvent
 from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.serving.engine_loop import engine_core
-from claimbench.serving.engine_loop.engine_core import (
-    ADD,
-    REPLY,
-    STEP,
-    STOP,
+from claimbench.serving.engine_loop.engine_core import EngineCore, PipeChannel
+from claimbench.serving.engine_loop.protocol import (
+    AddRequest,
     CoreOptions,
-    EngineCore,
+    Reply,
+    StepEvents,
+    StopRequest,
     decode_event,
 )
 
@@ -59,12 +59,12 @@ class StubEngine:
 def stub_core(engine: StubEngine):
     inbox_r, inbox_w = Pipe(duplex=False)
     outbox_r, outbox_w = Pipe(duplex=False)
-    core = EngineCore(engine, CoreOptions(TEST_ENGINE), inbox_r, outbox_w)
+    core = EngineCore(engine, CoreOptions(TEST_ENGINE), PipeChannel(inbox_r, outbox_w))
     return core, inbox_w, outbox_r
 
 
 def add(seq: int, prompt: list[int]) -> bytes:
-    return pickle.dumps((ADD, seq, prompt, GREEDY, "t", 0, None))
+    return pickle.dumps(AddRequest(seq, prompt, GREEDY, "t", 0, None))
 
 
 def test_the_wait_takes_as_many_requests_as_finished_and_leaves_the_rest():
@@ -74,7 +74,7 @@ def test_the_wait_takes_as_many_requests_as_finished_and_leaves_the_rest():
         to_core.send_bytes(add(seq, [1, 5]))
     assert core._await_replacements(2)
     assert list(engine.requests) == ["r0", "r1"]  # the third waits for the loop
-    assert core.inbox.poll(0)
+    assert core.channel.inbox.poll(0)
 
 
 def test_no_wait_once_the_step_in_flight_has_ended():
@@ -128,7 +128,7 @@ def closed_loop_through_core(engine, monkeypatch, share: float) -> int:
     monkeypatch.setattr(engine, "step_in_flight", lambda: seq < len(PROMPTS))
     inbox_r, to_core = Pipe(duplex=False)
     from_core, outbox_w = Pipe(duplex=False)
-    core = EngineCore(engine, CoreOptions(TEST_ENGINE), inbox_r, outbox_w)
+    core = EngineCore(engine, CoreOptions(TEST_ENGINE), PipeChannel(inbox_r, outbox_w))
     seq = 0
     for _ in range(CLIENTS):  # all in the pipe before the loop's first step, as in process
         to_core.send_bytes(add(seq, todo.pop(0)))
@@ -139,18 +139,18 @@ def closed_loop_through_core(engine, monkeypatch, share: float) -> int:
     while finished < len(PROMPTS):
         assert from_core.poll(60), "the engine loop went silent"
         message = pickle.loads(from_core.recv_bytes())
-        if message[0] == REPLY:
-            assert message[2], message[3]
-        if message[0] != STEP:
+        if isinstance(message, Reply):
+            assert message.ok, message.value
+        if not isinstance(message, StepEvents):
             continue
-        for event in map(decode_event, message[1]):
+        for event in map(decode_event, message.events):
             if isinstance(event, FinishEvent):
                 finished += 1
                 if todo:
                     time.sleep(REPLY_DELAY_S)
                     to_core.send_bytes(add(seq, todo.pop(0)))
                     seq += 1
-    to_core.send_bytes(pickle.dumps((STOP,)))
+    to_core.send_bytes(pickle.dumps(StopRequest()))
     thread.join(timeout=60)
     assert not thread.is_alive()
     return len(engine.step_records)

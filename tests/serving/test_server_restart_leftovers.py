@@ -19,7 +19,7 @@ from claimbench.cli.main import app as cli
 from claimbench.harness.context import COMPILE_CACHE_DIR
 from claimbench.models.checkpoint import default_model_path
 from claimbench.serving import server as server_module
-from claimbench.serving.engine_loop.engine_client import ProcessEngine
+from claimbench.serving.engine_loop.process_engine import ProcessEngine
 from claimbench.serving.monitoring.metrics import ServerMetrics
 from claimbench.serving.server import ServeOptions
 

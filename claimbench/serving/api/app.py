@@ -42,14 +42,16 @@ from claimbench.serving.api.protocol import (
     ModelCard,
     ModelList,
 )
-from claimbench.serving.engine_loop.async_engine import IDLE_WAIT_S, EngineStopped, RequestStream
+from claimbench.serving.api.state import SINGLE_TENANT, ServerState
+from claimbench.serving.engine_loop.engine_core import HEARTBEAT_S
+from claimbench.serving.engine_loop.protocol import EngineStopped
+from claimbench.serving.engine_loop.request_stream import RequestStream
 from claimbench.serving.monitoring.metrics import CONTENT_TYPE
 from claimbench.serving.monitoring.metrics_page import MetricsPage
-from claimbench.serving.state import SINGLE_TENANT, ServerState
 
 Body = TypeVar("Body", bound=BaseModel)
 # A loop that has not gone round for this long is not live: steps take milliseconds and the
-# engine process sends a heartbeat every 0.5 s (engine_core.HEARTBEAT_S) when idle.
+# engine loop sends a heartbeat every HEARTBEAT_S (0.5 s) when idle.
 STALL_S = 5.0
 
 
@@ -104,7 +106,7 @@ def create_app(state: ServerState) -> FastAPI:
         if not state.engine.is_alive or stalled_s > STALL_S:
             detail = "engine loop stopped" if not state.engine.is_alive else "engine loop stalled"
             return JSONResponse({"status": "dead", "detail": detail}, status_code=503)
-        return JSONResponse({"status": "ok", "loop_idle_wait_s": IDLE_WAIT_S})
+        return JSONResponse({"status": "ok", "loop_idle_wait_s": HEARTBEAT_S})
 
     @app.get("/health/ready", responses=HEALTH_RESPONSES)
     async def ready() -> JSONResponse:
@@ -123,9 +125,7 @@ def create_app(state: ServerState) -> FastAPI:
         return JSONResponse(body, status_code=200 if result.ok else 503)
 
     async def render_metrics() -> bytes:
-        if state.metrics is None:  # kept by the engine process
-            return await state.engine.render_metrics()
-        return state.metrics.render(await state.engine.snapshot())
+        return await state.engine.render_metrics()  # observed and rendered by the engine loop
 
     # However often /metrics is asked for, the engine renders one page per PAGE_CACHE_S.
     metrics_page = app.state.metrics_page = MetricsPage(render_metrics)

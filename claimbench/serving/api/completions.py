@@ -45,13 +45,9 @@ from claimbench.serving.api.protocol import (
     error_body,
 )
 from claimbench.serving.api.sse import TextChunkTemplate
-from claimbench.serving.engine_loop.async_engine import (
-    EngineStopped,
-    RequestFailed,
-    RequestRejected,
-    RequestStream,
-)
-from claimbench.serving.state import ServerState
+from claimbench.serving.api.state import ServerState
+from claimbench.serving.engine_loop.protocol import EngineStopped, RequestFailed, RequestRejected
+from claimbench.serving.engine_loop.request_stream import RequestStream
 
 RETRY_AFTER_S = 1  # over a tenant's queue limit: it frees up within seconds
 # A text-only piece carrying the template mark: the chunk the SSE templates are made from.

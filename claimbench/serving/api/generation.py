@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 from claimbench.engine.outputs import Event, FinishEvent, RejectEvent, TokenEvent
 from claimbench.models.tokenizer import Tokenizer
-from claimbench.serving.engine_loop.async_engine import AsyncEngine, RequestFailed, RequestStream
+from claimbench.serving.engine_loop.engine_client import EngineClient
+from claimbench.serving.engine_loop.protocol import RequestFailed
+from claimbench.serving.engine_loop.request_stream import RequestStream
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ OFFLOAD_EVENTS = 256  # a batch of more events is detokenized on a worker thread
 
 
 async def pieces(
-    engine: AsyncEngine, stream: RequestStream, assembler: OutputAssembler
+    engine: EngineClient, stream: RequestStream, assembler: OutputAssembler
 ) -> AsyncIterator[Piece]:
     """The request's output piece by piece, ending with one that has a finish_reason. A
     piece covers every event queued when it is made (one token while the consumer keeps up).

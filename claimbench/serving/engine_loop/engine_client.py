@@ -1,15 +1,16 @@
-"""ProcessEngine: the server's side of the engine process (engine_core.py).
+"""EngineClient: the server's side of the engine loop (engine_core.py), wherever it runs.
 
-It offers what AsyncEngine offers (state.ServingEngine: ``add``, ``abort``, ``submit``,
-``snapshot``, ``is_alive``, ``heartbeat``), so the routes do not care where the engine
-runs. Replies and
-step events are read on the server's event loop (``loop.add_reader`` on the pipe: no
-reader thread to contend for the lock), each step's events handed to their requests'
-streams in one go. Sending is guarded by a lock, so a call may also come from another
-thread (``submit``).
+What the routes use (``add``, ``abort``, ``fail_all``, ``snapshot``, ``render_metrics``,
+``is_alive``, ``heartbeat``) is here, over the messages of
+protocol.py; how a message travels is a subclass's: a spawned process and its pipes
+(process_engine.py, what `claimbench serve` runs) or a thread of this process
+(thread_engine.py, for a caller that reads its engine afterwards). Replies and step
+events are handled on the server's event loop, each step's events handed to their
+requests' streams in one go. Sending is guarded by a lock, so a request may also come from
+another thread (``submit``, ``reset``).
 
-If the engine process dies, the pipe reads end of file: every waiting call and stream
-gets EngineStopped at once, ``is_alive`` turns false and new requests are refused.
+When the loop ends unasked, every waiting request and stream gets EngineStopped at once,
+``is_alive`` turns false and new requests are refused.
 """
 
 from __future__ import annotations
@@ -19,10 +20,6 @@ import concurrent.futures
 import contextlib
 import itertools
 import logging
-import multiprocessing
-import os
-import pickle
-import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -30,195 +27,88 @@ from typing import Any
 
 from claimbench.engine.outputs import Event, FinishEvent, RejectEvent
 from claimbench.engine.worker.sampler import SamplingParams
-from claimbench.serving.engine_loop.async_engine import EngineSnapshot, EngineStopped, RequestStream
-from claimbench.serving.engine_loop.engine_core import (
-    ABORT,
-    ADD,
-    BEAT,
-    CALL,
-    METRICS,
-    READY,
-    REPLY,
-    STEP,
-    STOP,
-    TOTALS,
+from claimbench.serving.engine_loop.protocol import (
+    AbortRequest,
+    AddRequest,
+    Beat,
     CoreInfo,
     CoreOptions,
+    EngineStopped,
+    FromEngine,
+    InspectRequest,
+    MetricsRequest,
+    Reply,
+    ResetRequest,
+    SnapshotRequest,
+    StepEvents,
+    ToEngine,
+    Totals,
     decode_event,
-    run_engine_core,
 )
+from claimbench.serving.engine_loop.request_stream import RequestStream
 from claimbench.serving.monitoring.metric_totals import MetricTotals
+from claimbench.serving.monitoring.snapshot import EngineSnapshot
 
 log = logging.getLogger("claimbench.serving")
-READ_SIZE = 1 << 20  # bytes asked of the pipe per read
-START_TIMEOUT_S = 900.0  # building and compiling on a busy CPU host takes minutes at worst
 
 
-class FrameReader:
-    """Whole messages out of a non-blocking pipe written by ``Connection.send_bytes``
-    (a 4-byte big-endian length, or -1 and an 8-byte one, then the bytes): a message may
-    arrive in pieces, and a piece is kept until the rest comes."""
+class EngineClient:
+    """Requests to the engine loop and their answers; a subclass sends (``_send``) and
+    hands every message that comes back to ``_handle`` on the event loop."""
 
-    def __init__(self) -> None:
-        self._buffer = bytearray()
-
-    def read(self, fd: int) -> tuple[list[bytes], bool]:
-        """The messages complete after reading everything ``fd`` holds now, and whether
-        the writer has closed its end. A read shorter than asked for emptied the pipe:
-        no second read (and its error) to learn that; the loop calls again when more
-        comes, or the end."""
-        while True:
-            try:
-                chunk = os.read(fd, READ_SIZE)
-            except BlockingIOError:
-                return self.split(), False
-            if not chunk:
-                return self.split(), True
-            self._buffer += chunk
-            if len(chunk) < READ_SIZE:
-                return self.split(), False
-
-    def split(self) -> list[bytes]:
-        """The complete messages at the buffer's front, taken off it."""
-        messages, buffer, start = [], self._buffer, 0
-        while len(buffer) - start >= 4:
-            (size,) = struct.unpack_from("!i", buffer, start)
-            header = 4
-            if size == -1:
-                if len(buffer) - start < 12:
-                    break
-                (size,) = struct.unpack_from("!Q", buffer, start + 4)
-                header = 12
-            end = start + header + size
-            if len(buffer) < end:
-                break
-            messages.append(bytes(buffer[start + header : end]))
-            start = end
-        del buffer[:start]
-        return messages
-
-
-class EngineProcessError(RuntimeError):
-    """The engine process could not start (its error, or how it ended)."""
-
-
-class ProcessEngine:
-    """The engine in a spawned process; ``launch()`` (blocking) before serving, ``start()``
-    on the event loop that serves, ``stop()`` to end it."""
+    what = "the engine loop"  # as errors name it
 
     def __init__(self, options: CoreOptions) -> None:
         self.options = options
         self.info: CoreInfo | None = None
-        self._process: multiprocessing.process.BaseProcess | None = None
-        self._conn = None  # to the engine process (blocking writes)
-        self._inbox = None  # from it (read without blocking on the event loop)
-        self._frames = FrameReader()
         self._send_lock = threading.Lock()
         self._seq = itertools.count()
         self._replies: dict[int, concurrent.futures.Future] = {}
         self._streams: dict[str, RequestStream] = {}  # request id -> its stream
-        self._adding: dict[int, RequestStream] = {}  # ADD's seq -> the stream to register
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._closed = False  # the pipe ended (the process is gone) or stop() ran
-        self._ending = False  # this side is ending the process: its end is no failure
-        self.heartbeat = time.monotonic()
+        self._adding: dict[int, RequestStream] = {}  # an AddRequest's seq -> its stream
+        self._closed = False  # the loop has ended (or is ending): nothing more is sent
+        self.heartbeat = time.monotonic()  # when the loop was last heard from
         self.error: BaseException | None = None
-        self._pid: int | None = None  # kept once the process is reaped and released
-        self._exitcode: int | None = None
-        # The engine process's latest metric totals (TOTALS): a replacement starts from them.
+        # The loop's latest metric totals (Totals): a replacement starts from them.
         self.metric_totals: MetricTotals | None = None
 
     @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else self._pid
-
-    @property
-    def exitcode(self) -> int | None:
-        """How the engine process ended (None while it runs); -9 when killed."""
-        return self._process.exitcode if self._process is not None else self._exitcode
-
-    @property
     def is_alive(self) -> bool:
-        return self._process is not None and self._process.is_alive() and not self._closed
-
-    def launch(self, timeout_s: float = START_TIMEOUT_S) -> CoreInfo:
-        """Spawn the engine process and wait until it has built, compiled and recorded the
-        golden completion. EngineProcessError if it fails or ends first."""
-        context = multiprocessing.get_context("spawn")  # JAX is not fork-safe
-        # Two one-way pipes: the reading end is non-blocking on the event loop, the
-        # writing end stays blocking (a message is never half sent).
-        their_inbox, our_outbox = context.Pipe(duplex=False)
-        our_inbox, their_outbox = context.Pipe(duplex=False)
-        process = context.Process(
-            target=run_engine_core,
-            args=(self.options, their_inbox, their_outbox),
-            name="claimbench-engine",
-            daemon=True,  # never outlives the server
-        )
-        process.start()
-        their_inbox.close()
-        their_outbox.close()
-        self._process, self._conn, self._inbox = process, our_outbox, our_inbox
-        deadline = time.monotonic() + timeout_s
-        while not our_inbox.poll(0.2):
-            if not process.is_alive() or time.monotonic() > deadline:
-                self._kill()
-                code = process.exitcode
-                raise EngineProcessError(f"the engine process ended during start-up ({code})")
-        try:
-            kind, info = pickle.loads(our_inbox.recv_bytes())
-        except EOFError as e:
-            self._kill()
-            raise EngineProcessError("the engine process ended during start-up") from e
-        if kind != READY:
-            self._kill(grace_s=10.0)  # it exits by itself after reporting
-            raise EngineProcessError(info)
-        self.info = info
-        self.heartbeat = time.monotonic()
-        return info
+        raise NotImplementedError
 
     def start(self) -> None:
-        """Read the engine's messages on the running event loop from now on."""
-        self._loop = asyncio.get_running_loop()
-        os.set_blocking(self._inbox.fileno(), False)
-        self._loop.add_reader(self._inbox.fileno(), self._on_readable)
+        """Hand what comes back to the running event loop from now on."""
+        raise NotImplementedError
 
     async def shutdown(self, timeout_s: float = 30.0) -> None:
-        """Abort whatever is still in flight (its events still come), end the process."""
-        if self._process is None:
-            return
-        deadline = time.monotonic() + timeout_s
-        self._ending = True  # its end from here on is this side's doing, not a crash
-        if not self._closed:
-            self._send_quietly((STOP,))
-        # The reader delivers the last events meanwhile; the pipe ends as the process does.
-        while (not self._closed or self._process.is_alive()) and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-        self._kill()  # reaps it (or ends it, past the deadline)
+        """Abort whatever is still in flight (its events still come) and end the loop."""
+        raise NotImplementedError
 
-    def kill(self) -> None:
-        """End the engine process now, without draining (what a crash looks like)."""
-        if self._process is not None:
-            self._process.kill()
+    def _send(self, message: ToEngine) -> None:
+        """Hand ``message`` to the loop; OSError when it cannot take it any more."""
+        raise NotImplementedError
 
-    # -- calls ---------------------------------------------------------------------------
+    # -- requests ------------------------------------------------------------------------
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
-        """Run ``fn(engine, *args)`` in the engine process; its result in a future. ``fn``
-        and the result must pickle (``fn`` a module-level function)."""
-        return self._request(CALL, fn, args)
+        """Run ``fn(engine, *args)`` where the engine lives (InspectRequest: tests and
+        diagnostics); its result in a future."""
+        return self._request(lambda seq: InspectRequest(seq, fn, args))
 
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.wrap_future(self.submit(fn, *args))
 
     async def snapshot(self) -> EngineSnapshot:
-        from claimbench.serving.engine_loop.async_engine import snapshot_of
-
-        return await self.call(snapshot_of)
+        return await asyncio.wrap_future(self._request(SnapshotRequest))
 
     async def render_metrics(self) -> bytes:
-        """/metrics' text, rendered where the metrics are observed (the engine process)."""
-        return await asyncio.wrap_future(self._request(METRICS))
+        """/metrics' text, rendered where the metrics are observed (the engine loop)."""
+        return await asyncio.wrap_future(self._request(MetricsRequest))
+
+    def reset(self, timeout_s: float = 60.0) -> None:
+        """Empty the engine (``LLMEngine.reset``) between runs of a harness; blocks until
+        done. Nothing may be in flight (ValueError)."""
+        self._request(ResetRequest).result(timeout_s)
 
     async def add(
         self,
@@ -231,19 +121,24 @@ class ProcessEngine:
     ) -> RequestStream:
         """Queue a request; its events arrive on the returned stream. ValueError for bad
         arguments, RequestRejected when admission refuses it, EngineStopped when the
-        engine process is gone."""
-        stream = RequestStream()
+        engine loop is gone."""
+        stream = self._new_stream()
         prompt = list(prompt_token_ids)
-        future = self._request(ADD, prompt, sampling, tenant, priority, cache_salt, stream=stream)
-        await asyncio.wrap_future(future)
+
+        def message(seq: int) -> AddRequest:
+            return AddRequest(seq, prompt, sampling, tenant, priority, cache_salt)
+
+        await asyncio.wrap_future(self._request(message, stream=stream))
         return stream
 
+    def _new_stream(self) -> RequestStream:
+        return RequestStream()
+
     def abort(self, request_id: str, reason: str = "abort") -> None:
-        """Stop a request and free its pages in the engine process; no more events.
-        ``reason`` is what /metrics counts it as ("stop" when a stop string ended it)."""
+        """Stop a request and free its pages; no more events. ``reason`` is what /metrics
+        counts it as ("stop" when a stop string ended it)."""
         self._streams.pop(request_id, None)
-        if not self._closed:
-            self._send_quietly((ABORT, request_id, reason))
+        self._send_quietly(AbortRequest(request_id, reason))
 
     def fail_all(self, message: str) -> None:
         """End every request in flight now: its stream gets EngineStopped(``message``) (a
@@ -251,17 +146,17 @@ class ProcessEngine:
         streams, self._streams = self._streams, {}
         for request_id, stream in streams.items():
             stream.push([EngineStopped(message)])
-            if not self._closed:
-                self._send_quietly((ABORT, request_id, "abort"))
+            self._send_quietly(AbortRequest(request_id, "abort"))
 
     def _request(
-        self, kind: str, *payload: Any, stream: RequestStream | None = None
+        self, message: Callable[[int], ToEngine], stream: RequestStream | None = None
     ) -> concurrent.futures.Future:
-        """Send a message that gets a REPLY; ``stream`` (for ADD) is registered under the
-        request id as the reply is read, before any later step's events are."""
+        """Send ``message(seq)``, which gets a Reply; ``stream`` (for an AddRequest) is
+        registered under the request id as the reply is handled, before any later step's
+        events are."""
         future: concurrent.futures.Future = concurrent.futures.Future()
-        if self._closed or self._process is None:
-            future.set_exception(EngineStopped("the engine process is not running"))
+        if self._closed or not self._started:
+            future.set_exception(EngineStopped(f"{self.what} is not running"))
             return future
         with self._send_lock:
             seq = next(self._seq)
@@ -269,107 +164,79 @@ class ProcessEngine:
             if stream is not None:
                 self._adding[seq] = stream
             try:
-                self._conn.send_bytes(pickle.dumps((kind, seq, *payload), pickle.HIGHEST_PROTOCOL))
+                self._send(message(seq))
             except OSError:
                 del self._replies[seq]
                 self._adding.pop(seq, None)
-                future.set_exception(EngineStopped("the engine process is not running"))
+                future.set_exception(EngineStopped(f"{self.what} is not running"))
         return future
 
-    def _send_quietly(self, message: tuple) -> None:
-        # Gone: the reader notices the end of the pipe.
+    @property
+    def _started(self) -> bool:
+        """Whether the loop runs (or ran): a subclass's."""
+        raise NotImplementedError
+
+    def _send_quietly(self, message: ToEngine) -> None:
+        # Gone: the end of the loop is noticed on its own.
+        if self._closed:
+            return
         with self._send_lock, contextlib.suppress(OSError):
-            self._conn.send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
+            self._send(message)
 
-    # -- the event loop's reader ----------------------------------------------------------
+    # -- what comes back, on the event loop ------------------------------------------------
 
-    def _on_readable(self) -> None:
-        try:
-            messages, ended = self._frames.read(self._inbox.fileno())
-        except OSError:
-            messages, ended = [], True
+    def _handle(self, message: FromEngine) -> None:
         self.heartbeat = time.monotonic()
-        for message in messages:
-            self._handle(pickle.loads(message))
-        if ended:
-            self._on_closed()
-
-    def _handle(self, message: tuple) -> None:
-        kind = message[0]
-        if kind == STEP:
-            self._dispatch([decode_event(fields) for fields in message[1]])
-        elif kind == REPLY:
-            _, seq, ok, value = message
-            future = self._replies.pop(seq, None)
-            stream = self._adding.pop(seq, None)
-            if stream is not None and ok:
-                stream.request_id = value
-                self._streams[value] = stream
-            if future is not None and future.set_running_or_notify_cancel():
-                if ok:
-                    future.set_result(value)
-                else:
-                    future.set_exception(value)
-        elif kind == TOTALS:
-            self.metric_totals = message[1]
-        elif kind != BEAT:
-            log.warning("unexpected message from the engine process: %r", kind)
+        match message:
+            case StepEvents(events):
+                self._dispatch([decode_event(fields) for fields in events])
+            case Reply(seq, ok, value):
+                future = self._replies.pop(seq, None)
+                stream = self._adding.pop(seq, None)
+                if stream is not None and ok:
+                    stream.request_id = value
+                    self._streams[value] = stream
+                if future is not None and future.set_running_or_notify_cancel():
+                    if ok:
+                        future.set_result(value)
+                    else:
+                        future.set_exception(value)
+            case Totals(totals):
+                self.metric_totals = totals
+            case Beat():
+                pass
+            case _:
+                log.warning("unexpected message from the engine loop: %r", message)
 
     def _dispatch(self, events: list[Event]) -> None:
+        """Hand a step's events to their requests' streams, each its own in one go."""
         streams = self._streams
         by_stream: dict[str, list[Event]] = {}
         for event in events:
             if event.request_id in streams:
                 by_stream.setdefault(event.request_id, []).append(event)
+        batch = []
         for request_id, mine in by_stream.items():
             if isinstance(mine[-1], FinishEvent | RejectEvent):
-                stream = streams.pop(request_id)
+                batch.append((streams.pop(request_id), mine))
             else:
-                stream = streams[request_id]
-            stream.push(mine)
+                batch.append((streams[request_id], mine))
+        self._push(batch)
 
-    def _on_closed(self) -> None:
-        """The engine process is gone: wake everything that waits on it."""
-        if self._closed:
-            return
+    def _push(self, batch: list[tuple[RequestStream, list[Event | Exception]]]) -> None:
+        """Push each stream its events (here on the event loop; a subclass may differ)."""
+        for stream, events in batch:
+            stream.push(events)
+
+    def _fail_waiters(self) -> None:
+        """The loop is gone: wake every stream and request that waits on it."""
         self._closed = True
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.remove_reader(self._inbox.fileno())
-        if not self._ending and self._process is not None:
-            # Not ended by this side: a crash, whatever its code. The pipe can close a moment
-            # before the process is reaped, so wait for its exit code briefly.
-            self._process.join(1.0)
-            code = self._process.exitcode
-            self.error = EngineProcessError(f"the engine process ended with exit code {code}")
-            log.error("%s", self.error)
-        stopped = EngineStopped("the engine process ended before the request finished")
-        for stream in self._streams.values():
-            stream.push([stopped])
-        self._streams.clear()
+        stopped = EngineStopped(f"{self.what} ended before the request finished")
+        streams, self._streams = self._streams, {}
+        self._push([(stream, [stopped]) for stream in streams.values()])
         with self._send_lock:
             replies, self._replies = self._replies, {}
             self._adding.clear()
         for future in replies.values():
             if future.set_running_or_notify_cancel():
-                future.set_exception(EngineStopped("the engine process is not running"))
-
-    def _kill(self, grace_s: float = 0.0) -> None:
-        """Reap the engine process, killing it if it has not ended within ``grace_s``."""
-        self._ending = True
-        process = self._process
-        if process is not None and grace_s > 0:
-            process.join(grace_s)
-        if process is not None and process.is_alive():
-            process.kill()
-        if process is not None:
-            process.join(5)
-        self._on_closed()
-        for conn in (self._conn, self._inbox):
-            if conn is not None:
-                conn.close()
-        if process is not None and process.exitcode is not None:
-            # Process.close releases the two pipes its spawn keeps (its sentinel and the
-            # one it sent the process's arguments on); without it each restart leaked both.
-            self._pid, self._exitcode = process.pid, process.exitcode
-            process.close()
-            self._process = None
+                future.set_exception(EngineStopped(f"{self.what} is not running"))

@@ -25,6 +25,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import jax
 import jax.numpy as jnp
@@ -32,10 +33,9 @@ import numpy as np
 from flax import nnx
 
 from claimbench.engine.engine import LLMEngine
-from claimbench.engine.outputs import FinishEvent, RejectEvent, TokenEvent
+from claimbench.engine.outputs import Event, FinishEvent, RejectEvent, TokenEvent
 from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.models.llama import LlamaForCausalLM
-from claimbench.serving.engine_loop.async_engine import AsyncEngine
 
 GOLDEN_PROMPT = "def fibonacci(n):\n    "
 GOLDEN_TOKENS = 8
@@ -46,6 +46,30 @@ READY_CACHE_S = 5.0  # a readiness answer is reused this long
 READY_TIMEOUT_S = 10.0  # a check not done by then fails (the engine is hung or swamped)
 
 _nonce = itertools.count()
+
+
+class ProbeStream(Protocol):
+    """What the probe reads of a request's events (engine_loop/request_stream.py)."""
+
+    request_id: str
+
+    async def next(self) -> Event: ...
+
+
+class ProbedEngine(Protocol):
+    """What the probe uses of a serving engine (a process or a thread one, engine_loop/)."""
+
+    async def add(
+        self,
+        prompt_token_ids: Sequence[int],
+        sampling: SamplingParams,
+        *,
+        tenant: str,
+        priority: int = 0,
+        cache_salt: str | None = None,
+    ) -> ProbeStream: ...
+
+    def abort(self, request_id: str, reason: str = "abort") -> None: ...
 
 
 def golden_sampling() -> SamplingParams:
@@ -81,7 +105,7 @@ def record_golden(engine: LLMEngine, prompt_ids: Sequence[int]) -> list[int]:
 
 
 async def check_golden(
-    engine: AsyncEngine, prompt_ids: Sequence[int], expected: list[int]
+    engine: ProbedEngine, prompt_ids: Sequence[int], expected: list[int]
 ) -> GoldenResult:
     """Generate the golden completion now and compare (EngineStopped if the loop is down)."""
     got: list[int] = []
@@ -92,7 +116,7 @@ async def check_golden(
     return GoldenResult(False, expected, got)
 
 
-async def _generate(engine: AsyncEngine, prompt_ids: Sequence[int]) -> list[int]:
+async def _generate(engine: ProbedEngine, prompt_ids: Sequence[int]) -> list[int]:
     stream = await engine.add(
         prompt_ids,
         golden_sampling(),
@@ -132,7 +156,7 @@ class Readiness:
         self._result, self._time = None, -math.inf
 
     async def check(
-        self, engine: AsyncEngine, prompt_ids: Sequence[int], expected: list[int]
+        self, engine: ProbedEngine, prompt_ids: Sequence[int], expected: list[int]
     ) -> GoldenResult:
         async with self._lock:  # callers arriving during a check get its answer
             if self._result is not None and time.monotonic() - self._time < self.cache_s:

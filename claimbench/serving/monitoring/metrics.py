@@ -16,9 +16,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.outputs import Event, FinishEvent, RejectEvent, TokenEvent
-from claimbench.serving.engine_loop.async_engine import EngineSnapshot
 from claimbench.serving.monitoring.labelled_histogram import HistogramSeries, LabelledHistogram
 from claimbench.serving.monitoring.metric_totals import MetricTotals, carry_into, totals_of
+from claimbench.serving.monitoring.snapshot import EngineSnapshot
 
 # vLLM's buckets (vllm/v1/metrics/loggers.py).
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0)

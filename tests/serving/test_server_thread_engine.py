@@ -1,4 +1,5 @@
-"""AsyncEngine: one thread steps the engine; requests' events reach their own asyncio queues."""
+"""ThreadEngine: the engine loop on a thread steps the engine; requests' events reach their
+own streams on the event loop."""
 
 from __future__ import annotations
 
@@ -8,16 +9,13 @@ import pytest
 from engine_helpers import tiny_engine
 from server_helpers import wait_for
 
+from claimbench.engine.config_tenants import Tenant
 from claimbench.engine.outputs import FinishEvent, RejectEvent, RejectKind, TokenEvent
-from claimbench.engine.sched.tenants import Tenant
 from claimbench.engine.worker.sampler import SamplingParams
-from claimbench.serving.engine_loop.async_engine import (
-    AsyncEngine,
-    EngineStopped,
-    RequestRejected,
-    RequestStream,
-    add_admitted,
-)
+from claimbench.serving.engine_loop.engine_core import add_admitted
+from claimbench.serving.engine_loop.protocol import CoreOptions, EngineStopped, RequestRejected
+from claimbench.serving.engine_loop.request_stream import RequestStream
+from claimbench.serving.engine_loop.thread_engine import ThreadEngine
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [13, 14, 15, 16, 17, 18, 19]]
 GREEDY = SamplingParams(max_tokens=6, ignore_eos=True)
@@ -27,6 +25,12 @@ LONG = SamplingParams(max_tokens=100, ignore_eos=True)
 @pytest.fixture
 def engine():
     return tiny_engine(tenants=(Tenant("limited", token_rate=1.0, token_burst=20.0),))
+
+
+def thread_engine(engine, **options) -> ThreadEngine:
+    """A loop over ``engine`` (no tokenizer, so no golden completion: not launched); start
+    it on the event loop."""
+    return ThreadEngine(engine, CoreOptions(engine.config, precompile=False, **options))
 
 
 async def collect(stream) -> tuple[list[int], str]:
@@ -41,26 +45,26 @@ async def collect(stream) -> tuple[list[int], str]:
 
 def test_concurrent_requests_get_their_own_tokens(engine):
     expected = [o.token_ids for o in engine.generate(PROMPTS, GREEDY)]
-    loop_engine = AsyncEngine(engine)
-    loop_engine.start()
+    loop_engine = thread_engine(engine)
 
     async def main():
-        streams = [await loop_engine.add(p, GREEDY, tenant="t") for p in PROMPTS]
-        return await asyncio.gather(*(collect(s) for s in streams))
+        loop_engine.start()
+        try:
+            streams = [await loop_engine.add(p, GREEDY, tenant="t") for p in PROMPTS]
+            return await asyncio.gather(*(collect(s) for s in streams))
+        finally:
+            await loop_engine.shutdown()
 
-    try:
-        results = asyncio.run(main())
-    finally:
-        loop_engine.stop()
+    results = asyncio.run(main())
     assert [tokens for tokens, _ in results] == expected  # f32: batch-invariant
     assert all(reason == "length" for _, reason in results)
 
 
 def test_bad_input_and_rejections_raise_and_leave_nothing_queued(engine):
-    loop_engine = AsyncEngine(engine)
-    loop_engine.start()
+    loop_engine = thread_engine(engine)
 
     async def main():
+        loop_engine.start()
         with pytest.raises(ValueError, match="tenant"):
             await loop_engine.add([5, 6], GREEDY, tenant="")
         with pytest.raises(RequestRejected) as never:
@@ -71,13 +75,11 @@ def test_bad_input_and_rejections_raise_and_leave_nothing_queued(engine):
             await loop_engine.add([5, 6, 7, 8, 9, 10], GREEDY, tenant="limited")  # 12 > 11
         return never.value, limited.value
 
-    try:
-        never, limited = asyncio.run(main())
-        # The two rejections' events are delivered by the loop's next step.
-        assert wait_for(lambda: not loop_engine.submit(lambda e: e.has_unfinished).result(10))
-        num_requests = loop_engine.submit(lambda e: len(e.requests)).result(10)
-    finally:
-        loop_engine.stop()
+    never, limited = asyncio.run(main())
+    # The two rejections' events are delivered by the loop's next step.
+    assert wait_for(lambda: not loop_engine.submit(lambda e: e.has_unfinished).result(10))
+    num_requests = loop_engine.submit(lambda e: len(e.requests)).result(10)
+    asyncio.run(loop_engine.shutdown())
     assert never.kind == RejectKind.INVALID and not never.over_limit
     assert "max_model_len" in never.reason
     assert limited.kind == RejectKind.OVER_LIMIT and limited.over_limit
@@ -119,20 +121,18 @@ def test_add_admitted_raises_the_engines_rejection_with_its_retry_after():
 
 
 def test_a_long_running_loop_keeps_bounded_records(engine):
-    loop_engine = AsyncEngine(engine, keep_finished_requests=2, keep_step_records=4)
-    loop_engine.start()
+    loop_engine = thread_engine(engine, keep_finished_requests=2, keep_step_records=4)
 
     async def main():
+        loop_engine.start()
         for prompt in PROMPTS * 3:
             await collect(await loop_engine.add(prompt, GREEDY, tenant="t"))
 
-    try:
-        asyncio.run(main())
-        records = loop_engine.submit(lambda e: [r.step for r in e.step_records]).result(10)
-        num_service_rows = loop_engine.submit(lambda e: len(e.steps_frame())).result(10)
-        num_requests = loop_engine.submit(lambda e: len(e.requests)).result(10)
-    finally:
-        loop_engine.stop()
+    asyncio.run(main())
+    records = loop_engine.submit(lambda e: [r.step for r in e.step_records]).result(10)
+    num_service_rows = loop_engine.submit(lambda e: len(e.steps_frame())).result(10)
+    num_requests = loop_engine.submit(lambda e: len(e.requests)).result(10)
+    asyncio.run(loop_engine.shutdown())
     # 9 requests of 6 tokens one after another: >= 54 steps, of which at most 7 are kept
     # (trimmed to 4 whenever 8 pile up), numbered as the engine counted them.
     assert 4 <= len(records) < 8 and records[-1] >= 53
@@ -141,33 +141,31 @@ def test_a_long_running_loop_keeps_bounded_records(engine):
 
 
 def test_abort_frees_pages_at_once(engine):
+    loop_engine = thread_engine(engine)
     used_before = engine.stats().num_used_pages
-    loop_engine = AsyncEngine(engine)
-    loop_engine.start()
 
     async def main():
+        loop_engine.start()
         stream = await loop_engine.add([5, 6, 7], LONG, tenant="t")
         assert isinstance(await stream.next(), TokenEvent)
         used_running = await loop_engine.call(lambda e: e.stats().num_used_pages)
         loop_engine.abort(stream.request_id)
         used_after = await loop_engine.call(lambda e: e.stats().num_used_pages)
+        await loop_engine.shutdown()
         return used_running, used_after
 
-    try:
-        used_running, used_after = asyncio.run(main())
-    finally:
-        loop_engine.stop()
+    used_running, used_after = asyncio.run(main())
     assert used_running > used_before and used_after == used_before
 
 
 def test_stop_aborts_in_flight_and_refuses_later_calls(engine):
-    loop_engine = AsyncEngine(engine)
-    loop_engine.start()
+    loop_engine = thread_engine(engine)
 
     async def main():
+        loop_engine.start()
         stream = await loop_engine.add([5, 6, 7], LONG, tenant="t")
         await stream.next()
-        await asyncio.to_thread(loop_engine.stop)
+        await loop_engine.shutdown()
         _, reason = await collect(stream)
         with pytest.raises(EngineStopped):
             await loop_engine.add([5, 6], GREEDY, tenant="t")
@@ -178,42 +176,40 @@ def test_stop_aborts_in_flight_and_refuses_later_calls(engine):
 
 
 def test_a_failing_step_wakes_every_waiter(engine):
-    loop_engine = AsyncEngine(engine)
+    loop_engine = thread_engine(engine)
 
     def broken_step():
         raise RuntimeError("device lost")
 
     engine.step = broken_step  # the loop calls the instance's step
-    loop_engine.start()
 
     async def main():
+        loop_engine.start()
         stream = await loop_engine.add([5, 6, 7], GREEDY, tenant="t")
         with pytest.raises(EngineStopped):
             await asyncio.wait_for(stream.next(), 10)
+        await loop_engine.shutdown()
 
     asyncio.run(main())
-    loop_engine.stop()
     assert isinstance(loop_engine.error, RuntimeError) and not loop_engine.is_alive
 
 
 def test_stream_interval_hands_tokens_over_in_groups(engine):
     expected = engine.generate([PROMPTS[0]], SamplingParams(max_tokens=7, ignore_eos=True))
-    loop_engine = AsyncEngine(engine, stream_interval=3)
-    loop_engine.start()
+    loop_engine = thread_engine(engine, stream_interval=3)
 
     async def main():
+        loop_engine.start()
         stream = await loop_engine.add(
             PROMPTS[0], SamplingParams(max_tokens=7, ignore_eos=True), tenant="t"
         )
         batches = []
         while not batches or not isinstance(batches[-1][-1], FinishEvent):
             batches.append(await stream.next_batch())
+        await loop_engine.shutdown()
         return batches
 
-    try:
-        batches = asyncio.run(main())
-    finally:
-        loop_engine.stop()
+    batches = asyncio.run(main())
     tokens = [e.token_id for batch in batches for e in batch if isinstance(e, TokenEvent)]
     assert tokens == expected[0].token_ids
     # The first token at once, then groups of three: hand-overs after tokens 0 and 3 and
@@ -226,7 +222,7 @@ def test_stream_interval_hands_tokens_over_in_groups(engine):
 
 def test_a_stream_interval_below_one_is_refused(engine):
     with pytest.raises(ValueError, match="stream_interval must be >= 1"):
-        AsyncEngine(engine, stream_interval=0)
+        CoreOptions(engine.config, stream_interval=0)
 
 
 def test_a_stream_read_at_its_end_wakes_once_with_everything():

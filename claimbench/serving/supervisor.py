@@ -21,10 +21,10 @@ import logging
 import threading
 from collections.abc import Callable
 
+from claimbench.serving.api.state import ServerState
 from claimbench.serving.engine_loop.batch_policy import is_batch, set_batch_policy
-from claimbench.serving.engine_loop.engine_client import EngineProcessError, ProcessEngine
-from claimbench.serving.engine_loop.engine_core import CoreOptions
-from claimbench.serving.state import ServerState
+from claimbench.serving.engine_loop.process_engine import EngineProcessError, ProcessEngine
+from claimbench.serving.engine_loop.protocol import CoreOptions
 
 log = logging.getLogger("claimbench.serving")
 CHECK_S = 0.25  # how often the engine process is looked at
