@@ -7,7 +7,7 @@ from itertools import combinations
 
 import numpy as np
 import pytest
-from engine_helpers import tiny_engine
+from engine_helpers import shared_tiny_engine
 from tenant_exp_helpers import experiment, run_tiny, write_checkpoint
 
 from claimbench.engine.worker.buckets import bucket_pairs, power_of_two_buckets
@@ -60,7 +60,7 @@ def test_geometric_ratio_two_is_the_engines_powers_of_two():
 @pytest.mark.slow
 def test_engine_policy_reproduces_the_served_steps_buckets():
     # Tiny engine: token buckets (16, 32), seq buckets (8,); prompts chunk over several steps.
-    engine = tiny_engine()
+    engine = shared_tiny_engine()
     rng = np.random.default_rng(0)
     prompts = [rng.integers(3, 97, int(n)).tolist() for n in (5, 40, 12, 70, 3, 9)]
     engine.generate(prompts, SamplingParams(max_tokens=6, ignore_eos=True))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from engine_helpers import tiny_engine
+from engine_helpers import shared_tiny_engine
 from tenant_exp_helpers import (
     arm_requests,
     assert_claim_metrics_recorded,
@@ -53,7 +53,7 @@ def test_window_tenant_alternates_equal_windows():
 
 @pytest.mark.slow
 def test_slicing_keeps_tenants_apart_and_resumes_paused_requests():
-    engine = tiny_engine()
+    engine = shared_tiny_engine()
     window_s = 0.03
     sliced = serve_time_sliced(engine, _requests(100), ("a", "b"), window_s, timeout_s=60.0)
     assert not sliced.timed_out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from engine_helpers import tiny_engine
+from engine_helpers import shared_tiny_engine
 from precision_helpers import ROOT, assert_claim_metrics_recorded, run_experiment, write_tiny_model
 
 from claimbench.harness.claims import find_claim, load_claims
@@ -51,7 +51,7 @@ def test_paging_wastes_less_and_runs_more_on_the_same_workload(frame):
 def test_occupancy_is_read_from_the_engines_pool():
     serve_backlog = _experiment().serve_backlog
     # Tiny f32 engine: 64 pages of 8 slots (63 usable), max_model_len 128 = 16 pages.
-    engine = tiny_engine(prefix_caching="off", max_num_batched_tokens=32)
+    engine = shared_tiny_engine(prefix_caching="off")
     rng = np.random.default_rng(0)
     prompts = [rng.integers(3, 97, int(n)).tolist() for n in rng.integers(4, 40, 60)]
     outputs = rng.integers(1, 60, 60).tolist()
@@ -70,7 +70,7 @@ def test_occupancy_is_read_from_the_engines_pool():
 
 def test_reservation_is_the_cap_while_the_answer_ends_at_its_length():
     serve_backlog = _experiment().serve_backlog
-    engine = tiny_engine(prefix_caching="off", max_num_batched_tokens=32)
+    engine = shared_tiny_engine(prefix_caching="off")
     prompts = [list(range(3, 11))] * 12  # 8 tokens each
     outputs = [4] * 12
     steps = {"num_steps": 30, "warmup_steps": 2}

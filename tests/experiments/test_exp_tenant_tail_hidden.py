@@ -1,6 +1,6 @@
 import pandas as pd
 import pytest
-from engine_helpers import tiny_engine
+from engine_helpers import shared_tiny_engine
 from tenant_exp_helpers import TINY_ENGINE_PARAMS, experiment, run_tiny, write_checkpoint
 
 from claimbench.lab import tenant_runs as tr
@@ -62,7 +62,7 @@ def stepped_ttft(clumped: bool) -> pd.DataFrame:
     ]
     # Synchronous: a token counts in the step that computes it (async scheduling reports it
     # one step later).
-    run = serve_by_step(tiny_engine(async_scheduling=False), items, max_steps=5000)
+    run = serve_by_step(shared_tiny_engine(async_scheduling=False), items, max_steps=5000)
     frame = run.requests.rename(columns={"arrival_step": "arrival_s"})
     return frame.assign(
         first_token_s=frame["first_token_step"] + 1.0, finish_s=frame["finish_step"] + 1.0

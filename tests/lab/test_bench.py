@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from engine_helpers import tiny_engine
+from engine_helpers import shared_tiny_engine
 
 from claimbench.bench.serving import (
     BenchResult,
@@ -106,7 +106,7 @@ def test_the_report_lists_tenants_only_when_several(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_bench_engine_serves_every_request_and_counts_them_finished(tmp_path: Path) -> None:
-    engine = tiny_engine()
+    engine = shared_tiny_engine()
     params = SamplingParams(max_tokens=3, ignore_eos=True)
     items = [WorkItem(0.01 * i, tuple(range(3, 3 + 5 + i)), params) for i in range(5)]
     finished: list[int] = []

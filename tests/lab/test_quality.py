@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
-from engine_helpers import dense_logits, tiny_engine, tiny_model
+from engine_helpers import dense_logits, shared_tiny_engine, tiny_engine, tiny_model
 
 from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
@@ -25,7 +25,7 @@ WINDOWS = np.random.default_rng(0).integers(3, 97, size=(3, 40)).astype(np.int32
 
 @pytest.fixture(scope="module")
 def f32_pass():
-    return prompt_pass(tiny_engine(prefix_caching="off"), WINDOWS)
+    return prompt_pass(shared_tiny_engine(prefix_caching="off"), WINDOWS)
 
 
 def test_prompt_pass_matches_a_dense_forward(f32_pass):
@@ -80,7 +80,7 @@ def test_quantized_kv_changes_the_shipped_models_perplexity(kv_dtype):
 @pytest.mark.slow
 def test_prompt_pass_refuses_a_prefix_cached_or_truncated_pass():
     with pytest.raises(ValueError, match="shape"):
-        prompt_pass(tiny_engine(prefix_caching="off"), WINDOWS[0])
+        prompt_pass(shared_tiny_engine(prefix_caching="off"), WINDOWS[0])
     too_long = np.zeros((1, 128), np.int32)  # 128 + 1 output > max_model_len=128: rejected
     with pytest.raises(ValueError, match="served in full"):
-        prompt_pass(tiny_engine(prefix_caching="off"), too_long)
+        prompt_pass(shared_tiny_engine(prefix_caching="off"), too_long)

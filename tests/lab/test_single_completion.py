@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from engine_helpers import tiny_engine
+from engine_helpers import shared_tiny_engine, tiny_engine
 
 from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.lab.single_completion import (
@@ -59,5 +59,5 @@ def test_complete_streams_every_token_then_the_tail_and_times_the_request() -> N
     assert timing["ttft_s"] <= timing["e2el_s"]
     assert "4 prompt + 5 output tokens (length)" in timing_line(timing, done.finish_reason)
     # Without a callback nothing is streamed and the result is the same request's.
-    again = complete(tiny_engine(), [3, 4, 5, 6], sampling, Brackets())
+    again = complete(shared_tiny_engine(), [3, 4, 5, 6], sampling, Brackets())
     assert again.token_ids == done.token_ids  # greedy: the same tokens

@@ -1,7 +1,7 @@
 """lab/slow_device.py: a fixed device step time around the real runner, sync and async."""
 
 import pytest
-from engine_helpers import tiny_engine
+from engine_helpers import shared_tiny_engine, tiny_engine
 
 from claimbench.engine.worker.sampler import SamplingParams
 from claimbench.lab.slow_device import slow_device
@@ -31,6 +31,6 @@ def test_each_step_waits_at_least_the_device_step_and_tokens_are_unchanged(async
 
 @pytest.mark.parametrize("step_s", [0, -1, 10, True, "0.1"])
 def test_a_step_time_outside_the_range_is_named(step_s):
-    engine = tiny_engine()
+    engine = shared_tiny_engine()
     with pytest.raises(ValueError, match="step_s"), slow_device(engine, step_s):
         pass

@@ -241,11 +241,11 @@ def test_step_records_count_experts_touched_by_real_tokens(moe_engine) -> None:
 
 
 def test_dense_model_steps_record_no_experts() -> None:
-    from engine_helpers import tiny_engine
+    from engine_helpers import shared_tiny_engine
 
     from claimbench.engine.worker.sampler import SamplingParams
 
-    engine = tiny_engine()
+    engine = shared_tiny_engine()
     engine.generate([[5, 6, 7]], SamplingParams(max_tokens=2, ignore_eos=True))
     assert all(len(t) == 0 for t in engine.steps_frame().experts_touched)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from engine_helpers import tiny_engine
+from engine_helpers import shared_tiny_engine
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -25,7 +25,7 @@ def iteration_tokens(metrics: ServerMetrics) -> tuple[float, float]:
 
 @pytest.mark.slow
 def test_iteration_tokens_counts_every_step_once_across_trimmed_records():
-    engine = tiny_engine()
+    engine = shared_tiny_engine()
     metrics = ServerMetrics()
     sampling = SamplingParams(max_tokens=8, ignore_eos=True)
     # Prompts over the 32-token budget: chunked prefill, then decodes of a shrinking batch.
