@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from engine_helpers import TINY_MODEL, tiny_engine
+from engine_helpers import TINY_MODEL, shared_tiny_engine
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -70,12 +70,12 @@ SAMPLING_FIELDS = _one_odd(SAMPLING_GOOD)
 ARGS = _one_odd(ARGS_GOOD)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def engine():
     # Tenants with quotas and token rates, priority-aging and the prefix cache: every
     # argument reaches some arithmetic.
     tenants = (Tenant("gold", priority=0, guaranteed_pages=4, burst_pages=20, token_rate=500.0),)
-    return tiny_engine(
+    return shared_tiny_engine(
         tenants=tenants,
         scheduling_policy="priority-aging",
         prefix_caching="salted",
@@ -177,7 +177,7 @@ def test_numpy_integers_are_stored_as_python_ints(value):
 
 
 def test_numpy_max_tokens_cannot_wedge_the_engine():
-    engine = tiny_engine()
+    engine = shared_tiny_engine()
     with contextlib.suppress(ValueError):  # refused (too long for the pool) is fine
         engine.add_request([3, 4, 5, 6], SamplingParams(max_tokens=np.int16(32767)))
     canary = engine.add_request([3, 4], SamplingParams(max_tokens=3, ignore_eos=True))

@@ -12,7 +12,7 @@ import dataclasses
 import math
 
 import pytest
-from engine_helpers import tiny_engine
+from engine_helpers import shared_tiny_engine
 
 from claimbench.engine.config_tenants import Tenant
 from claimbench.engine.outputs import FinishEvent, RejectEvent, TokenEvent
@@ -32,7 +32,7 @@ from claimbench.engine.sampling_params import SamplingParams
     ],
 )
 def test_bad_request_arguments_leave_no_state(kwargs):
-    engine = tiny_engine()
+    engine = shared_tiny_engine()
     with pytest.raises(ValueError):
         engine.add_request([3, 4, 5], **kwargs)
     assert engine.requests == {}
@@ -45,7 +45,7 @@ def test_bad_request_arguments_leave_no_state(kwargs):
     [b"\x03\x04", {"ids": [3, 4]}, [3.0, 4.0], [3, True], 42],
 )
 def test_malformed_prompts_are_rejected_not_coerced(prompt):
-    engine = tiny_engine()
+    engine = shared_tiny_engine()
     with pytest.raises(ValueError, match="prompt"):
         engine.add_request(prompt)
     assert engine.requests == {}
@@ -80,7 +80,7 @@ def test_sampling_params_still_take_numpy_integers():
 
 def test_rejections_are_delivered_by_the_stepping_loop():
     """``while has_unfinished: step()`` must see a rejection even when nothing else runs."""
-    engine = tiny_engine()
+    engine = shared_tiny_engine()
     request_id = engine.add_request([3] * 200, SamplingParams(max_tokens=4))  # > max_model_len
     events = []
     while engine.has_unfinished:
@@ -90,7 +90,7 @@ def test_rejections_are_delivered_by_the_stepping_loop():
 
 
 def test_abort_event_reaches_the_next_step_and_unknown_ids_are_clear_errors():
-    engine = tiny_engine()
+    engine = shared_tiny_engine()
     request_id = engine.add_request([3, 4, 5], SamplingParams(max_tokens=8))
     engine.step()
     engine.abort(request_id)
@@ -103,7 +103,7 @@ def test_abort_event_reaches_the_next_step_and_unknown_ids_are_clear_errors():
 
 
 def test_generate_leaves_other_callers_events_to_the_next_step():
-    engine = tiny_engine()
+    engine = shared_tiny_engine()
     streamed = engine.add_request([5, 6, 7], SamplingParams(max_tokens=20, ignore_eos=True))
     rejected = engine.add_request([3] * 200, SamplingParams(max_tokens=4))
     (out,) = engine.generate([[8, 9]], SamplingParams(max_tokens=2, ignore_eos=True))
@@ -120,7 +120,7 @@ def test_generate_leaves_other_callers_events_to_the_next_step():
 
 
 def test_reset_with_a_config_the_scheduler_rejects_keeps_the_old_engine():
-    engine = tiny_engine()
+    engine = shared_tiny_engine()
     before = (engine.config, engine.scheduler, engine.block_manager)
     greedy_tenant = Tenant("big", guaranteed_pages=10_000)
     with pytest.raises(ValueError):

@@ -1,14 +1,14 @@
 import dataclasses
 
 import pytest
-from engine_helpers import tiny_engine
+from engine_helpers import shared_tiny_engine
 
 from claimbench.engine.config_tenants import Tenant
 from claimbench.engine.sampling_params import SamplingParams
 
 
 def test_reset_switches_host_policy_and_forgets_requests():
-    engine = tiny_engine()
+    engine = shared_tiny_engine()
     engine.add_request([5, 6, 7], SamplingParams(max_tokens=2))
     runner = engine.runner
     config = dataclasses.replace(
@@ -23,6 +23,6 @@ def test_reset_switches_host_policy_and_forgets_requests():
 
 
 def test_reset_refuses_what_shapes_the_compiled_steps():
-    engine = tiny_engine()
+    engine = shared_tiny_engine()
     with pytest.raises(ValueError, match=r"not \['max_num_seqs'\]"):
         engine.reset(dataclasses.replace(engine.config, max_num_seqs=4))

@@ -8,7 +8,7 @@ import asyncio
 from types import SimpleNamespace
 
 import pytest
-from engine_helpers import tiny_engine
+from engine_helpers import shared_tiny_engine, tiny_engine
 
 from claimbench.engine.outputs import FinishEvent, TokenEvent
 from claimbench.engine.worker.batch import StepInputError, build_step
@@ -108,7 +108,7 @@ def test_a_request_the_step_cannot_hold_fails_alone(async_scheduling):
 
 
 def test_build_step_names_the_request_that_overflows():
-    engine = tiny_engine()
+    engine = shared_tiny_engine()
     engine.add_request([3, 4, 5], _smuggled(2**40))
     scheduled = engine.scheduler.schedule(0.0).scheduled
     with pytest.raises(StepInputError) as info:
