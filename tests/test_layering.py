@@ -68,12 +68,6 @@ UNIT_RANKS = {
     ),
 }
 PACKAGE_API = "__init__"
-# Serving's ranks as they stand once its two cycles are gone: api <-> state (state.py moves
-# into api/) and engine_loop <-> monitoring (the supervisor moves out of engine_loop/).
-SERVING_CYCLES = pytest.mark.xfail(
-    strict=False,
-    reason="serving cycles api <-> state and engine_loop <-> monitoring not yet removed",
-)
 
 
 def imported_modules(tree: ast.AST) -> set[str]:
@@ -171,7 +165,7 @@ def test_every_package_is_on_a_layer():
     assert packages == set(LAYER)
 
 
-UNIT_PACKAGES = ["engine", pytest.param("serving", marks=SERVING_CYCLES)]
+UNIT_PACKAGES = ["engine", "serving"]
 
 
 @pytest.mark.parametrize("package", UNIT_PACKAGES)
