@@ -85,7 +85,7 @@ def bench(
     ] = DEFAULT_KV_SCALE,
     weights: Annotated[
         WeightFormat, typer.Option(help="Weight-only quantization; bf16 = none.")
-    ] = (DEFAULT_WEIGHTS),
+    ] = DEFAULT_WEIGHTS,
     seed: Annotated[int, typer.Option(help="Seed for prompts and arrivals.")] = 0,
     timeout_s: Annotated[float, typer.Option(help="Abort what is unfinished after this.")] = 3600,
     out: Annotated[

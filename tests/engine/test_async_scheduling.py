@@ -213,7 +213,7 @@ def test_sync_records_split_host_device_and_blocked_time(engines):
 def test_mode_resolution_and_validation(monkeypatch):
     # None takes the platform's measured default from one table: off everywhere today, and
     # a platform the table marks on resolves on.
-    assert EngineConfig().async_scheduling is None
+    assert EngineConfig().scheduler.async_scheduling is None
     assert tiny_engine().async_scheduling is False
     for platform in ("cpu", "gpu", "tpu"):
         assert EngineConfig().resolved_async_scheduling(platform) is False

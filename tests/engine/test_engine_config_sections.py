@@ -1,4 +1,4 @@
-"""EngineConfig as six small configs, built and read with the flat option names."""
+"""EngineConfig as six small configs, read through its sections, built from flat option names."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_flat_options_land_in_their_sections_and_read_back():
     config = EngineConfig(page_size=32, max_num_seqs=8, speculative="ngram", tp=2)
-    assert config.cache.page_size == 32 and config.page_size == 32
-    assert config.scheduler.max_num_seqs == 8 and config.max_num_seqs == 8
+    assert config.cache.page_size == 32
+    assert config.scheduler.max_num_seqs == 8
     assert config.spec.speculative == "ngram" and config.parallel.tp == 2
     assert config.flat()["page_size"] == 32
     assert config == EngineConfig(**config.flat())
@@ -43,7 +43,7 @@ def test_replace_takes_flat_names_and_keeps_the_rest():
 def test_a_whole_section_with_flat_options_beside_it():
     cache = CacheConfig(page_size=8, kv_dtype="int8")
     config = EngineConfig(cache=cache, page_size=32)
-    assert (config.page_size, config.kv_dtype) == (32, "int8")  # the flat option wins
+    assert (config.cache.page_size, config.cache.kv_dtype) == (32, "int8")  # the flat option wins
     with pytest.raises(TypeError, match="SchedulerConfig"):
         EngineConfig(scheduler=cache)
 

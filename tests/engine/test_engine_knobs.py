@@ -29,10 +29,12 @@ def test_host_fields_are_the_tables_runtime_rows():
 def test_reset_switches_runtime_options_and_refuses_new_engine_ones():
     engine = shared_tiny_engine()
     engine.reset(dataclasses.replace(engine.config, scheduling_policy="vtc", prefix_caching="off"))
-    assert engine.config.scheduling_policy == "vtc"
+    assert engine.config.scheduler.scheduling_policy == "vtc"
     with pytest.raises(ValueError, match="max_num_seqs"):
         engine.reset(
-            dataclasses.replace(engine.config, max_num_seqs=engine.config.max_num_seqs * 2)
+            dataclasses.replace(
+                engine.config, max_num_seqs=engine.config.scheduler.max_num_seqs * 2
+            )
         )
 
 
@@ -44,7 +46,7 @@ def test_knobs_json_lists_every_option_with_its_default():
     by_name = {row["name"]: row for row in rows}
     assert by_name["max_num_batched_tokens"] == {
         "name": "max_num_batched_tokens",
-        "default": EngineConfig().max_num_batched_tokens,
+        "default": EngineConfig().scheduler.max_num_batched_tokens,
         "changes": "new engine",
         "description": KNOBS["max_num_batched_tokens"].description,
     }

@@ -83,7 +83,7 @@ def test_config_takes_a_ladder_as_data_and_checks_it_against_the_budget():
          "release": 0.5},
     ]  # fmt: skip
     config = EngineConfig(ladder=spec)
-    assert config.ladder == (
+    assert config.scheduler.ladder == (
         rung("shed_tier_at_ingress", 8, 2, tier=2),
         rung("lower_token_budget", 0.9, 0.5, Signal.KV_USAGE, token_budget=64),
     )

@@ -83,7 +83,7 @@ def test_prefix_cache_holds_only_verified_tokens(plain, speculative, draft_seed)
     )  # drafts were rejected, their K/V written into pages past the verified tokens
     # Every cached block names exactly the tokens the sequence has at that block.
     sequence = first.prompt_token_ids + first.token_ids
-    page_size = engine.config.page_size
+    page_size = engine.config.cache.page_size
     blocks = [
         engine.block_manager.pool._by_page[p]
         for p in range(engine.runner.num_pages)
