@@ -2,7 +2,7 @@
 
 The shipped claimbench-tiny-draft proposes 4 tokens a step for claimbench-tiny (the full
 profile pins Qwen2.5-0.5B-Instruct for Qwen2.5-7B-Instruct: ``draft_model``); the target
-verifies them in one step (exact greedy acceptance, engine/spec/spec_decode.py). Two engines,
+verifies them in one step (exact greedy acceptance, engine/worker/acceptance.py). Two engines,
 same pool and buckets, built one at a time and taking turns within every trial, serve the
 same held-out prompt per trial (lab/spec_trials.py); per trial:
 the speedup of output tokens/s over plain decoding, the greedy mismatch count (tokens that

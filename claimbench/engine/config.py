@@ -24,7 +24,7 @@ WEIGHT_FORMATS = ("bf16", "int8", "fp8")  # bf16 = unquantized, in the model dty
 # reserve_request: every page of its own prompt + max_tokens, as a contiguous allocator that
 # reserves each request's maximum length up front.
 KV_ALLOCATIONS = ("paged", "reserve_max", "reserve_request")
-# none | draft (a small model proposes) | ngram (prompt lookup proposes); spec_decode.py.
+# none | draft (a small model proposes) | ngram (prompt lookup proposes); engine/spec/.
 SPECULATIVE = ("none", "draft", "ngram")
 # Draft tokens per step at most: a verify chunk is 1 + k tokens and every one of its
 # positions is projected to the vocabulary, so k is kept well under the token budget.
@@ -191,7 +191,7 @@ class SchedulerConfig:
     # requests); an int derives them from (seed, submission number), for offline runs only.
     seed: int | None = None
     ladder: tuple[Rung, ...] = ()  # degradation ladder, climbed under load (sched/ladder.py)
-    # Overlap the host's work for step N+1 with the device's step N (worker/async_step.py);
+    # Overlap the host's work for step N+1 with the device's step N (sched/async_sched.py);
     # None = the platform's measured default (ASYNC_SCHEDULING_DEFAULT: off everywhere so far).
     async_scheduling: bool | None = None
 

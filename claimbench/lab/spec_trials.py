@@ -13,7 +13,7 @@ speculative engine's steps.
 greedy_mismatch is a "never" condition, so it gets a positive control where asked
 (``run_trials(control=True)``): greedy_mismatch_control is the same count for the speculative
 engine with acceptance forced on (its verifier's rule "all": every draft token emitted
-unverified, engine/spec/spec_decode.py), on the same prompts (built once, after the arms). A
+unverified, engine/worker/acceptance.py), on the same prompts (built once, after the arms). A
 counter that reads zero there could not see a mismatch at all. A draft identical to the
 target makes it zero too.
 
@@ -69,7 +69,7 @@ def check_params(params: dict[str, Any]) -> None:
         raise ValueError(f"param device_step_s must be seconds in [0, 10), got {step_s!r}")
 
 
-# The speculative arm's verifier rule under each counterfactual (spec_decode.ACCEPTANCE_RULES).
+# The speculative arm's verifier rule under each counterfactual (acceptance.ACCEPTANCE_RULES).
 ACCEPTANCE = {counterfactuals.NONE: "exact", "force-accept": "all", "force-reject": "none"}
 
 
