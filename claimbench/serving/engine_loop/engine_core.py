@@ -263,8 +263,10 @@ class EngineCore:
             case SnapshotRequest(seq):
                 self._reply(seq, snapshot_of, self.engine)
             case MetricsRequest(seq):
+                # The totals first: once a scraper has the page, the server holds totals at
+                # least as high (a replacement then never starts below what was read).
+                self._send_totals()
                 self._reply(seq, self._render_metrics)
-                self._send_totals()  # never below what a scraper has just read
             case ResetRequest(seq):
                 self._reply(seq, self._reset)
             case InspectRequest(seq, fn, args):
