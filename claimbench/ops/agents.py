@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from claimbench.ops.scopes import DEFAULT_SCOPES, check_scopes
-from claimbench.platform.hashed_key_file import add_entry, hash_secret, read_entries
+from claimbench.platform.hashed_key_file import SHA256_HEX, add_entry, hash_secret, read_entries
 
 TOKEN_PREFIX = "cba-"
 TOKEN_ENV_VAR = "CLAIMBENCH_AGENT_TOKEN"  # the agent's token over stdio
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -102,7 +101,7 @@ def _parse_entry(path: Path, entry: object) -> Agent:
     if unknown:
         raise ValueError(f"{path}: agent {name!r} has unknown fields {unknown}")
     digest = entry.get("token_sha256")
-    if not isinstance(digest, str) or not _HEX64.fullmatch(digest):
+    if not isinstance(digest, str) or not SHA256_HEX.fullmatch(digest):
         raise ValueError(f"{path}: agent {name!r} token_sha256 must be sha256 hex, got {digest!r}")
     scopes = check_scopes(entry.get("scopes", list(DEFAULT_SCOPES)), f"{path}: agent {name!r}")
     return Agent(name, scopes, digest)

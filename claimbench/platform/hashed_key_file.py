@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,8 @@ import yaml
 from claimbench.platform.file_lock import locked
 from claimbench.platform.files import replace_text
 from claimbench.platform.yaml_file import load_yaml
+
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # what a hash field holds (fullmatch it)
 
 
 def hash_secret(secret: str) -> str:

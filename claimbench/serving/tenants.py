@@ -16,15 +16,19 @@ with the agents of `claimbench mcp`.
 from __future__ import annotations
 
 import dataclasses
-import re
 from pathlib import Path
 
 from claimbench.engine.config_tenants import Tenant
-from claimbench.platform.hashed_key_file import add_entry, hash_secret, new_secret, read_entries
+from claimbench.platform.hashed_key_file import (
+    SHA256_HEX,
+    add_entry,
+    hash_secret,
+    new_secret,
+    read_entries,
+)
 
 KEY_PREFIX = "cb-"
 SETTINGS = tuple(f.name for f in dataclasses.fields(Tenant) if f.name != "id")
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 hash_key = hash_secret
@@ -116,7 +120,7 @@ def _parse_entry(path: Path, entry: object) -> tuple[Tenant, list[str]]:
     if not isinstance(hashes, list) or not hashes:
         raise ValueError(f"{path}: tenant {name!r} needs key_sha256 (a list of sha256 hex)")
     for digest in hashes:
-        if not isinstance(digest, str) or not _HEX64.fullmatch(digest):
+        if not isinstance(digest, str) or not SHA256_HEX.fullmatch(digest):
             raise ValueError(f"{path}: tenant {name!r} key_sha256 {digest!r} is not sha256 hex")
     try:
         tenant = Tenant(name, **{k: entry[k] for k in SETTINGS if k in entry})

@@ -10,7 +10,6 @@ server has a metrics key. A body over ``max_request_bytes`` gets 413 before it i
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
 import time
 from collections.abc import AsyncIterator
@@ -48,6 +47,7 @@ from claimbench.serving.engine_loop.protocol import EngineStopped
 from claimbench.serving.engine_loop.request_stream import RequestStream
 from claimbench.serving.monitoring.metrics import CONTENT_TYPE
 from claimbench.serving.monitoring.metrics_page import MetricsPage
+from claimbench.serving.tenants import hash_key
 
 Body = TypeVar("Body", bound=BaseModel)
 # A loop that has not gone round for this long is not live: steps take milliseconds and the
@@ -135,7 +135,7 @@ def create_app(state: ServerState) -> FastAPI:
         if state.metrics_key_sha256 is not None:
             check_failures(request, failed_auth)
             _, _, key = request.headers.get("authorization", "").partition(" ")
-            digest = hashlib.sha256(key.strip().encode()).hexdigest()
+            digest = hash_key(key.strip())
             if not hmac.compare_digest(digest, state.metrics_key_sha256):
                 refuse_key(
                     request,
