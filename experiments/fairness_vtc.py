@@ -50,8 +50,8 @@ from claimbench.engine.config_ladder import Rung
 from claimbench.engine.sched.fairness import RUNNING_TOKENS
 from claimbench.lab import counterfactuals, open_loop, service_rate
 from claimbench.lab import tenant_runs as tr
-from claimbench.lab.service import cumulative_service, max_service_gap, steps_backlog
 from claimbench.lab.figures import tenant_charts
+from claimbench.lab.service import cumulative_service, max_service_gap, steps_backlog
 from claimbench.workload.build import WorkloadRequest
 from claimbench.workload.spec import WorkloadSpec
 
