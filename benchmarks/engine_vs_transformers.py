@@ -42,7 +42,7 @@ from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.kv.kv_cache import kv_bytes_per_token, resolve_kv_dtype
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.kernels.backend import resolve_backend_name
 from claimbench.kernels.kv_quant import LayerKV, interleave_kv, split_kv
 from claimbench.kernels.metadata import AttentionMetadata

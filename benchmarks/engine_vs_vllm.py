@@ -330,7 +330,7 @@ def set_async_scheduling(engine, on: bool) -> None:
 
 def ours_round(engine, job: Job, steps: list | None = None) -> dict:
     """One timed round through our engine; ``steps`` (a list) receives its step records."""
-    from claimbench.engine.worker.sampler import SamplingParams
+    from claimbench.engine.sampling_params import SamplingParams
 
     params = SamplingParams(max_tokens=job.output_len, ignore_eos=True)
     start = time.perf_counter()

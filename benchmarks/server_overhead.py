@@ -7,7 +7,7 @@
 Closed loop at 1 and at 16 concurrent clients: each client sends its next request as
 soon as its previous one finishes. In process, the clients are slots of a plain
 ``LLMEngine.step()`` loop (no threads, no asyncio: the engine's own ceiling); "async
-engine" puts the server's AsyncEngine (engine thread, per-request asyncio queues) in
+engine" puts the server's ThreadEngine (engine thread, per-request asyncio queues) in
 between, still without HTTP, and "engine process" the server's ProcessEngine (the engine in
 a spawned process, each step's events over a pipe). Over HTTP, a ``claimbench serve``
 subprocess with the same engine config (its engine in a process of its own) serves
@@ -66,7 +66,7 @@ from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.outputs import FinishEvent
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.lab.processes import children, cpu_seconds
 from claimbench.models.checkpoint import default_model_path
 from claimbench.models.tokenizer import Tokenizer

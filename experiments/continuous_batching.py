@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.lab import counterfactuals
 from claimbench.lab.engine_settings import EngineSettings
 from claimbench.workload.build import WorkloadRequest, build_requests

@@ -38,7 +38,7 @@ import numpy as np
 
 from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.engine.kv.kv_cache import pool_bytes_for, resolve_kv_dtype
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.hardware.chips import get_chip
 from claimbench.hardware.decode_roofline import decode_bytes, weight_storage_bytes
 from claimbench.hardware.model_presets import shape_from_config

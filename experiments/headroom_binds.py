@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 
 from claimbench.engine.outputs import FinishEvent, TokenEvent
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.lab import counterfactuals
 from claimbench.workload.build import WorkloadRequest, build_requests
 from claimbench.workload.lengths import length_dist_from_dict

@@ -47,7 +47,7 @@ import numpy as np
 
 from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.engine.outputs import TokenEvent
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.lab import counterfactuals
 from claimbench.lab.slow_device import slow_device
 from claimbench.lab.tenant_runs import kv_pool_bytes, reset_with, rotated

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.harness import evidence_rules
 from claimbench.lab import counterfactuals
 from claimbench.workload.lengths import length_dist_from_dict

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from engine_helpers import TINY_MODEL, dense_logits, tiny_engine  # noqa: E402
 
-from claimbench.engine.worker.sampler import SamplingParams  # noqa: E402
+from claimbench.engine.sampling_params import SamplingParams  # noqa: E402
 from claimbench.models.llama import LlamaForCausalLM  # noqa: E402
 from claimbench.models.quantize import with_weight_format  # noqa: E402
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.lab.compile_events import CompileCounter
 
 # The sampling settings a served request can carry (serving/api/completions.py), each a

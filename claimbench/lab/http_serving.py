@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from claimbench.engine.engine import LLMEngine
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.models.checkpoint import default_model_path
 from claimbench.serving.api.state import PrefixSharing
 from claimbench.serving.clients.http_replay import replay_http

@@ -19,7 +19,7 @@ from claimbench.bench.serving import (
     check_options,
     tenant_keys,
 )
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.models.checkpoint import default_model_path
 from claimbench.models.tokenizer import Tokenizer
 from claimbench.serving.clients.replay import WorkItem

@@ -11,12 +11,12 @@ from engine_helpers import tiny_model
 import claimbench.engine
 from claimbench.engine import EngineConfig, LLMEngine, SamplingParams, build_engine
 from claimbench.engine.build import build_engine as built_here
-from claimbench.engine.worker import sampler
+from claimbench.engine.sampling_params import SamplingParams as own_module_params
 
 
 def test_the_package_exports_the_engines_entry_points():
     assert build_engine is built_here
-    assert sampler.SamplingParams is SamplingParams  # the old path names the same class
+    assert own_module_params is SamplingParams
     for name in claimbench.engine.__all__:
         assert getattr(claimbench.engine, name) is not None
     with pytest.raises(AttributeError, match="no_such_name"):

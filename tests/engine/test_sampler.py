@@ -3,7 +3,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from claimbench.engine.worker.sampler import SamplingBatch, SamplingParams, sample
+from claimbench.engine.sampling_params import SamplingParams
+from claimbench.engine.worker.sampler import SamplingBatch, sample
 
 
 def batch(n, *, temperature=1.0, top_k=0, top_p=1.0, seeds=None, index=None):

@@ -23,7 +23,7 @@ def test_design_follows_every_project_module_it_reaches(tmp_path):
         tmp_path,
         "probe",
         "from claimbench.lab import tenant_runs as tr\n"
-        "from claimbench.engine.worker.sampler import SamplingParams\n"
+        "from claimbench.engine.sampling_params import SamplingParams\n"
         "from experiments.shared_bits import X\n"
         "def run(ctx):\n"
         "    from claimbench.harness.context import RunContext\n"
@@ -41,6 +41,7 @@ def test_design_follows_every_project_module_it_reaches(tmp_path):
         "claimbench.lab.quality",
         "claimbench.lab.cold_start_probe",
         "claimbench.workload.build",
+        "claimbench.engine.sampling_params",
         "claimbench.engine.worker.sampler",
         "claimbench.engine.worker.buckets",
         "claimbench.kernels.native",

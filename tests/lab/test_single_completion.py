@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from engine_helpers import shared_tiny_engine, tiny_engine
 
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.lab.single_completion import (
     MAX_CHUNK_TOKENS,
     complete,

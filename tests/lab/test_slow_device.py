@@ -3,7 +3,7 @@
 import pytest
 from engine_helpers import shared_tiny_engine, tiny_engine
 
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.lab.slow_device import slow_device
 
 STEP_S = 0.05

@@ -204,7 +204,7 @@ def moe_engine():
 def test_engine_greedy_tokens_are_the_moe_models_argmax(moe_engine) -> None:
     from engine_helpers import dense_logits
 
-    from claimbench.engine.worker.sampler import SamplingParams
+    from claimbench.engine.sampling_params import SamplingParams
 
     model, engine = moe_engine
     rng = np.random.default_rng(0)
@@ -217,7 +217,7 @@ def test_engine_greedy_tokens_are_the_moe_models_argmax(moe_engine) -> None:
 
 
 def test_step_records_count_experts_touched_by_real_tokens(moe_engine) -> None:
-    from claimbench.engine.worker.sampler import SamplingParams
+    from claimbench.engine.sampling_params import SamplingParams
 
     model, engine = moe_engine
     engine.reset()
@@ -243,7 +243,7 @@ def test_step_records_count_experts_touched_by_real_tokens(moe_engine) -> None:
 def test_dense_model_steps_record_no_experts() -> None:
     from engine_helpers import shared_tiny_engine
 
-    from claimbench.engine.worker.sampler import SamplingParams
+    from claimbench.engine.sampling_params import SamplingParams
 
     engine = shared_tiny_engine()
     engine.generate([[5, 6, 7]], SamplingParams(max_tokens=2, ignore_eos=True))

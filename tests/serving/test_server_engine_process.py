@@ -12,7 +12,7 @@ from server_helpers import TEST_ENGINE, num_requests
 
 from claimbench.engine.config_tenants import Tenant
 from claimbench.engine.outputs import FinishEvent, RejectKind, TokenEvent
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.serving.engine_loop.process_engine import EngineProcessError, ProcessEngine
 from claimbench.serving.engine_loop.protocol import CoreOptions, EngineStopped, RequestRejected
 

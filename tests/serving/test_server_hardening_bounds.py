@@ -11,8 +11,8 @@ import pytest
 from engine_helpers import shared_tiny_engine, tiny_engine
 
 from claimbench.engine.outputs import FinishEvent, TokenEvent
+from claimbench.engine.sampling_params import INT32_MAX, SamplingParams
 from claimbench.engine.worker.batch import StepInputError, build_step
-from claimbench.engine.worker.sampler import INT32_MAX, SamplingParams
 from claimbench.models.checkpoint import default_model_path
 from claimbench.models.tokenizer import Tokenizer
 from claimbench.serving.api.generation import OutputAssembler, pieces

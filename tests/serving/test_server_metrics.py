@@ -7,7 +7,7 @@ from engine_helpers import shared_tiny_engine
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.serving.monitoring.metrics import ServerMetrics
 
 

@@ -17,7 +17,7 @@ from server_helpers import TEST_ENGINE
 
 from claimbench.engine.build import build_engine
 from claimbench.engine.outputs import FinishEvent
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.serving.engine_loop import engine_core
 from claimbench.serving.engine_loop.engine_core import EngineCore, PipeChannel
 from claimbench.serving.engine_loop.protocol import (

@@ -11,7 +11,7 @@ from server_helpers import wait_for
 
 from claimbench.engine.config_tenants import Tenant
 from claimbench.engine.outputs import FinishEvent, RejectEvent, RejectKind, TokenEvent
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.serving.engine_loop.engine_core import add_admitted
 from claimbench.serving.engine_loop.protocol import CoreOptions, EngineStopped, RequestRejected
 from claimbench.serving.engine_loop.request_stream import RequestStream

@@ -12,10 +12,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
-# SamplingParams and INT32_MAX are re-exported: much of the project imports them from here.
-from claimbench.engine.sampling_params import INT32_MAX as INT32_MAX
 from claimbench.engine.sampling_params import MIN_TEMPERATURE
-from claimbench.engine.sampling_params import SamplingParams as SamplingParams
 
 
 @jax.tree_util.register_dataclass

@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from claimbench.engine.outputs import TokenEvent
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.serving.api import sse
 from claimbench.serving.api.errors import ApiError
 from claimbench.serving.api.event_stream import EventStream, Write

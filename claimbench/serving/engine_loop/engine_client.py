@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from claimbench.engine.outputs import Event, FinishEvent, RejectEvent
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.serving.engine_loop.protocol import (
     AbortRequest,
     AddRequest,

@@ -34,7 +34,7 @@ from typing import Protocol
 
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.outputs import Event, FinishEvent, RejectEvent
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.serving.engine_loop.protocol import (
     AbortRequest,
     AddRequest,

@@ -34,7 +34,7 @@ from flax import nnx
 
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.outputs import Event, FinishEvent, RejectEvent, TokenEvent
-from claimbench.engine.worker.sampler import SamplingParams
+from claimbench.engine.sampling_params import SamplingParams
 from claimbench.models.llama import LlamaForCausalLM
 
 GOLDEN_PROMPT = "def fibonacci(n):\n    "
