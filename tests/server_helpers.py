@@ -140,7 +140,7 @@ def tenant_counts(engine: LLMEngine) -> dict[str, int]:
 
 
 def tenant_weights(engine: LLMEngine) -> dict[str, float]:
-    return {t.id: t.weight for t in engine.config.tenants}
+    return {t.id: t.weight for t in engine.config.scheduler.tenants}
 
 
 _saved_weights: list = []  # the engine process's copy: the weights corrupt_weights replaced

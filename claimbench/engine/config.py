@@ -298,8 +298,8 @@ class EngineConfig:
     and the CLI use go through ``from_flat`` and ``flat()``; ``EngineConfig(page_size=32,
     max_num_seqs=8)`` and ``dataclasses.replace(config, page_size=64)`` take them too, each
     option put in its section. Sections may be passed whole; flat options given beside them
-    win. ``config.page_size`` still reads ``config.cache.page_size`` for callers not yet on
-    the sections. An unknown option is a TypeError, a bad value a ValueError (one line each)."""
+    win. There is no flat read (``config.page_size`` is an AttributeError). An unknown option
+    is a TypeError, a bad value a ValueError (one line each)."""
 
     model: ModelOptions
     cache: CacheConfig
@@ -324,13 +324,6 @@ class EngineConfig:
                 value = dataclasses.replace(given, **mine) if mine else given
             object.__setattr__(self, name, value)
         self._check_across_sections()
-
-    def __getattr__(self, name: str) -> Any:
-        # Only reached for names that are not attributes: the flat options.
-        section = SECTION_OF.get(name)
-        if section is None:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        return getattr(object.__getattribute__(self, section), name)
 
     def _check_across_sections(self) -> None:
         buckets = self.compilation.token_buckets

@@ -64,7 +64,12 @@ def test_the_workload_fits_the_model_and_is_seeded() -> None:
     with pytest.raises(ValueError, match="exceed the model's 33 positions"):
         w.check_positions(33)
     config = bench_engine_config(Path("m"), "float32", w, 2.0, max_num_seqs=4)
-    assert (config.kv_pool_bytes, config.max_model_len, config.max_num_seqs) == (2 * 2**20, 34, 4)
+    sched = config.scheduler
+    assert (config.cache.kv_pool_bytes, sched.max_model_len, sched.max_num_seqs) == (
+        2 * 2**20,
+        34,
+        4,
+    )
     tokenizer = Tokenizer.from_dir(default_model_path())
     items = w.items(tokenizer)
     assert len(items) == 8 and all(10 <= len(i.prompt_token_ids) <= 30 for i in items)

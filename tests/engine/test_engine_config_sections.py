@@ -36,7 +36,7 @@ def test_flat_options_land_in_their_sections_and_read_back():
 def test_replace_takes_flat_names_and_keeps_the_rest():
     config = EngineConfig(page_size=32, max_num_seqs=8)
     changed = dataclasses.replace(config, page_size=64)
-    assert (changed.page_size, changed.max_num_seqs) == (64, 8)
+    assert (changed.cache.page_size, changed.scheduler.max_num_seqs) == (64, 8)
     assert changed.scheduler is config.scheduler  # an untouched section is shared
 
 
@@ -68,6 +68,8 @@ def test_an_engine_config_survives_pickle_and_copy():
     assert hash(copy.deepcopy(config)) == hash(config)
     with pytest.raises(AttributeError):
         _ = config.not_an_option
+    with pytest.raises(AttributeError):  # read through the sections: no flat read
+        _ = config.page_size
 
 
 def test_every_engine_option_claims_yaml_uses_is_a_flat_option():

@@ -16,7 +16,7 @@ def test_default_is_powers_of_two_and_configured_buckets_replace_them():
     cfg = EngineConfig(max_num_seqs=8, max_num_batched_tokens=64)
     assert token_buckets(cfg) == (16, 32, 64)
     custom = EngineConfig(max_num_seqs=8, max_num_batched_tokens=64, token_buckets=[10, 24, 64])
-    assert custom.token_buckets == (10, 24, 64)  # a YAML list becomes a tuple
+    assert custom.compilation.token_buckets == (10, 24, 64)  # a YAML list becomes a tuple
     assert token_buckets(custom) == (10, 24, 64)
     # Sequence bucket 8 pairs only with token buckets >= 8; a step of 9 tokens pads to 10,
     # one of 11 to 24, one of 3 tokens over 3 sequences to the sequence bucket, then 10.

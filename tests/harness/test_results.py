@@ -131,8 +131,12 @@ def test_engine_builds_from_profile_params(monkeypatch, tmp_path):
     assert ctx.models_used == []
     ctx.engine(page_size=32)
     config = built["config"]
-    assert (config.max_num_seqs, config.page_size, config.dtype) == (4, 32, "float32")
-    assert config.model_path is None  # the shipped default model
+    assert (config.scheduler.max_num_seqs, config.cache.page_size, config.model.dtype) == (
+        4,
+        32,
+        "float32",
+    )
+    assert config.model.model_path is None  # the shipped default model
     # Provenance: the model the engine loads, and the resolved config (once per engine built).
     assert ctx.models_used == [default_model_path()]
     ctx.engine(model_path=default_draft_path())

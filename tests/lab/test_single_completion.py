@@ -26,7 +26,8 @@ def test_step_budget_is_the_smallest_power_of_two_that_holds_the_prompt(prompt_t
 
 def test_config_serves_one_sequence_and_names_a_bad_field() -> None:
     config = completion_config(Path("m"), "float32", 20, 256, speculative="none", tp=1)
-    assert (config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len) == (
+    sched = config.scheduler
+    assert (sched.max_num_seqs, sched.max_num_batched_tokens, sched.max_model_len) == (
         1,
         32,
         256,

@@ -64,9 +64,9 @@ def test_engine_config_reads_the_ladder_file_and_sizes_the_pool(tmp_path: Path) 
         "- {action: disable_speculation, signal: oldest_wait_s, engage: 2.0, release: 0.5}\n"
     )
     config = serve_engine_config(kv_pool_mb=1.5, ladder_file=file, max_num_seqs=4)
-    assert [r.action for r in config.ladder] == [Action.DISABLE_SPECULATION]
-    assert (config.kv_pool_bytes, config.max_num_seqs) == (int(1.5 * 2**20), 4)
-    assert serve_engine_config(kv_pool_mb=1.0, ladder_file=None).ladder == ()
+    assert [r.action for r in config.scheduler.ladder] == [Action.DISABLE_SPECULATION]
+    assert (config.cache.kv_pool_bytes, config.scheduler.max_num_seqs) == (int(1.5 * 2**20), 4)
+    assert serve_engine_config(kv_pool_mb=1.0, ladder_file=None).scheduler.ladder == ()
     file.write_text("ladder: [")
     with pytest.raises(ValueError, match="not valid YAML"):
         serve_engine_config(kv_pool_mb=1.0, ladder_file=file)

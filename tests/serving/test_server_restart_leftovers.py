@@ -105,7 +105,7 @@ def test_serve_uses_the_persistent_compilation_cache(monkeypatch, flag, expected
     seen = []
 
     def build(options):
-        seen.append(options.engine.compilation_cache_dir)
+        seen.append(options.engine.compilation.compilation_cache_dir)
         raise ValueError("stopped after the options")
 
     monkeypatch.setattr(server_module, "build_server_state", build)
