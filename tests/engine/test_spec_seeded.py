@@ -78,7 +78,7 @@ def test_seeded_tokens_with_the_shipped_draft_do_not_depend_on_the_batch():
     )
     engine = build_engine(config)
     prompt = engine.tokenizer.encode("The quick brown fox jumps over the lazy dog. The quick")
-    for seed in SEEDS:
+    for seed in (0, 3):  # 3: the seed the batch reached under the earlier acceptance rule
         alone, crowded = _alone_and_crowded(engine, prompt, 400, seed)
         assert alone == crowded, seed
     steps = engine.steps_frame()

@@ -21,7 +21,7 @@ def sliced_twice(tmp_path_factory):
     return run_tiny(
         CLAIM,
         write_checkpoint(tmp_path_factory.mktemp("ckpt")),
-        trials=3,
+        trials=2,
         base=TINY,
         # Twice TINY's episode: one request crossing its SLO moves the gain less.
         episode_requests=24,

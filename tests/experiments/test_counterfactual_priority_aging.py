@@ -2,7 +2,7 @@
 mechanism it rests on is switched off, at tiny size."""
 
 import pytest
-from counterfactual_helpers import assert_fails, metric_values
+from counterfactual_helpers import assert_fails, assert_mean_fails, metric_values
 from tenant_exp_helpers import run_tiny, write_checkpoint
 
 CLAIM = "priority-aging"
@@ -18,9 +18,13 @@ def checkpoint(tmp_path_factory):
 
 @pytest.mark.slow
 def test_aging_off_starves_the_low_tier_past_the_bound(checkpoint):
-    ctx = run_tiny(CLAIM, checkpoint, trials=1, counterfactual="aging-off", **EPISODE)
+    # The bound holds the high tier's worst wait served alone, one open-loop run: on a busy
+    # host a single trial's can be long enough to cover the starvation (0.45 seen, 1.8 to 5
+    # on an idle host), so three trials and their mean, which is what scoring judges.
+    ctx = run_tiny(CLAIM, checkpoint, trials=3, counterfactual="aging-off", **EPISODE)
     frame = ctx.measurements_frame("run")
-    assert_fails(CLAIM, "low_wait_over_bound", metric_values(frame, "low_wait_over_bound"))
+    low_wait = metric_values(frame, "low_wait_over_bound")
+    assert_mean_fails(CLAIM, "low_wait_over_bound", low_wait)
     # Strict against strict: the starvation ratio has nothing left to show.
     assert_fails(CLAIM, "strict_low_wait_ratio", metric_values(frame, "strict_low_wait_ratio"))
 
