@@ -94,6 +94,7 @@ def store_run(
         "prediction_hash": for_claim.prediction_hash(profile) if current else "0123456789abcdef",
         **({"origin": origin} if origin else {}),
         "design_hash": design_hash(root, for_claim) if root is not None else "0" * 16,
+        "model": None,  # a run records the model it served (None: none, analytic rows alone)
         **(extra_meta or {}),
     }
     path = results.write_run(results_dir, meta, measurements, {})

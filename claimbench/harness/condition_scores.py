@@ -131,20 +131,37 @@ def is_never_condition(condition: Condition) -> bool:
     return condition.op == "<=" and condition.value == 0
 
 
-def pooled_counts(rows: pd.DataFrame, metric: str, trials: pd.Index) -> tuple[int, int] | None:
+# Counts above this are not whole numbers a float holds exactly (2**53).
+MAX_COUNT = 2.0**53
+
+
+def pooled_counts(
+    rows: pd.DataFrame, metric: str, trials: pd.Index, whole: float | None = None
+) -> tuple[int, int] | None:
     """(successes, total) of share ``metric`` summed over ``trials``, from the counts the
     experiment recorded beside it (evidence_rules.count_metrics); None unless every one of those
-    trials has both, whole, with 0 <= successes <= total and some total."""
+    trials has both, finite and whole, with 0 <= successes <= total, some total, and (given the
+    share's ``whole``: 100 for "%") the share the trial recorded equal to whole * successes /
+    total: counts that disagree with the shares they stand for decide nothing."""
     successes_name, total_name = evidence_rules.count_metrics(metric)
     successes = trial_series(rows, successes_name)
     total = trial_series(rows, total_name)
     if not (set(trials) <= set(successes.index) and set(trials) <= set(total.index)):
         return None
-    k, n = successes[trials].to_numpy(), total[trials].to_numpy()
+    k = successes[trials].to_numpy(dtype=np.float64)
+    n = total[trials].to_numpy(dtype=np.float64)
+    if not (np.all(np.isfinite(k)) and np.all(np.isfinite(n)) and np.all(n <= MAX_COUNT)):
+        return None
     if np.any(k != np.round(k)) or np.any(n != np.round(n)) or np.any(k < 0) or np.any(k > n):
         return None
-    if n.sum() < 1:
+    if n.sum() < 1 or n.sum() > MAX_COUNT:
         return None
+    if whole is not None:
+        shares = trial_series(rows, metric)[trials].to_numpy(dtype=np.float64)
+        counted = np.divide(whole * k, n, out=np.full_like(k, np.nan), where=n > 0)
+        recorded = n > 0  # a trial with no requests has no share to compare
+        if not np.allclose(shares[recorded], counted[recorded], rtol=1e-6, atol=1e-9 * whole):
+            return None
     return int(k.sum()), int(n.sum())
 
 
@@ -212,7 +229,11 @@ def score_condition(
         interval = confseq.sequence_interval(values, unit, share=share)
     else:
         interval = intervals.estimate_interval(values, unit, share=share)
-    counts = pooled_counts(rows, condition.metric, series.index) if share else None
+    counts = (
+        pooled_counts(rows, condition.metric, series.index, intervals.SHARE_SCALE[unit])
+        if share
+        else None
+    )
     if counts is not None and values.size > 1:
         pooled = confseq.pooled_share_sequence if sequential else intervals.pooled_share_interval
         interval = pooled(*counts, intervals.SHARE_SCALE[unit])

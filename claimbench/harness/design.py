@@ -122,7 +122,8 @@ def module_file(name: str, experiments_dir: Path, source_root: Path | None = Non
     if cached is not None and cached[0] == listed:
         return cached[1]
     found = None
-    for candidate in (f"{base}.py", os.path.join(base, "__init__.py")):
+    # A package shadows a module of the same name, as Python's import finds them.
+    for candidate in (os.path.join(base, "__init__.py"), f"{base}.py"):
         if os.path.isfile(candidate):
             found = Path(candidate)
             break

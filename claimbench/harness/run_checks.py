@@ -26,6 +26,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from claimbench.harness.claims import PROFILES, Claim
 from claimbench.harness.design import design_of, source_root_of
 from claimbench.harness.evidence_rules import ANALYTIC, MEASURED
@@ -145,7 +148,9 @@ def provenance_gaps(meta: dict[str, Any], evidence: str | None = None) -> list[s
         gaps.append("hardware class")
     elif evidence not in (None, ANALYTIC) and platform != evidence:
         gaps.append(f"hardware class ({platform} run holding {evidence} evidence)")
-    if meta.get("model") is not None:
+    if "model" not in meta:
+        gaps.append("model record")
+    elif meta["model"] is not None:
         gaps.extend(_model_gaps(meta["model"], "model"))
     if "stopping" in meta and not _is_stopping_record(meta["stopping"], meta.get("trials")):
         gaps.append("stopping rule")
@@ -159,11 +164,34 @@ def provenance_gaps(meta: dict[str, Any], evidence: str | None = None) -> list[s
     return gaps
 
 
+def measurement_gaps(meta: dict[str, Any], rows: pd.DataFrame) -> list[str]:
+    """What in a run's measured ``rows`` its meta does not vouch for ([] when nothing): trials
+    outside the ``trials`` it ran, and values that are not finite (a recorded value is a
+    number; an infinity would decide a condition on nothing)."""
+    measured = rows[rows["evidence"] != ANALYTIC]
+    if measured.empty:
+        return []
+    gaps = []
+    trials = meta.get("trials")
+    if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
+        return ["trial count"]
+    outside = sorted({int(t) for t in measured["trial"] if not 0 <= t < trials})
+    if outside:
+        shown = ", ".join(str(t) for t in outside[:3]) + (", ..." if len(outside) > 3 else "")
+        gaps.append(f"trials {shown} outside the run's {trials}")
+    values = pd.to_numeric(measured["value"], errors="coerce")
+    bad = sorted(set(measured.loc[~np.isfinite(values.to_numpy(dtype=float)), "metric"]))
+    if bad:
+        gaps.append(f"non-finite values of {', '.join(bad)}")
+    return gaps
+
+
 def exclusion(
     claim: Claim,
     meta: dict[str, Any],
     designs: Mapping[str, str] | None,
     evidence: str | None = None,
+    rows: pd.DataFrame | None = None,
 ) -> str | None:
     """Why the run may not be scored (one of EXCLUSIONS; MISSING_PROVENANCE followed by what is
     missing), or None when it may.
@@ -171,8 +199,11 @@ def exclusion(
     ``designs`` maps claim ids to today's design hashes (today_designs); None skips the design
     comparison, for callers that score runs without the experiments at hand (a design hash must
     still be recorded). ``evidence``: the class being scored, checked against the hardware.
+    ``rows``: the run's measurements of the claim, checked against its meta (measurement_gaps).
     """
     gaps = provenance_gaps(meta, evidence)
+    if rows is not None:
+        gaps += measurement_gaps(meta, rows)
     if gaps:
         return f"{MISSING_PROVENANCE}: {', '.join(gaps)}"
     profile = meta["profile"]

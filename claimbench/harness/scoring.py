@@ -207,6 +207,7 @@ def score_run(
     info = RunInfo.from_meta(run.meta)
     rows = run.measurements
     rows = rows[(rows["claim_id"] == claim.id) & (rows["evidence"] == evidence)]
+    claim_rows = rows
     failed = failed_trials(rows) if evidence != ANALYTIC else ()
     rows = usable_rows(rows, failed)
     scores = []
@@ -236,7 +237,7 @@ def score_run(
         in_scope=evidence == ANALYTIC or evidence_rules.in_scope(claim.scope, evidence),
         conditions=conditions,
         verdict=combine(conditions),
-        exclusion=run_checks.exclusion(claim, run.meta, designs, evidence),
+        exclusion=run_checks.exclusion(claim, run.meta, designs, evidence, claim_rows),
         failed_trials=failed,
         trends=run_trends(rows, measured) if evidence != ANALYTIC else (),
     )

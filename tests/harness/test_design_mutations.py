@@ -172,3 +172,21 @@ def test_a_docstring_or_comment_edit_moves_no_hash(tree, relative, old, new):
         return data.decode().replace(old, new, 1).encode()
 
     assert edited(tree, relative, edit) == designs(tree)
+
+
+@pytest.mark.slow
+def test_a_package_that_shadows_a_module_is_what_is_hashed(tree):
+    # Python imports buckets/__init__.py, not buckets.py, once both exist: the design follows.
+    module = tree / "claimbench/engine/worker/buckets.py"
+    package = tree / "claimbench/engine/worker/buckets"
+    package.mkdir()
+    try:
+        shutil.copy(module, package / "__init__.py")
+        before = designs(tree)
+        edited_init = (package / "__init__.py").read_text() + "\nPROBE = 1\n"
+        _write(package / "__init__.py", edited_init.encode())
+        after = designs(tree)
+        assert before["bucket_padding"] != after["bucket_padding"]
+    finally:
+        shutil.rmtree(package)
+        _write(module, module.read_bytes())  # a fresh listing: the cached lookup is stale

@@ -77,3 +77,36 @@ def test_a_drifting_service_rate_is_a_warning_beside_the_verdict(tmp_path):
     (warning,) = score.trend_warnings
     assert warning.startswith("saturation_tok_s falls across trials")
     assert score_json.score_dict(tmp_path, score)["warnings"] == [warning]
+
+
+@pytest.mark.parametrize(
+    ("successes", "totals"),
+    [
+        ([0] * 5, [10] * 5),  # counts of 0 of 10 beside shares of 100%: they disagree
+        ([2.0**60] * 5, [2.0**60] * 5),  # wholes past what a float counts exactly
+    ],
+)
+def test_counts_that_do_not_stand_for_the_shares_decide_nothing(tmp_path, successes, totals):
+    c = claim(conditions=SLO)
+    data = (
+        rows("slo_attainment_pct", [100.0] * 5, unit="%")
+        + rows("slo_attainment_pct_successes", successes, unit="count")
+        + rows("slo_attainment_pct_total", totals, unit="count")
+    )
+    run = store_run(tmp_path, c, data)
+    (cs,) = scoring.score_claim(c, [run]).conditions
+    # The per-trial shares decide (five identical shares: a constant, unclear), not the counts.
+    assert (cs.method, cs.status) == ("constant", "unclear")
+
+
+def test_an_infinite_count_keeps_the_run_from_being_scored(tmp_path):
+    c = claim(conditions=SLO)
+    total = ("slo_attainment_pct_total", 4)
+    data = [
+        (*r[:2], float("inf"), *r[3:]) if r[:2] == total else r for r in share_rows([16] * 5, 16)
+    ]
+    run = store_run(tmp_path, c, data)
+    score = scoring.score_claim(c, [run])
+    assert score.verdict == "not-run"
+    ((reason, _),) = score.exclusion_counts().items()
+    assert "non-finite values of slo_attainment_pct_total" in reason

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import pandas as pd
 import pytest
 from scoring_helpers import claim, design_hash, rows, store_run, write_experiment
 
@@ -160,6 +161,9 @@ MODEL = {
         (lambda m: _with(m, ("model",), "/m/t"), "model record"),
         (lambda m: _with(m, ("model", "path"), 7) | {"model": {"path": [7]}}, "model weight"),
         (lambda m: _with(m, ("other_models",), [None]), "other model 0 record"),
+        (lambda m: _without(m, ("model",)), "model record"),
+        (lambda m: _with(m, ("trials",), 2), "trials 2 outside the run's 2"),
+        (lambda m: _with(m, ("trials",), "5"), "trial count"),
     ],
 )
 def test_a_run_with_provenance_deleted_or_garbled_is_listed_not_scored(tmp_path, change, missing):
@@ -181,3 +185,37 @@ def test_a_run_with_provenance_deleted_or_garbled_is_listed_not_scored(tmp_path,
     assert reason.startswith(run_checks.MISSING_PROVENANCE) and missing in reason and count == 1
     # Without today's designs the record is still required.
     assert scoring.score_claim(c, [run]).verdict == "not-run"
+
+
+@pytest.mark.parametrize(
+    ("extra", "missing"),
+    [
+        # Rows appended under trial numbers the run never ran narrow the interval on nothing.
+        ([("m", 100 + t, 4.0, "cpu") for t in range(5)], "trials 100, 101, 102, ..."),
+        ([("m", 2, float("inf"), "cpu")], "non-finite values of m"),
+        ([("m", 1, float("-inf"), "cpu")], "non-finite values of m"),
+    ],
+)
+def test_measurements_the_meta_does_not_vouch_for_are_listed_not_scored(tmp_path, extra, missing):
+    c = claim()
+    root = tmp_path / "proj"
+    write_experiment(root, c)
+    designs = run_checks.today_designs(root, [c])
+    good = store_run(tmp_path / "a", c, BAD, root=root, extra_meta={"model": MODEL})
+    assert scoring.score_claim(c, [good], designs).verdict == "refuted"
+    (tmp_path / "b" / "runs").mkdir(parents=True)
+    copy = shutil.copytree(good.path, tmp_path / "b" / "runs" / good.run_id)
+    measurements = results.read_runs(tmp_path / "b")[0][0].measurements
+    added = pd.DataFrame(
+        [
+            {"run_id": good.run_id, "claim_id": c.id, "trial": t, "metric": m, "value": v,
+             "unit": "", "evidence": e, "labels": "{}"}
+            for m, t, v, e in extra
+        ]
+    )  # fmt: skip
+    pd.concat([measurements, added]).to_parquet(copy / "measurements.parquet", index=False)
+    (run,) = results.read_runs(tmp_path / "b")[0]
+    score = scoring.score_claim(c, [run], designs)
+    assert score.verdict == "not-run"
+    ((reason, count),) = score.exclusion_counts().items()
+    assert reason.startswith(run_checks.MISSING_PROVENANCE) and missing in reason, reason
