@@ -38,11 +38,17 @@ under strict priority / under aging).
 Counterfactuals (``counterfactual``, lab/counterfactuals.py), each one mechanism off:
 ``aging-off`` (the aging arm is served by strict priority) and ``tiers-off`` (the aging arm is
 served FCFS: no tier ordering at all, so the high tier waits behind the low tier's work).
+
+Param ``device_step_s`` (0: the real device): every step of the trial, the service-rate
+meter's included, takes that long on a device of a fixed step time (lab/slow_device.py).
+With it well above the host's own work, which request waits how long follows from step
+counts, not from a shared host's jitter: the counterfactual tests use it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,9 +58,11 @@ from claimbench.engine.sched.fairness import BACKLOG_PREFIX
 from claimbench.lab import counterfactuals, open_loop, service_rate
 from claimbench.lab import tenant_runs as tr
 from claimbench.lab.figures import tenant_charts
+from claimbench.lab.slow_device import slow_device
 from claimbench.workload.spec import WorkloadSpec
 
 if TYPE_CHECKING:
+    from claimbench.engine.engine import LLMEngine
     from claimbench.harness.context import RunContext
     from claimbench.workload.build import WorkloadRequest
 
@@ -69,6 +77,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "prompt_len": [16, 64],
     "output_len": [16, 48],
     "saturation_requests": 64,
+    "device_step_s": 0.0,  # 0: the real device; else every step takes this long (seconds)
     "counterfactual": counterfactuals.NONE,
 }
 HIGH, LOW = "high", "low"
@@ -146,7 +155,18 @@ def run(ctx: RunContext) -> None:
     for name in ("aging_requests", "window_requests"):
         if not params[name] > 0:
             raise ValueError(f"param {name} must be > 0, got {params[name]!r}")
+    step_s = params["device_step_s"]
+    if isinstance(step_s, bool) or not isinstance(step_s, int | float) or not 0 <= step_s < 10:
+        raise ValueError(f"param device_step_s must be seconds in [0, 10), got {step_s!r}")
     engine = ctx.engine(precompile=True, compile_cache=params["compile_cache"])
+    with slow_device(engine, step_s) if step_s else nullcontext():
+        _trials(ctx, engine, params, policies)
+
+
+def _trials(
+    ctx: RunContext, engine: LLMEngine, params: dict[str, Any], policies: dict[str, str]
+) -> None:
+    """Every trial of the run on ``engine`` (see run), each arm served by its policy."""
     vocab_size = engine.model_cfg.vocab_size
     meter = service_rate.SaturationMeter(
         engine, params["saturation_requests"], config=engine.config
