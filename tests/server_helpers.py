@@ -5,7 +5,7 @@ One server is shared by the server test modules (start-up compiles the step shap
 takes seconds on a busy CPU); tests that change it put it back. Its tenants file has
 three tenants: alice and bob (plain) and tight (a token bucket of 40 tokens refilled at
 1 token/s, for 429s). What a test reads of the engine it reads in the engine process,
-through the module-level functions below (``RunningServer.call``: they must pickle).
+through the engine loop's named diagnostics (``RunningServer.call``).
 """
 
 from __future__ import annotations
@@ -20,12 +20,9 @@ from pathlib import Path
 from tempfile import mkdtemp
 
 import httpx
-import jax
 import openai
 
 from claimbench.engine.config import EngineConfig
-from claimbench.engine.engine import LLMEngine
-from claimbench.engine.request import Request
 from claimbench.models.checkpoint import default_model_path
 from claimbench.serving.api.state import ServerState
 from claimbench.serving.server import GracefulServer, ServeOptions, build_server_state, make_server
@@ -67,9 +64,9 @@ class RunningServer:
         headers = {"Authorization": f"Bearer {self.keys[tenant]}"} if tenant else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=60)
 
-    def call(self, fn, *args):
-        """``fn(engine, *args)`` in the engine process (``fn`` module-level: it pickles)."""
-        return self.state.engine.submit(fn, *args).result(timeout=30)
+    def call(self, name: str, *args):
+        """The named diagnostic (serving/engine_loop/diagnostics.py) in the engine process."""
+        return self.state.engine.diagnose(name, *args).result(timeout=30)
 
     def stop(self) -> None:
         self.server.should_exit = True
@@ -119,45 +116,8 @@ def shared_server() -> RunningServer:
 
 def free_pages(running: RunningServer) -> int:
     """Pages an allocation could take now (cached pages no request holds included)."""
-    stats = running.call(LLMEngine.stats)
+    stats = running.call("stats")
     return stats.num_usable_pages - stats.num_used_pages
-
-
-# -- read or changed in the engine process ----------------------------------------------
-
-
-def num_requests(engine: LLMEngine) -> int:
-    return len(engine.requests)
-
-
-def last_request(engine: LLMEngine) -> Request:
-    return next(reversed(engine.requests.values()))
-
-
-def tenant_counts(engine: LLMEngine) -> dict[str, int]:
-    """Requests the engine holds per tenant."""
-    return engine.requests_frame()["tenant"].value_counts().to_dict()
-
-
-def tenant_weights(engine: LLMEngine) -> dict[str, float]:
-    return {t.id: t.weight for t in engine.config.scheduler.tenants}
-
-
-_saved_weights: list = []  # the engine process's copy: the weights corrupt_weights replaced
-
-
-def corrupt_weights(engine: LLMEngine) -> None:
-    """Small noise on every weight: the server still answers, with the wrong tokens."""
-    saved = engine.runner.weights
-    keys = jax.random.split(jax.random.key(0), len(saved))
-    engine.runner.weights = [
-        w + 0.5 * jax.random.normal(k, w.shape, w.dtype) for w, k in zip(saved, keys, strict=True)
-    ]
-    _saved_weights[:] = [saved]
-
-
-def restore_weights(engine: LLMEngine) -> None:
-    engine.runner.weights = _saved_weights.pop()
 
 
 def wait_for(predicate, timeout_s: float = 10.0) -> bool:

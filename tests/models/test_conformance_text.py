@@ -21,7 +21,7 @@ import httpx
 import pytest
 import torch
 import transformers
-from server_helpers import free_port, last_request
+from server_helpers import free_port
 from text_checkpoints import (
     CHAT,
     CHATS,
@@ -201,7 +201,7 @@ def test_completions_and_chat_match_transformers(checkpoint: Checkpoint) -> None
             text = choice["text"] if "text" in choice else choice["message"]["content"]
             assert (text, choice["finish_reason"]) == (expected_text, "stop"), route
             assert usage["prompt_tokens"] == len(prompt), route
-            request = state.engine.submit(last_request).result(timeout=30)
+            request = state.engine.diagnose("newest_request").result(timeout=30)
             assert request.prompt_token_ids == prompt, route  # one BOS or none, as theirs
             assert request.output_token_ids == expected_ids, route
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from server_helpers import shared_server, tenant_counts
+from server_helpers import shared_server
 from typer.testing import CliRunner
 
 from claimbench.cli.main import app
@@ -35,12 +35,12 @@ def bench(server, tmp_path, *args: str, keys: list[str] = ()):
 
 @pytest.mark.slow
 def test_bench_over_http_spreads_requests_over_tenants_and_summarizes_them(server, tmp_path):
-    before = server.call(tenant_counts)
+    before = server.call("requests_per_tenant")
     keys = [f"{t}={server.keys[t]}" for t in ("alice", "bob")]
     result = bench(server, tmp_path, "--json", "--slo-ttft-ms", "60000", keys=keys)
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
-    after = server.call(tenant_counts)
+    after = server.call("requests_per_tenant")
     # Round-robin over the two keys: 3 requests each reached the engine under its tenant.
     assert {t: after.get(t, 0) - before.get(t, 0) for t in ("alice", "bob")} == {
         "alice": 3,

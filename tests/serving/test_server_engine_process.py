@@ -8,7 +8,7 @@ import asyncio
 import dataclasses
 
 import pytest
-from server_helpers import TEST_ENGINE, num_requests
+from server_helpers import TEST_ENGINE
 
 from claimbench.engine.config_tenants import Tenant
 from claimbench.engine.outputs import FinishEvent, RejectKind, TokenEvent
@@ -74,7 +74,7 @@ def test_requests_get_their_tokens_grouped_and_admission_answers_at_once(grouped
         with pytest.raises(RequestRejected) as limited:
             # 19 tokens > the 10 left: the bucket refills 1 token/s, so it stays short for 9 s.
             await engine.add([1, *range(5, 16)], GREEDY, tenant="limited")
-        count = await engine.call(num_requests)
+        count = await engine.diagnostic("num_requests")
         return alone, together, never.value, limited.value, count
 
     alone, together, never, limited, count = run(engine, scenario)

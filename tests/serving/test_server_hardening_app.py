@@ -24,11 +24,6 @@ def server():
     return in_process_server()
 
 
-def last_health_probe(engine) -> tuple[str, int]:
-    probes = [r for r in engine.requests.values() if r.tenant == HEALTH_TENANT]
-    return probes[-1].tenant, probes[-1].priority
-
-
 def test_ready_loops_share_one_golden_check_run_at_the_lowest_tier(server):
     state = server.state
     state.readiness.forget()
@@ -43,15 +38,15 @@ def test_ready_loops_share_one_golden_check_run_at_the_lowest_tier(server):
     # 32 callers at once, and again right after: one check (it once ran one per call).
     assert server.run(loops()) == [200] * 32
     assert state.readiness.num_checks == before + 1
-    engine = state.engine.submit(lambda e: last_health_probe(e)).result(10)
-    assert engine == (HEALTH_TENANT, HEALTH_PRIORITY)  # below every tenant's tier
+    probe = state.engine.diagnose("newest_request", HEALTH_TENANT).result(10)
+    assert probe.priority == HEALTH_PRIORITY  # below every tenant's tier
 
 
 @pytest.mark.slow
 def test_a_hung_engine_fails_readiness_within_its_timeout(server):
     state = server.state
     readiness = Readiness(cache_s=0.0, timeout_s=0.3)
-    hang = state.engine.submit(lambda e: time.sleep(1.5))  # the engine thread is stuck
+    hang = state.engine.diagnose("stall", 1.5)  # the engine thread is stuck
 
     async def check():
         t0 = time.perf_counter()

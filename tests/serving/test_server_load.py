@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from server_helpers import MODEL, free_pages, last_request, num_requests, shared_server, wait_for
+from server_helpers import MODEL, free_pages, shared_server, wait_for
 
 NUM_REQUESTS = 200
 NUM_CLIENTS = 16
@@ -32,7 +32,7 @@ def test_stream_disconnect_frees_the_pages_at_once(server):
         assert free_pages(server) < start
     # The client is gone after 1 of 100 tokens; the request must not run on.
     assert wait_for(lambda: free_pages(server) == start, timeout_s=5)
-    last = server.call(last_request)
+    last = server.call("newest_request")
     assert last.finish_reason == "abort" and last.num_output_tokens < 100
 
 
@@ -43,7 +43,7 @@ def test_non_streamed_disconnect_aborts_too(server):
     with pytest.raises(httpx.ReadTimeout):  # the client gives up after 50 ms
         httpx.post(f"{server.url}/v1/completions", json=body, headers=headers, timeout=0.05)
     assert wait_for(lambda: free_pages(server) == start, timeout_s=5)
-    last = server.call(last_request)
+    last = server.call("newest_request")
     assert last.finish_reason == "abort" and last.num_output_tokens < 110
 
 
@@ -67,7 +67,7 @@ def stream_one(server, i: int) -> dict:
 
 @pytest.mark.slow
 def test_bounded_load_loses_and_duplicates_nothing(server):
-    before = server.call(num_requests)
+    before = server.call("num_requests")
     start = time.monotonic()
     with ThreadPoolExecutor(NUM_CLIENTS) as pool:
         results = list(pool.map(lambda i: stream_one(server, i), range(NUM_REQUESTS)))
@@ -84,5 +84,5 @@ def test_bounded_load_loses_and_duplicates_nothing(server):
         finish = [c["choices"][0]["finish_reason"] for c in r["chunks"] if c["choices"]]
         assert finish[-1] == "length" and finish.count("length") == 1
     # Exactly one engine request per HTTP request.
-    assert server.call(num_requests) - before == NUM_REQUESTS
+    assert server.call("num_requests") - before == NUM_REQUESTS
     print(f"{NUM_REQUESTS} streamed requests from {NUM_CLIENTS} clients in {elapsed:.1f} s")

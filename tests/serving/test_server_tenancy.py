@@ -8,7 +8,7 @@ import re
 import time
 
 import pytest
-from server_helpers import MODEL, last_request, shared_server, tenant_counts, tenant_weights
+from server_helpers import MODEL, shared_server
 
 # Long enough for several full 16-token pages, so a prefix-cache hit is possible.
 SHARED_PREFIX = "import os\nimport sys\n\n\ndef main(argv):\n    parser = make_parser()\n" * 2
@@ -33,7 +33,7 @@ def complete(server, tenant: str, prompt: str = "x = 1\n", **extra):
 
 
 def test_each_key_lands_in_its_tenants_accounting(server):
-    before = server.call(tenant_counts)
+    before = server.call("requests_per_tenant")
     generated = {t: metric(server, "vllm:generation_tokens_total", t) for t in ("alice", "bob")}
     prompt_tokens = metric(server, "vllm:prompt_tokens_total", "bob")
     usage = {"alice": 0, "bob": 0}
@@ -43,7 +43,7 @@ def test_each_key_lands_in_its_tenants_accounting(server):
         usage[tenant] += result.usage.completion_tokens
         if tenant == "bob":
             bob_prompt += result.usage.prompt_tokens
-    after = server.call(tenant_counts)
+    after = server.call("requests_per_tenant")
     assert after.get("alice", 0) - before.get("alice", 0) == 2
     assert after.get("bob", 0) - before.get("bob", 0) == 3
     for tenant in ("alice", "bob"):
@@ -51,7 +51,7 @@ def test_each_key_lands_in_its_tenants_accounting(server):
         assert gained == usage[tenant]
     assert metric(server, "vllm:prompt_tokens_total", "bob") - prompt_tokens == bob_prompt
     # The engine was configured with the file's tenants (alice's weight 2).
-    weights = server.call(tenant_weights)
+    weights = server.call("tenant_weights")
     assert weights == {"alice": 2.0, "bob": 1.0, "tight": 1.0}
 
 
@@ -80,10 +80,10 @@ def test_over_the_rate_limit_is_429_with_retry_after(server):
 def test_prefix_cache_is_salted_per_tenant_and_by_cache_salt(server):
     complete(server, "alice", SHARED_PREFIX + "a")
     complete(server, "alice", SHARED_PREFIX + "b")
-    assert server.call(last_request).prefix_hit_tokens >= 32  # alice reuses her own prefix
+    assert server.call("newest_request").prefix_hit_tokens >= 32  # alice reuses her own prefix
     complete(server, "bob", SHARED_PREFIX + "c")
-    assert server.call(last_request).prefix_hit_tokens == 0  # bob never sees alice's blocks
+    assert server.call("newest_request").prefix_hit_tokens == 0  # bob never sees alice's blocks
     complete(server, "alice", SHARED_PREFIX + "d", cache_salt="private")
-    assert server.call(last_request).prefix_hit_tokens == 0  # a new salt starts cold
+    assert server.call("newest_request").prefix_hit_tokens == 0  # a new salt starts cold
     complete(server, "alice", SHARED_PREFIX + "e", cache_salt="private")
-    assert server.call(last_request).prefix_hit_tokens >= 32
+    assert server.call("newest_request").prefix_hit_tokens >= 32

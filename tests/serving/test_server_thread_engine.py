@@ -77,8 +77,8 @@ def test_bad_input_and_rejections_raise_and_leave_nothing_queued(engine):
 
     never, limited = asyncio.run(main())
     # The two rejections' events are delivered by the loop's next step.
-    assert wait_for(lambda: not loop_engine.submit(lambda e: e.has_unfinished).result(10))
-    num_requests = loop_engine.submit(lambda e: len(e.requests)).result(10)
+    assert wait_for(lambda: not loop_engine.diagnose("has_unfinished").result(10))
+    num_requests = loop_engine.diagnose("num_requests").result(10)
     asyncio.run(loop_engine.shutdown())
     assert never.kind == RejectKind.INVALID and not never.over_limit
     assert "max_model_len" in never.reason
@@ -129,9 +129,9 @@ def test_a_long_running_loop_keeps_bounded_records(engine):
             await collect(await loop_engine.add(prompt, GREEDY, tenant="t"))
 
     asyncio.run(main())
-    records = loop_engine.submit(lambda e: [r.step for r in e.step_records]).result(10)
-    num_service_rows = loop_engine.submit(lambda e: len(e.steps_frame())).result(10)
-    num_requests = loop_engine.submit(lambda e: len(e.requests)).result(10)
+    records = loop_engine.diagnose("step_numbers").result(10)
+    num_service_rows = loop_engine.diagnose("num_step_rows").result(10)
+    num_requests = loop_engine.diagnose("num_requests").result(10)
     asyncio.run(loop_engine.shutdown())
     # 9 requests of 6 tokens one after another: >= 54 steps, of which at most 7 are kept
     # (trimmed to 4 whenever 8 pile up), numbered as the engine counted them.
@@ -148,9 +148,9 @@ def test_abort_frees_pages_at_once(engine):
         loop_engine.start()
         stream = await loop_engine.add([5, 6, 7], LONG, tenant="t")
         assert isinstance(await stream.next(), TokenEvent)
-        used_running = await loop_engine.call(lambda e: e.stats().num_used_pages)
+        used_running = (await loop_engine.diagnostic("stats")).num_used_pages
         loop_engine.abort(stream.request_id)
-        used_after = await loop_engine.call(lambda e: e.stats().num_used_pages)
+        used_after = (await loop_engine.diagnostic("stats")).num_used_pages
         await loop_engine.shutdown()
         return used_running, used_after
 

@@ -7,7 +7,7 @@ protocol.py; how a message travels is a subclass's: a spawned process and its pi
 (thread_engine.py, for a caller that reads its engine afterwards). Replies and step
 events are handled on the server's event loop, each step's events handed to their
 requests' streams in one go. Sending is guarded by a lock, so a request may also come from
-another thread (``submit``, ``reset``).
+another thread (``diagnose``, ``reset``).
 
 When the loop ends unasked, every waiting request and stream gets EngineStopped at once,
 ``is_alive`` turns false and new requests are refused.
@@ -27,15 +27,16 @@ from typing import Any
 
 from claimbench.engine.outputs import Event, FinishEvent, RejectEvent
 from claimbench.engine.sampling_params import SamplingParams
+from claimbench.serving.engine_loop import diagnostics
 from claimbench.serving.engine_loop.protocol import (
     AbortRequest,
     AddRequest,
     Beat,
     CoreInfo,
     CoreOptions,
+    DiagnosticRequest,
     EngineStopped,
     FromEngine,
-    InspectRequest,
     MetricsRequest,
     Reply,
     ResetRequest,
@@ -90,13 +91,14 @@ class EngineClient:
 
     # -- requests ------------------------------------------------------------------------
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
-        """Run ``fn(engine, *args)`` where the engine lives (InspectRequest: tests and
-        diagnostics); its result in a future."""
-        return self._request(lambda seq: InspectRequest(seq, fn, args))
+    def diagnose(self, name: str, *args: Any) -> concurrent.futures.Future:
+        """Run the named diagnostic (diagnostics.py) where the engine lives; its result in a
+        future. ValueError at once for a name or arguments it does not take."""
+        diagnostics.check(name, args)
+        return self._request(lambda seq: DiagnosticRequest(seq, name, args))
 
-    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.wrap_future(self.submit(fn, *args))
+    async def diagnostic(self, name: str, *args: Any) -> Any:
+        return await asyncio.wrap_future(self.diagnose(name, *args))
 
     async def snapshot(self) -> EngineSnapshot:
         return await asyncio.wrap_future(self._request(SnapshotRequest))

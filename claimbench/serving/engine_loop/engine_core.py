@@ -35,15 +35,16 @@ from typing import Protocol
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.outputs import Event, FinishEvent, RejectEvent
 from claimbench.engine.sampling_params import SamplingParams
+from claimbench.serving.engine_loop import diagnostics
 from claimbench.serving.engine_loop.protocol import (
     AbortRequest,
     AddRequest,
     Beat,
     CoreInfo,
     CoreOptions,
+    DiagnosticRequest,
     Failed,
     FromEngine,
-    InspectRequest,
     MetricsRequest,
     Ready,
     Reply,
@@ -269,8 +270,8 @@ class EngineCore:
                 self._reply(seq, self._render_metrics)
             case ResetRequest(seq):
                 self._reply(seq, self._reset)
-            case InspectRequest(seq, fn, args):
-                self._reply(seq, fn, self.engine, *args)
+            case DiagnosticRequest(seq, name, args):
+                self._reply(seq, diagnostics.run, self.engine, name, args)
             case StopRequest():
                 self.stopping = True
             case _:

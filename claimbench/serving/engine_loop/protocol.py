@@ -9,7 +9,7 @@ small object on top of its events, which travel as plain tuples (``encode_event`
 third of a dataclass's pickling time, paid on the engine's own loop).
 
 To the engine: ``AddRequest``, ``AbortRequest``, ``SnapshotRequest``, ``MetricsRequest``,
-``ResetRequest``, ``InspectRequest``, ``StopRequest``. From it: ``Ready`` (or ``Failed``)
+``ResetRequest``, ``DiagnosticRequest``, ``StopRequest``. From it: ``Ready`` (or ``Failed``)
 once, then ``Reply`` for each request with a seq, ``StepEvents`` with every event of one
 engine step, ``Totals`` (metric_totals.py) and ``Beat`` when nothing else went out for a
 while.
@@ -17,7 +17,6 @@ while.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,14 +111,13 @@ class ResetRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class InspectRequest:
-    """Run ``fn(engine, *args)`` where the engine lives; the reply is its result. For
-    tests and diagnostics (a look at the engine's records, a fault injected): the server
-    itself sends only the other requests. ``fn`` must pickle to reach an engine process
-    (a module-level function), and so must its result."""
+class DiagnosticRequest:
+    """Run the named diagnostic (diagnostics.py: a read of the engine's state, or a fault
+    injected) where the engine lives; the reply is its result. For tests and probes: the
+    server's routes send only the other requests."""
 
     seq: int
-    fn: Callable[..., Any]
+    name: str
     args: tuple[Any, ...] = ()
 
 
@@ -175,7 +173,7 @@ ToEngine = (
     | SnapshotRequest
     | MetricsRequest
     | ResetRequest
-    | InspectRequest
+    | DiagnosticRequest
     | StopRequest
 )
 FromEngine = Ready | Failed | Reply | StepEvents | Totals | Beat
