@@ -124,7 +124,7 @@ def percentiles_ms(values: list[float] | None) -> dict[str, float] | None:
 def settle(pid: int, descendants: bool = True) -> float:
     """Wait until the process (with its descendants) uses under SETTLE_SHARE of a core over
     SETTLE_WINDOW_S (at most SETTLE_MAX_S): seconds waited. Without /proc it returns at once."""
-    from claimbench.lab.processes import process_tree, tree_cpu_seconds
+    from claimbench.lab.probes.processes import process_tree, tree_cpu_seconds
 
     start = time.perf_counter()
     if not Path(f"/proc/{pid}/stat").exists():

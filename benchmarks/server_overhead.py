@@ -67,7 +67,7 @@ from claimbench.engine.config import EngineConfig
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.outputs import FinishEvent
 from claimbench.engine.sampling_params import SamplingParams
-from claimbench.lab.processes import children, cpu_seconds
+from claimbench.lab.probes.processes import children, cpu_seconds
 from claimbench.models.checkpoint import default_model_path
 from claimbench.models.tokenizer import Tokenizer
 from claimbench.platform.jax_platforms import set_default_jax_platforms

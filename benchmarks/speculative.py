@@ -35,7 +35,7 @@ from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.sampling_params import SamplingParams
-from claimbench.lab.serving_summary import spec_decode_summary
+from claimbench.lab.metrics.serving_summary import spec_decode_summary
 from claimbench.models.checkpoint import default_model_path
 from claimbench.models.tokenizer import Tokenizer
 from claimbench.platform.jax_platforms import set_default_jax_platforms

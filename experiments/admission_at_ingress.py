@@ -18,7 +18,7 @@ is not admitted. Every run is served to completion.
 
 Metrics: admitted_p99_ttft_ratio (p99 TTFT of the admitted requests, bounded / base) and
 unbounded_p99_ttft_ratio (unbounded / base). The service rate is the saturation
-measured in every trial (lab/service_rate.py: a closed burst that keeps the batch full);
+measured in every trial (lab/load/service_rate.py: a closed burst that keeps the batch full);
 a trial's arrivals are built from the one measured just before it, and the overload
 episode's realised load, against the one measured after the trial's arms, is recorded
 per trial: a trial more than ``load_tolerance`` off ``overload`` is reported, not scored.
@@ -31,7 +31,7 @@ that reaches 10x the base p99 depends on how the base-load TTFT tail compares wi
 episode's backlog. The bounded arm's p99 depends on how much waiting the queue limit still
 allows and on how much admitted work slows each step, which is what the claim is about.
 
-Counterfactuals (``counterfactual``, lab/counterfactuals.py), each one mechanism switched:
+Counterfactuals (``counterfactual``, lab/engines/counterfactuals.py), each one mechanism switched:
 ``limits-off`` (the bounded arm gets no ingress limits) and ``limits-everywhere`` (the
 unbounded arm gets the bounded arm's limits).
 """
@@ -42,9 +42,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from claimbench.engine.config_tenants import Tenant
-from claimbench.lab import counterfactuals, open_loop, service_rate
-from claimbench.lab import tenant_runs as tr
+from claimbench.lab.engines import counterfactuals
 from claimbench.lab.figures import tenant_charts
+from claimbench.lab.load import open_loop, service_rate
+from claimbench.lab.load import tenant_runs as tr
 from claimbench.workload.spec import WorkloadSpec
 
 if TYPE_CHECKING:

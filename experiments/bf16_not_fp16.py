@@ -2,10 +2,10 @@
 
 The same checkpoint serves in bfloat16 and in float16 (computing and caching KV in that
 dtype), one engine at a time, taking turns within every trial in ABBA order
-(lab/interleaved_arms.py): each engine is freed before the other is built (a 7B model's
+(lab/engines/interleaved_arms.py): each engine is freed before the other is built (a 7B model's
 two 16-bit engines do not fit one chip together), and a drift in machine speed over the run
 falls on both formats alike. The float32 reference is
-computed one decoder layer at a time (lab/f32_reference.py: the checkpoint upcast to
+computed one decoder layer at a time (lab/quality/f32_reference.py: the checkpoint upcast to
 float32, every matmul at full f32 precision), since a 7B model's f32 weights (30.5 GB) do not
 fit beside anything on a 32 GB chip. Per trial:
 
@@ -24,14 +24,14 @@ fit beside anything on a 32 GB chip. Per trial:
 Supporting metrics: every setting's perplexity (the reference's included), each engine's
 prompt tokens/s, both agreements, both decode throughputs.
 
-Counterfactual (``counterfactual``, lab/counterfactuals.py): ``bf16-destroyed``, the bf16
+Counterfactual (``counterfactual``, lab/engines/counterfactuals.py): ``bf16-destroyed``, the bf16
 engine serves a copy of the model whose every matrix holds two values per output channel
-(lab/destructive_quantizers.py: two_level_checkpoint); the fp16 engine and the float32
+(lab/quality/destructive_quantizers.py: two_level_checkpoint); the fp16 engine and the float32
 reference are unchanged, so fp16 is far closer to the reference than that bf16.
-``bf16-slowed``, the bf16 engine's device takes ``BF16_SLOWED_S`` per step (lab/slow_device.py:
-its host waits that long for each step's outputs; the fp16 engine runs on the real device), so
-the comparison must see fp16 faster: fp16_speedup well above 1.02 shows the speed condition
-reads a real difference between the formats' steps.
+``bf16-slowed``, the bf16 engine's device takes ``BF16_SLOWED_S`` per step
+(lab/engines/slow_device.py: its host waits that long for each step's outputs; the fp16 engine runs
+on the real device), so the comparison must see fp16 faster: fp16_speedup well above 1.02 shows the
+speed condition reads a real difference between the formats' steps.
 """
 
 from __future__ import annotations
@@ -43,20 +43,20 @@ import numpy as np
 
 from claimbench.engine.sampling_params import SamplingParams
 from claimbench.harness.context import COMPILE_CACHE_DIR
-from claimbench.lab import counterfactuals
-from claimbench.lab.destructive_quantizers import two_level_checkpoint
-from claimbench.lab.engine_settings import EngineSettings
-from claimbench.lab.f32_reference import reference_pass
-from claimbench.lab.interleaved_arms import interleaved_trials
-from claimbench.lab.precision import (
+from claimbench.lab.engines import counterfactuals
+from claimbench.lab.engines.engine_settings import EngineSettings
+from claimbench.lab.engines.interleaved_arms import interleaved_trials
+from claimbench.lab.engines.slow_device import slow_device
+from claimbench.lab.quality.destructive_quantizers import two_level_checkpoint
+from claimbench.lab.quality.f32_reference import reference_pass
+from claimbench.lab.quality.precision import (
     QUALITY_DEFAULTS,
     quality_options,
     record_pass,
     trial_windows,
     warm_up,
 )
-from claimbench.lab.quality import PromptPass, prompt_pass, top1_agreement_pct
-from claimbench.lab.slow_device import slow_device
+from claimbench.lab.quality.quality import PromptPass, prompt_pass, top1_agreement_pct
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
@@ -89,7 +89,7 @@ def decode_tokens_per_s(engine: LLMEngine, prompts: np.ndarray, num_tokens: int)
 
 def engines(params: dict[str, Any], model: ModelConfig | None, dtype: str) -> EngineSettings:
     """A bf16 and an fp16 engine (KV in the model dtype), one at a time; the float32 side is
-    a layer-by-layer reference (lab/f32_reference.py), not an engine."""
+    a layer-by-layer reference (lab/quality/f32_reference.py), not an engine."""
     max_len = max(params["window_len"], params["decode_prompt_len"] + params["decode_tokens"]) + 1
     options = {
         setting: quality_options(

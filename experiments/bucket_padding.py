@@ -3,7 +3,7 @@
 Each trial serves one realistic trace on the real engine and reads its step records: every
 step's scheduled tokens, its sequences and the (token, sequence) bucket pair it ran at. The
 trace is the workload generator's: gamma arrivals (``burstiness`` < 1: bursty) at ``load`` x
-the saturation measured before the trial (lab/service_rate.py: a closed burst), for
+the saturation measured before the trial (lab/load/service_rate.py: a closed burst), for
 the time the engine needs to serve ``episode_requests`` requests at saturation (service
 units), then drained; the realised load, against the saturation measured after the trial's
 own serve, is recorded, and a trial more than
@@ -43,8 +43,8 @@ steps. Under load, chunked prefill fills steps to the budget (a bucket, so no pa
 bursts, decode-only steps of a few sequences pad up to the next power of two and to the
 sequence bucket's floor. Which dominates is the trace's, at the pre-registered load.
 
-Counterfactual (``counterfactual``, lab/counterfactuals.py): ``one-bucket`` serves the trace on
-an engine with a single token bucket, the step budget (one static shape, as a server without
+Counterfactual (``counterfactual``, lab/engines/counterfactuals.py): ``one-bucket`` serves the trace
+on an engine with a single token bucket, the step budget (one static shape, as a server without
 buckets pads every step to), in place of the powers of two.
 
 Params (claims.yaml, per profile): engine, compile_cache, load, burstiness, prompt_len ([lo,
@@ -63,9 +63,14 @@ import pandas as pd
 
 from claimbench.engine.config import MIN_TOKEN_BUCKET
 from claimbench.engine.worker.buckets import bucket_pairs, seq_buckets, token_buckets
-from claimbench.lab import counterfactuals, open_loop, service_rate
-from claimbench.lab import tenant_runs as tr
-from claimbench.lab.bucket_policies import BucketPolicy, fit_histogram_buckets, geometric_buckets
+from claimbench.lab.engines import counterfactuals
+from claimbench.lab.load import open_loop, service_rate
+from claimbench.lab.load import tenant_runs as tr
+from claimbench.lab.metrics.bucket_policies import (
+    BucketPolicy,
+    fit_histogram_buckets,
+    geometric_buckets,
+)
 from claimbench.models.tokenizer import Tokenizer
 from claimbench.workload.corpus import heldout_texts
 from claimbench.workload.lengths import EmpiricalLength, LognormalLength

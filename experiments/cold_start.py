@@ -1,6 +1,6 @@
 """cold-start: how long a fresh process takes to serve its first token, and what fixes it.
 
-Each trial launches fresh Python processes (lab/cold_start_probe.py), each building the
+Each trial launches fresh Python processes (lab/probes/cold_start_probe.py), each building the
 same engine (the run's model, dtype and the profile's ``engine`` params) and serving one
 first request (``first_prompt_len`` tokens, ``max_tokens`` out) and then a workload that
 takes every path a request can (``workload_prompt_lens`` under each sampling setting, with
@@ -26,7 +26,7 @@ process that is already compiled and has served once (emptied first, so no cache
   kept beside it as ``cold_start_s``;
 * cache_speedup = precompile's cold start / cached's cold start;
 * compiles_during_serving = XLA programs built while serving in the precompile and cached
-  processes, counted from JAX's own compile events (lab/compile_events.py: whatever code
+  processes, counted from JAX's own compile events (lab/probes/compile_events.py: whatever code
   path asked for them, not only the runner's bucket keys), first request to last: a "never"
   condition, so any compilation in any trial fails it. Its positive control,
   compiles_during_serving_control, is the same count in the cold process (precompile off),
@@ -44,7 +44,7 @@ first request's buckets takes against it (a small step program may compile in le
 steps' time); and compilations while serving count whatever the code path compiles
 lazily (a sampling or logprob variant, say) that precompile did not cover.
 
-Counterfactuals (``counterfactual``, lab/counterfactuals.py), each one mechanism off:
+Counterfactuals (``counterfactual``, lab/engines/counterfactuals.py), each one mechanism off:
 ``cold-precompiled`` (the cold process compiles every bucket before its first request: no
 compile is left for the first request, so its TTFT is a warm one), ``precompile-off`` (the
 precompile and cached processes compile nothing ahead: serving compiles) and ``cache-off``
@@ -69,8 +69,8 @@ import numpy as np
 import pandas as pd
 
 from claimbench.engine.sampling_params import SamplingParams
-from claimbench.lab import counterfactuals
-from claimbench.lab import tenant_runs as tr
+from claimbench.lab.engines import counterfactuals
+from claimbench.lab.load import tenant_runs as tr
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
@@ -94,7 +94,7 @@ def launch(spec: dict[str, Any], timeout_s: float) -> tuple[float, dict[str, Any
     """Run one cold_start_probe process on ``spec``: (seconds from launch to its first token,
     its report). RuntimeError with its stderr's tail when it fails."""
     env = {k: v for k, v in os.environ.items() if k not in CACHE_ENV}
-    command = [sys.executable, "-m", "claimbench.lab.cold_start_probe", json.dumps(spec)]
+    command = [sys.executable, "-m", "claimbench.lab.probes.cold_start_probe", json.dumps(spec)]
     launched = time.time()
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=timeout_s, env=env, check=False

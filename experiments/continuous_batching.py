@@ -21,7 +21,7 @@ small share of the run (under 5% at the profiles' sizes), and that share is reco
 (``drain_share_pct``, and in steps ``drain_step_share_pct``) so a reader can check the
 comparison measured steady batching.
 
-Counterfactual (``counterfactual``, lab/counterfactuals.py): ``static-both``, the continuous
+Counterfactual (``counterfactual``, lab/engines/counterfactuals.py): ``static-both``, the continuous
 arm is served in static batches too.
 """
 
@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from claimbench.engine.sampling_params import SamplingParams
-from claimbench.lab import counterfactuals
-from claimbench.lab.engine_settings import EngineSettings
+from claimbench.lab.engines import counterfactuals
+from claimbench.lab.engines.engine_settings import EngineSettings
 from claimbench.workload.build import WorkloadRequest, build_requests
 from claimbench.workload.lengths import length_dist_from_dict
 from claimbench.workload.spec import WorkloadSpec

@@ -10,7 +10,7 @@ The roofline of each step (hardware/decode_roofline.py) is the bytes it must mov
 weight once, the batch's cached K/V, the new K/V) over the memory bandwidth, in the dtypes the
 engine stores them in. The bandwidth and peak FLOP/s are the chip spec's on a TPU or GPU (the
 claim is about a chip's HBM roofline); on a CPU, which has no such spec, they are measured on
-this host by a streaming probe and a matmul probe (lab/memory_probe.py) and the
+this host by a streaming probe and a matmul probe (lab/probes/memory_probe.py) and the
 comparison is shown as the CPU's own, indicative. Both probes are recorded every trial.
 
 Per trial and batch: the median full-batch decode step, its roofline, their ratio and the
@@ -18,8 +18,8 @@ MFU (useful FLOPs / step time / peak), labelled ``batch``. The claim's metrics p
 the worst over the batches: ``step_over_roofline`` (the largest ratio) and ``mfu_pct`` (the
 largest MFU), since it says every batch up to 32 stays within 1.3x and under 10%.
 
-Counterfactual (``counterfactual``, lab/counterfactuals.py): ``one-bucket`` pads every step to
-the token budget (the engine's one token bucket), so a decode step of a few sequences
+Counterfactual (``counterfactual``, lab/engines/counterfactuals.py): ``one-bucket`` pads every step
+to the token budget (the engine's one token bucket), so a decode step of a few sequences
 computes a budget's worth of tokens and moves the same bytes: a step the weights' streaming no
 longer bounds. ``attained-peak`` measures MFU against the highest FLOP/s any of the trial's
 decode steps reached instead of the chip's (or the matmul probe's) peak: a device whose
@@ -42,10 +42,10 @@ from claimbench.engine.sampling_params import SamplingParams
 from claimbench.hardware.chips import get_chip
 from claimbench.hardware.decode_roofline import decode_bytes, weight_storage_bytes
 from claimbench.hardware.model_presets import shape_from_config
-from claimbench.lab import counterfactuals
-from claimbench.lab.engine_settings import EngineSettings
-from claimbench.lab.memory_probe import matmul_flops_per_s, stream_bytes_per_s
-from claimbench.lab.tenant_runs import reset_with
+from claimbench.lab.engines import counterfactuals
+from claimbench.lab.engines.engine_settings import EngineSettings
+from claimbench.lab.load.tenant_runs import reset_with
+from claimbench.lab.probes.memory_probe import matmul_flops_per_s, stream_bytes_per_s
 from claimbench.models.checkpoint import read_config
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@ premium tier within its SLO, while without one every tier misses its SLO?
 
 Three tiers share one length mix with poisson arrivals: premium (tier 0), standard (tier 1)
 and best effort (tier 2), each offering its ``share`` of the load. Each trial measures its
-own service rate on the mix at saturation (lab/service_rate.py: a closed burst that keeps
+own service rate on the mix at saturation (lab/load/service_rate.py: a closed burst that keeps
 the batch full; ``mu`` requests/s, one "request time" is 1 / mu), then offers ``overload`` (2x)
 that rate for as long as the engine needs to serve ``episode_requests`` requests at that
 rate; arrivals then stop and every admitted request is served to completion. The same
@@ -56,7 +56,7 @@ the design intends (even best effort waits past its objective by the episode's e
 1 the control's light load. ``num_premium_requests`` counts the premium requests a trial
 judged.
 
-Counterfactuals (``counterfactual``, lab/counterfactuals.py): ``ladder-off`` (the ladder arm
+Counterfactuals (``counterfactual``, lab/engines/counterfactuals.py): ``ladder-off`` (the ladder arm
 serves without its ladder) and ``overload-off`` (the episode offered at ``control_load``).
 """
 
@@ -72,9 +72,10 @@ import pandas as pd
 from claimbench.engine.config_ladder import as_ladder
 from claimbench.engine.config_tenants import Tenant
 from claimbench.harness import evidence_rules
-from claimbench.lab import counterfactuals, open_loop, service_rate
-from claimbench.lab import tenant_runs as tr
+from claimbench.lab.engines import counterfactuals
 from claimbench.lab.figures import tenant_charts
+from claimbench.lab.load import open_loop, service_rate
+from claimbench.lab.load import tenant_runs as tr
 from claimbench.workload.spec import WorkloadSpec
 
 if TYPE_CHECKING:

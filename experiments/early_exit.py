@@ -21,7 +21,7 @@ heads) and, at batch 32, also without it.
   that cost is recorded beside it, ``exit_overhead_pct_b32`` = 100 x (never / off - 1), and
   the net change ``step_time_saving_vs_off_pct_b32`` = 100 x (1 - on / off).
 
-Counterfactuals (``counterfactual``, lab/counterfactuals.py), the exit decision replaced:
+Counterfactuals (``counterfactual``, lab/engines/counterfactuals.py), the exit decision replaced:
 ``forced-exit`` (threshold 0: every decode token exits at the first exit layer, so a batched
 step skips every later layer however large the batch) and ``never-exit`` (the "on" engine's
 threshold is "never"'s: no layer is skipped).
@@ -31,7 +31,7 @@ layer (a step runs until its slowest token exits); the held-out quality the exit
 saved with (top-1 agreement with the full model, perplexity with and without exit, on the
 dense forward) at the threshold used, and whether the batch-32 arms emitted the same tokens.
 
-Quality as served (lab/exit_quality.py), where exited tokens' later-layer K/V are their
+Quality as served (lab/quality/exit_quality.py), where exited tokens' later-layer K/V are their
 propagated hidden state: per trial, the share of the batch-32 arms' greedy output positions
 that agree (``greedy_token_agreement_b32``) and the mean leading tokens before the first
 difference; once, ``quality_windows`` held-out windows of ``quality_len`` tokens fed one
@@ -50,9 +50,9 @@ import pandas as pd
 
 from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.engine.sampling_params import SamplingParams
-from claimbench.lab import counterfactuals
-from claimbench.lab.exit_quality import NEVER_EXIT, greedy_agreement, teacher_forced
-from claimbench.lab.tenant_runs import kv_pool_bytes, rotated
+from claimbench.lab.engines import counterfactuals
+from claimbench.lab.load.tenant_runs import kv_pool_bytes, rotated
+from claimbench.lab.quality.exit_quality import NEVER_EXIT, greedy_agreement, teacher_forced
 from claimbench.models.checkpoint import load_model
 from claimbench.models.exit_heads import load_exit_heads, read_exit_config
 from claimbench.workload.corpus import heldout_prompts, heldout_token_windows

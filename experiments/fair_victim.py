@@ -27,13 +27,13 @@ control, top_tier_preemptions_control, is the same count under ``newest`` in the
 episode: a policy blind to tiers whose top-tier preemptions show that the load put the top
 tier at risk at all. A zero under fair-share beside a zero control shows nothing.
 
-The service rate is the saturation measured in every trial (lab/service_rate.py: a closed
+The service rate is the saturation measured in every trial (lab/load/service_rate.py: a closed
 burst that keeps the batch full, whatever the trial's load); a trial's arrivals are built
 from the one measured just before it, and its realised load, taken against the one
 measured in the trial itself, is recorded: a trial more than ``load_tolerance`` off
 ``load`` is reported, not scored.
 
-Counterfactual (``counterfactual``, lab/counterfactuals.py): ``fair-share-off``, the
+Counterfactual (``counterfactual``, lab/engines/counterfactuals.py): ``fair-share-off``, the
 fair-share arm chooses its victims by ``newest`` too (the policy blind to tenants' shares).
 """
 
@@ -46,9 +46,10 @@ import pandas as pd
 
 from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.engine.sched.fairness import INPUT_PREFIX
-from claimbench.lab import counterfactuals, open_loop, service_rate
-from claimbench.lab import tenant_runs as tr
+from claimbench.lab.engines import counterfactuals
 from claimbench.lab.figures import tenant_charts
+from claimbench.lab.load import open_loop, service_rate
+from claimbench.lab.load import tenant_runs as tr
 from claimbench.workload.spec import WorkloadSpec
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ arrivals at ``load`` x the trial's saturation for as long as the engine needs to
 ``heavy_share`` of them; then arrivals stop and the backlog is served to completion. Each
 trial measures its own saturation first, then serves the same requests twice, under FCFS
 and under VTC (the only difference), in an order that rotates from trial to trial.
-The service rate is the saturation measured in every trial (lab/service_rate.py: a closed
+The service rate is the saturation measured in every trial (lab/load/service_rate.py: a closed
 burst that keeps the batch full, whatever the trial's load); a trial's arrivals are built
 from the one measured just before it, and its realised load, taken against the one
 measured in the trial itself, is recorded: a trial more than ``load_tolerance`` off
@@ -14,7 +14,7 @@ measured in the trial itself, is recorded: a trial more than ``load_tolerance`` 
 
 Service is w_in * input + w_out * output tokens (``input_weight``, ``output_weight``). The gap
 is the largest difference in service two tenants received over an interval in which both
-had waiting requests (lab/service.py). The bound is Sheng et al.'s 2 * max(w_in * L_in,
+had waiting requests (lab/metrics/service.py). The bound is Sheng et al.'s 2 * max(w_in * L_in,
 w_out * M), from each run's own measurements: L_in its longest prompt, M the most tokens of
 context its running batch held after any step. Throughput is output tokens per second over
 the steps that ran while a request was waiting (the overload, where both arms run a full
@@ -29,7 +29,7 @@ faster engine the episode (and so the gap) is the same. VTC's gap is bounded onl
 scheduler really equalises counters under chunked prefill and batching; its throughput
 cost is measured in the same saturated window as FCFS's.
 
-Counterfactuals (``counterfactual``, lab/counterfactuals.py), each one mechanism off:
+Counterfactuals (``counterfactual``, lab/engines/counterfactuals.py), each one mechanism off:
 ``vtc-off`` (the VTC arm is served FCFS: its gap is arrival order's), ``fcfs-fair`` (the
 FCFS arm is served by VTC: its gap is the counter's) and ``vtc-idle`` (the VTC arm is not
 work-conserving: while a request waits it schedules at most half of max_num_seqs tokens a
@@ -48,10 +48,11 @@ from typing import TYPE_CHECKING, Any
 
 from claimbench.engine.config_ladder import Rung
 from claimbench.engine.sched.fairness import RUNNING_TOKENS
-from claimbench.lab import counterfactuals, open_loop, service_rate
-from claimbench.lab import tenant_runs as tr
+from claimbench.lab.engines import counterfactuals
 from claimbench.lab.figures import tenant_charts
-from claimbench.lab.service import cumulative_service, max_service_gap, steps_backlog
+from claimbench.lab.load import open_loop, service_rate
+from claimbench.lab.load import tenant_runs as tr
+from claimbench.lab.metrics.service import cumulative_service, max_service_gap, steps_backlog
 from claimbench.workload.build import WorkloadRequest
 from claimbench.workload.spec import WorkloadSpec
 

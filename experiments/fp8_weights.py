@@ -14,9 +14,9 @@ value plus an f32 scale per output channel; norms in bf16), with the layout's te
 inputs. The served engines' real weight bytes are a side metric (served_weight_bytes, once):
 tests check the formula against them.
 
-Counterfactual (``counterfactual``, lab/counterfactuals.py): ``weights-destroyed``, the
+Counterfactual (``counterfactual``, lab/engines/counterfactuals.py): ``weights-destroyed``, the
 quantized engine serves a copy of the model whose every matrix was first rounded to two
-values per output channel (lab/destructive_quantizers.py: two_level_checkpoint), then
+values per output channel (lab/quality/destructive_quantizers.py: two_level_checkpoint), then
 quantized to ``weights`` as usual; the bf16 engine is unchanged.
 
 Params: num_windows, window_len, weights (int8 | fp8, default fp8), model, counterfactual,
@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 from claimbench.hardware.model_presets import get_preset
 from claimbench.harness.context import COMPILE_CACHE_DIR
-from claimbench.lab import counterfactuals
-from claimbench.lab.capacity import weight_layout_bytes
-from claimbench.lab.destructive_quantizers import two_level_checkpoint
-from claimbench.lab.engine_settings import EngineSettings
-from claimbench.lab.precision import (
+from claimbench.lab.engines import counterfactuals
+from claimbench.lab.engines.engine_settings import EngineSettings
+from claimbench.lab.metrics.capacity import weight_layout_bytes
+from claimbench.lab.quality.destructive_quantizers import two_level_checkpoint
+from claimbench.lab.quality.precision import (
     QUALITY_DEFAULTS,
     quality_options,
     run_passes,
@@ -42,7 +42,7 @@ from claimbench.lab.precision import (
     trial_windows,
     warm_up,
 )
-from claimbench.lab.quality import ppl_delta_pct, top1_agreement_pct
+from claimbench.lab.quality.quality import ppl_delta_pct, top1_agreement_pct
 
 if TYPE_CHECKING:
     from claimbench.harness.context import RunContext

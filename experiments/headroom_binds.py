@@ -24,7 +24,7 @@ Both are measured in every trial, on that trial's own sweep. The recorded ratio 
 exhaustion; each level's throughput and minimum KV headroom (free pages / usable pages) are
 recorded too, labelled with the concurrency.
 
-Counterfactuals (``counterfactual``, lab/counterfactuals.py): ``kv-elastic``, the engine
+Counterfactuals (``counterfactual``, lab/engines/counterfactuals.py): ``kv-elastic``, the engine
 serves with a pool ``ELASTIC_POOL`` times the registered one, so KV never binds within the
 sweep, while exhaustion is still read against the registered pool: the first level at which
 the pages in use exceed its usable pages (where it would have stalled or preempted); and
@@ -48,7 +48,7 @@ import pandas as pd
 
 from claimbench.engine.outputs import FinishEvent, TokenEvent
 from claimbench.engine.sampling_params import SamplingParams
-from claimbench.lab import counterfactuals
+from claimbench.lab.engines import counterfactuals
 from claimbench.workload.build import WorkloadRequest, build_requests
 from claimbench.workload.lengths import length_dist_from_dict
 from claimbench.workload.spec import WorkloadSpec

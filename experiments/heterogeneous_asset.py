@@ -3,7 +3,7 @@
 Two tenants with opposite shapes share one engine: "prefill" sends long prompts and wants
 short answers, "decode" sends short prompts and wants long answers (``prefill_share`` of the
 requests are prefill's). Each trial's arrivals are built from the engine's saturation on the
-mix measured just before it (lab/service_rate.py: a closed burst that keeps the batch
+mix measured just before it (lab/load/service_rate.py: a closed burst that keeps the batch
 full), and its realised load is taken against the saturation measured after its arms (a
 trial more than ``load_tolerance`` off ``load`` is reported, not scored). Each trial
 measures each
@@ -13,7 +13,7 @@ interleaved ABBA (the first arm rotating from trial to trial), so a drift in the
 speed over the trial falls on both arms alike:
 
 * together: both tenants' requests share every step (chunked prefill beside decodes);
-* sliced: windows of equal length alternate between the tenants (lab/time_slicing.py):
+* sliced: windows of equal length alternate between the tenants (lab/load/time_slicing.py):
   in a tenant's window only its requests run, a request arriving in the other's window
   waits, and one unfinished at its window's end pauses until its tenant's next window.
 
@@ -37,12 +37,12 @@ On an accelerator a decode step is bandwidth-bound and prefill compute-bound, so
 is nearly free; on a CPU both are compute-bound, which is why this claim is scoped to
 accelerators and CPU runs are indicative.
 
-Counterfactual (``counterfactual``, lab/counterfactuals.py): ``co-location-off``, the
+Counterfactual (``counterfactual``, lab/engines/counterfactuals.py): ``co-location-off``, the
 together arm is time-sliced too.
 
 Param ``device_step_s`` (0: the real device): every step of the trial, the saturation
 meter's, the isolated probes' and both arms', takes that long on the device
-(lab/slow_device.py). A step time that dwarfs the host's work makes the trial's timing, and
+(lab/engines/slow_device.py). A step time that dwarfs the host's work makes the trial's timing, and
 so which requests meet their SLOs, a matter of step counts rather than of a busy host's
 jitter: at tiny size on a CPU, two identically sliced arms then serve near-identically.
 
@@ -62,11 +62,12 @@ import numpy as np
 import pandas as pd
 
 from claimbench.engine.sampling_params import SamplingParams
-from claimbench.lab import counterfactuals, open_loop, service_rate
-from claimbench.lab import tenant_runs as tr
+from claimbench.lab.engines import counterfactuals
+from claimbench.lab.engines.slow_device import slow_device
 from claimbench.lab.figures import tenant_charts
-from claimbench.lab.slow_device import slow_device
-from claimbench.lab.time_slicing import serve_time_sliced
+from claimbench.lab.load import open_loop, service_rate
+from claimbench.lab.load import tenant_runs as tr
+from claimbench.lab.load.time_slicing import serve_time_sliced
 from claimbench.workload.build import WorkloadRequest
 from claimbench.workload.spec import WorkloadSpec
 

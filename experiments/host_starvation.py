@@ -25,11 +25,11 @@ Also recorded: the on-arm's share of the period the host spent waiting for the d
 share, each arm's decode step count, and whether the arms emitted the same tokens.
 
 Param ``device_step_s`` (0: the real device): each step takes that long on the device
-(lab/slow_device.py: the host's wait for the step's outputs grows as a slower device would
+(lab/engines/slow_device.py: the host's wait for the step's outputs grows as a slower device would
 make it; the host's work is unchanged), a stand-in for a device step heavier than a CPU's.
 
-Counterfactuals (``counterfactual``, lab/counterfactuals.py): ``overlap-off``, the on arm runs
-synchronously too, so the arms differ in nothing and the gain is ~0 (measured with a
+Counterfactuals (``counterfactual``, lab/engines/counterfactuals.py): ``overlap-off``, the on arm
+runs synchronously too, so the arms differ in nothing and the gain is ~0 (measured with a
 ``device_step_s`` that dwarfs the host's work, a busy host's jitter is a small part of
 each period); ``device-heavy``, both arms on a device whose step takes ``DEVICE_HEAVY_S``, far
 more than the host's work per step at the sizes a CPU serves, so the host's share of the
@@ -48,9 +48,9 @@ import numpy as np
 from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.engine.outputs import TokenEvent
 from claimbench.engine.sampling_params import SamplingParams
-from claimbench.lab import counterfactuals
-from claimbench.lab.slow_device import slow_device
-from claimbench.lab.tenant_runs import kv_pool_bytes, reset_with, rotated
+from claimbench.lab.engines import counterfactuals
+from claimbench.lab.engines.slow_device import slow_device
+from claimbench.lab.load.tenant_runs import kv_pool_bytes, reset_with, rotated
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine

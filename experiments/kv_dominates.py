@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from claimbench.hardware.model_presets import ModelShape, get_preset
 from claimbench.hardware.roofline import kv_bytes_per_token, weight_bytes
-from claimbench.lab.engine_settings import EngineSettings
+from claimbench.lab.engines.engine_settings import EngineSettings
 
 if TYPE_CHECKING:
     from claimbench.harness.context import RunContext

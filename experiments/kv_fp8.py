@@ -21,19 +21,19 @@ order is rotated by the run seed (precision.each_engine: each goes first under a
 seed), so a drift in machine speed over a run does not always land on the same setting's
 prompt tokens/s, the one timed (supporting) number.
 
-Counterfactual (``counterfactual``, lab/counterfactuals.py): ``kv-destroyed``, the fp8 engine's
-scale is one that keeps nothing (lab/destructive_quantizers.py: DESTROYED_KV, every value
-rounded to zero), the engines differing in nothing else.
+Counterfactual (``counterfactual``, lab/engines/counterfactuals.py): ``kv-destroyed``, the fp8
+engine's scale is one that keeps nothing (lab/quality/destructive_quantizers.py: DESTROYED_KV, every
+value rounded to zero), the engines differing in nothing else.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from claimbench.lab import counterfactuals
-from claimbench.lab.destructive_quantizers import DESTROYED_KV
-from claimbench.lab.engine_settings import EngineSettings
-from claimbench.lab.precision import (
+from claimbench.lab.engines import counterfactuals
+from claimbench.lab.engines.engine_settings import EngineSettings
+from claimbench.lab.quality.destructive_quantizers import DESTROYED_KV
+from claimbench.lab.quality.precision import (
     CAPACITY_DEFAULTS,
     QUALITY_DEFAULTS,
     passes_per_engine,
@@ -41,7 +41,7 @@ from claimbench.lab.precision import (
     record_capacity_ratio,
     trial_windows,
 )
-from claimbench.lab.quality import ppl_delta_pct, top1_agreement_pct
+from claimbench.lab.quality.quality import ppl_delta_pct, top1_agreement_pct
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine

@@ -16,8 +16,8 @@ every trial, freed: two 7B engines do not fit one chip together), and
 ppl_delta_pct = 100 * (int8 perplexity / bf16 perplexity - 1) over the same windows;
 top1_agreement_pct (int8 vs bf16 greedy next token) goes beside it.
 
-Counterfactual (``counterfactual``, lab/counterfactuals.py): ``kv-destroyed``, the int8
-engine's KV is stored by a quantizer that keeps nothing (lab/destructive_quantizers.py:
+Counterfactual (``counterfactual``, lab/engines/counterfactuals.py): ``kv-destroyed``, the int8
+engine's KV is stored by a quantizer that keeps nothing (lab/quality/destructive_quantizers.py:
 DESTROYED_KV, every value rounded to zero), the engines differing in nothing else.
 
 Params (claims.yaml, per profile): num_windows, window_len, model, pool_bytes, page_size,
@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from claimbench.lab import counterfactuals
-from claimbench.lab.destructive_quantizers import DESTROYED_KV
-from claimbench.lab.engine_settings import EngineSettings
-from claimbench.lab.precision import (
+from claimbench.lab.engines import counterfactuals
+from claimbench.lab.engines.engine_settings import EngineSettings
+from claimbench.lab.quality.destructive_quantizers import DESTROYED_KV
+from claimbench.lab.quality.precision import (
     CAPACITY_DEFAULTS,
     QUALITY_DEFAULTS,
     passes_per_engine,
@@ -40,7 +40,7 @@ from claimbench.lab.precision import (
     record_capacity_ratio,
     trial_windows,
 )
-from claimbench.lab.quality import ppl_delta_pct, top1_agreement_pct
+from claimbench.lab.quality.quality import ppl_delta_pct, top1_agreement_pct
 
 if TYPE_CHECKING:
     from claimbench.harness.context import RunContext

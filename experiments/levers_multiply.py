@@ -29,10 +29,10 @@ settings' order is rotated by the run seed (precision.each_engine), so a
 drift in machine speed over a run does not always land on the same setting's prompt tokens/s,
 the one timed (supporting) number.
 
-Counterfactual (``counterfactual``, lab/counterfactuals.py): ``levers-interact``, the combined
-setting's KV is stored by a quantizer that keeps nothing (lab/destructive_quantizers.py:
-DESTROYED_KV) while each lever alone is as registered, so the combination costs far more
-than the sum of its parts.
+Counterfactual (``counterfactual``, lab/engines/counterfactuals.py): ``levers-interact``, the
+combined setting's KV is stored by a quantizer that keeps nothing
+(lab/quality/destructive_quantizers.py: DESTROYED_KV) while each lever alone is as registered, so
+the combination costs far more than the sum of its parts.
 """
 
 from __future__ import annotations
@@ -42,17 +42,17 @@ from typing import TYPE_CHECKING, Any
 
 from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.hardware.model_presets import get_preset, model_config
-from claimbench.lab import counterfactuals
-from claimbench.lab.capacity import pool_capacity, weight_layout_bytes
-from claimbench.lab.destructive_quantizers import DESTROYED_KV
-from claimbench.lab.engine_settings import EngineSettings
-from claimbench.lab.precision import (
+from claimbench.lab.engines import counterfactuals
+from claimbench.lab.engines.engine_settings import EngineSettings
+from claimbench.lab.metrics.capacity import pool_capacity, weight_layout_bytes
+from claimbench.lab.quality.destructive_quantizers import DESTROYED_KV
+from claimbench.lab.quality.precision import (
     QUALITY_DEFAULTS,
     passes_per_engine,
     quality_options,
     trial_windows,
 )
-from claimbench.lab.quality import ppl_delta_pct
+from claimbench.lab.quality.quality import ppl_delta_pct
 
 if TYPE_CHECKING:
     from claimbench.harness.context import RunContext

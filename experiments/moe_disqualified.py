@@ -24,8 +24,8 @@ a step's touched percentage is its touched experts over all layers' experts; the
 experts_touched_pct_b32 = the lowest such step (the claim says "in every decode step"), and
 experts_touched_mean_pct_b32 = their mean, as a side metric.
 
-Counterfactual (``counterfactual``, lab/counterfactuals.py): ``same-prompt`` serves one prompt
-``batch`` times, so the batch carries one sequence's routing instead of 32 different ones and
+Counterfactual (``counterfactual``, lab/engines/counterfactuals.py): ``same-prompt`` serves one
+prompt ``batch`` times, so the batch carries one sequence's routing instead of 32 different ones and
 every step touches only the experts one token picks (the diversity of a batch is the claim's
 mechanism).
 
@@ -44,8 +44,8 @@ import numpy as np
 from claimbench.hardware.chips import get_chip
 from claimbench.hardware.model_presets import ModelShape, get_preset
 from claimbench.hardware.roofline import expert_fraction_touched, weight_bytes
-from claimbench.lab import counterfactuals
-from claimbench.lab.engine_settings import EngineSettings
+from claimbench.lab.engines import counterfactuals
+from claimbench.lab.engines.engine_settings import EngineSettings
 
 if TYPE_CHECKING:
     import pandas as pd

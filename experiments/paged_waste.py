@@ -31,7 +31,7 @@ together. Prompts are random token ids and outputs run to their
 drawn length (EOS ignored): the model's text does not matter, its lengths do. Each trial
 draws fresh lengths; which allocation runs first alternates by trial.
 
-Counterfactuals (``counterfactual``, lab/counterfactuals.py), each one allocation swapped:
+Counterfactuals (``counterfactual``, lab/engines/counterfactuals.py), each one allocation swapped:
 ``paging-off`` (the paged arm reserves each request's maximum length too) and
 ``reservation-off`` (the contiguous arm allocates pages as they fill too).
 """
@@ -47,9 +47,9 @@ from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.engine.kv.kv_cache import pool_bytes_for
 from claimbench.engine.outputs import TokenEvent
 from claimbench.engine.sampling_params import SamplingParams
-from claimbench.lab import counterfactuals
-from claimbench.lab.engine_settings import EngineSettings
-from claimbench.lab.precision import arm_order
+from claimbench.lab.engines import counterfactuals
+from claimbench.lab.engines.engine_settings import EngineSettings
+from claimbench.lab.quality.precision import arm_order
 from claimbench.models.checkpoint import read_config
 from claimbench.workload.lengths import LognormalLength
 

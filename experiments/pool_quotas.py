@@ -3,7 +3,7 @@
 A quiet tenant sends short requests, a noisy one long requests, into a KV pool that holds
 ``pool_requests`` of the noisy kind at once, so pages (not the sequence limit) bind. Each
 trial's timeline is built from the saturation on the noisy mix in that pool measured just
-before it (lab/service_rate.py: a closed burst that keeps the batch full; the episode's
+before it (lab/load/service_rate.py: a closed burst that keeps the batch full; the episode's
 realised load, against the saturation measured after the trial's arms, is recorded, and a
 trial more than ``load_tolerance`` off noisy_load + quiet_load is reported, not scored), in
 its service units: the noisy tenant bursts at ``noisy_load`` x saturation for as long as the
@@ -26,7 +26,7 @@ backlog and how long the queue ahead of them is. Under quotas the quiet tenant s
 the token budget and each step's time with the noisy prefills and decodes, so whether it
 stays within 1.5x depends on that interference, not on the page accounting alone.
 
-Counterfactuals (``counterfactual``, lab/counterfactuals.py), each one mechanism switched:
+Counterfactuals (``counterfactual``, lab/engines/counterfactuals.py), each one mechanism switched:
 ``quotas-off`` (the quota arm gets no quota: a fully shared pool) and ``quotas-everywhere``
 (the shared arm gets the quota arm's quota).
 """
@@ -39,9 +39,10 @@ from typing import TYPE_CHECKING, Any
 
 from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.engine.config_tenants import Tenant
-from claimbench.lab import counterfactuals, open_loop, service_rate
-from claimbench.lab import tenant_runs as tr
+from claimbench.lab.engines import counterfactuals
 from claimbench.lab.figures import tenant_charts
+from claimbench.lab.load import open_loop, service_rate
+from claimbench.lab.load import tenant_runs as tr
 from claimbench.workload.spec import WorkloadSpec
 from claimbench.workload.tenants import TenantLoad
 

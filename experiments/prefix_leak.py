@@ -30,7 +30,7 @@ tokens / prompt tokens over all their requests, pooled) salted as a percentage o
 Token ids are drawn uniformly from the vocabulary (ids below 3 excluded: special tokens); the
 cache and the timing depend only on lengths and equality.
 
-Counterfactuals (``counterfactual``, lab/counterfactuals.py), each one mechanism switched:
+Counterfactuals (``counterfactual``, lab/engines/counterfactuals.py), each one mechanism switched:
 ``no-salt`` (the salted mode's cache is shared across tenants), ``shared-cache-off`` (the
 shared mode caches nothing) and ``salted-cache-off`` (the salted mode caches nothing).
 """
@@ -47,7 +47,7 @@ import pandas as pd
 
 from claimbench.engine.sampling_params import SamplingParams
 from claimbench.harness import evidence_rules
-from claimbench.lab import counterfactuals
+from claimbench.lab.engines import counterfactuals
 from claimbench.workload.lengths import length_dist_from_dict
 
 if TYPE_CHECKING:

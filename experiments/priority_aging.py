@@ -1,7 +1,7 @@
 """priority-aging: does aging keep the low tier from starving without hurting the high tier?
 
 Every trial sets every load and window in units of the engine's saturation on the trial's
-request mix (lab/service_rate.py: a closed burst that keeps the batch full; ``mu``
+request mix (lab/load/service_rate.py: a closed burst that keeps the batch full; ``mu``
 requests/s) measured just before it, so the experiment is the same on a slow and a fast
 engine. One "request time" is 1 / mu.
 
@@ -35,12 +35,12 @@ Metrics: low_wait_over_bound (low tier's worst wait under aging / bound), high_p
 (high tier's p99 TTFT under aging / alone), strict_low_wait_ratio (low tier's worst wait
 under strict priority / under aging).
 
-Counterfactuals (``counterfactual``, lab/counterfactuals.py), each one mechanism off:
+Counterfactuals (``counterfactual``, lab/engines/counterfactuals.py), each one mechanism off:
 ``aging-off`` (the aging arm is served by strict priority) and ``tiers-off`` (the aging arm is
 served FCFS: no tier ordering at all, so the high tier waits behind the low tier's work).
 
 Param ``device_step_s`` (0: the real device): every step of the trial, the service-rate
-meter's included, takes that long on a device of a fixed step time (lab/slow_device.py).
+meter's included, takes that long on a device of a fixed step time (lab/engines/slow_device.py).
 With it well above the host's own work, which request waits how long follows from step
 counts, not from a shared host's jitter: the counterfactual tests use it.
 """
@@ -55,10 +55,11 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from claimbench.engine.sched.fairness import BACKLOG_PREFIX
-from claimbench.lab import counterfactuals, open_loop, service_rate
-from claimbench.lab import tenant_runs as tr
+from claimbench.lab.engines import counterfactuals
+from claimbench.lab.engines.slow_device import slow_device
 from claimbench.lab.figures import tenant_charts
-from claimbench.lab.slow_device import slow_device
+from claimbench.lab.load import open_loop, service_rate
+from claimbench.lab.load import tenant_runs as tr
 from claimbench.workload.spec import WorkloadSpec
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ The shipped claimbench-tiny-draft proposes 4 tokens a step for claimbench-tiny (
 profile pins Qwen2.5-0.5B-Instruct for Qwen2.5-7B-Instruct: ``draft_model``); the target
 verifies them in one step (exact greedy acceptance, engine/worker/acceptance.py). Two engines,
 same pool and buckets, built one at a time and taking turns within every trial, serve the
-same held-out prompt per trial (lab/spec_trials.py); per trial:
+same held-out prompt per trial (lab/speculative/spec_trials.py); per trial:
 the speedup of output tokens/s over plain decoding, the greedy mismatch count (tokens that
 differ from plain decoding's; float32 is batch-invariant, bfloat16 may flip a near-tie)
 with its positive control (greedy_mismatch_control: the speculative engine with its
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from claimbench.lab.engine_settings import EngineSettings
-from claimbench.lab.spec_trials import arm_settings, check_params, run_trials
+from claimbench.lab.engines.engine_settings import EngineSettings
+from claimbench.lab.speculative.spec_trials import arm_settings, check_params, run_trials
 
 if TYPE_CHECKING:
     from claimbench.harness.context import RunContext

@@ -3,7 +3,7 @@
 Batching fills the idle compute that speculation also feeds on, so at batch 32 the claim
 expects at most a 1.1x gain. Two engines, same pool and buckets, built one at a time and
 taking turns within every trial, serve the same 32 held-out prompts per trial
-(lab/spec_trials.py; the draft as in spec-decode-gain, ``draft_model``); per trial: the
+(lab/speculative/spec_trials.py; the draft as in spec-decode-gain, ``draft_model``); per trial: the
 speedup of output tokens/s over plain decoding (``speedup_at_b32``), the greedy mismatch
 count and vLLM's acceptance metrics. The ``counterfactual`` param switches the speculative
 arm's verifier off (spec_trials.py).
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from claimbench.lab.engine_settings import EngineSettings
-from claimbench.lab.spec_trials import arm_settings, check_params, run_trials
+from claimbench.lab.engines.engine_settings import EngineSettings
+from claimbench.lab.speculative.spec_trials import arm_settings, check_params, run_trials
 
 if TYPE_CHECKING:
     from claimbench.harness.context import RunContext

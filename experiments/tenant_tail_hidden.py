@@ -20,13 +20,13 @@ Each trial measures the engine's saturation on this mix, then offers ``load`` x 
 as long as the engine needs to serve ``episode_requests`` requests at saturation (a fresh
 seed per trial), serves it to completion under FCFS, and compares the worst small
 tenant's p99 TTFT with the p99 over every request pooled.
-The service rate is the saturation measured in every trial (lab/service_rate.py: a closed
+The service rate is the saturation measured in every trial (lab/load/service_rate.py: a closed
 burst that keeps the batch full, whatever the trial's load); a trial's arrivals are built
 from the one measured just before it, and its realised load, taken against the one
 measured in the trial itself, is recorded: a trial more than ``load_tolerance`` off
 ``load`` is reported, not scored.
 
-Counterfactual (``counterfactual``, lab/counterfactuals.py): ``tenants-identical``, the
+Counterfactual (``counterfactual``, lab/engines/counterfactuals.py): ``tenants-identical``, the
 small tenants arrive poisson like the big one (burstiness 1), so with equal lengths every
 tenant is the same process at a different rate.
 
@@ -42,9 +42,10 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from claimbench.lab import counterfactuals, open_loop, service_rate
-from claimbench.lab import tenant_runs as tr
+from claimbench.lab.engines import counterfactuals
 from claimbench.lab.figures import tenant_charts
+from claimbench.lab.load import open_loop, service_rate
+from claimbench.lab.load import tenant_runs as tr
 from claimbench.workload.spec import WorkloadSpec
 from claimbench.workload.tenants import TenantLoad
 

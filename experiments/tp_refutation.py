@@ -20,10 +20,10 @@ term (hardware/roofline.py) for ``model`` at ``roofline_tp`` chips, ``batch`` se
 roofline_per_chip_throughput_ratio. No condition reads them; they say what the hardware
 physics predicts beside whatever was measured.
 
-Counterfactual (``counterfactual``, lab/counterfactuals.py): ``tp-off`` builds every arm's
+Counterfactual (``counterfactual``, lab/engines/counterfactuals.py): ``tp-off`` builds every arm's
 engine unsharded (tp = 1) while keeping its tp label, so the larger tp's arm gets no more
 devices and its latency cannot fall. ``one-chip-slow``: the tp = 1 arm's device takes
-``ONE_CHIP_SLOW_S`` per step (lab/slow_device.py), far more than a sharded tiny step, as if
+``ONE_CHIP_SLOW_S`` per step (lab/engines/slow_device.py), far more than a sharded tiny step, as if
 one chip alone ran far below the chips tp shards over (a chip whose weights do not fit its
 fast memory, say); the larger tp's arm is unchanged. Per-chip throughput at tp = max then
 exceeds tp = 1's by far, so per_chip_throughput_ratio can land above 1.1: the ratio reads
@@ -48,9 +48,9 @@ from claimbench.engine.sampling_params import SamplingParams
 from claimbench.hardware.chips import get_chip
 from claimbench.hardware.model_presets import get_preset
 from claimbench.hardware.roofline import ServingSetup, decode_step
-from claimbench.lab import counterfactuals
-from claimbench.lab.engine_settings import EngineSettings
-from claimbench.lab.slow_device import slow_device
+from claimbench.lab.engines import counterfactuals
+from claimbench.lab.engines.engine_settings import EngineSettings
+from claimbench.lab.engines.slow_device import slow_device
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine

@@ -95,7 +95,7 @@ if [ "$profile" = full ]; then
   # same way; a run loads each from where the fetch puts it.
   drafts=$(.venv/bin/python -c 'from pathlib import Path
 from claimbench.cli.project import open_claims
-from claimbench.lab.draft_models import claim_draft_pins
+from claimbench.lab.speculative.draft_models import claim_draft_pins
 print(" ".join(sorted({p.repo for p in claim_draft_pins(open_claims(Path(".")))})))')
   for draft in $drafts; do
     step "model fetch $draft (a speculative claim's draft)"

@@ -19,7 +19,7 @@ import pandas as pd
 from claimbench.engine.config import EngineConfig
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.outputs import Event, FinishEvent, RejectEvent
-from claimbench.lab.serving_summary import (
+from claimbench.lab.metrics.serving_summary import (
     format_summary,
     format_tenant_table,
     summarize,

@@ -50,7 +50,7 @@ def generate(
     from claimbench.engine.build import build_engine
     from claimbench.engine.sampling_params import SamplingParams
     from claimbench.engine.worker.sharding import check_model_tp
-    from claimbench.lab.single_completion import complete, completion_config, timing_line
+    from claimbench.lab.engines.single_completion import complete, completion_config, timing_line
 
     opts = global_options(ctx)
     try:

@@ -218,7 +218,7 @@ def _pinned_revision(root: Path, repo: str) -> str:
     claim's draft_model param names; exit 2 when it pins none."""
     from claimbench.cli.budget_cmd import open_project_config
     from claimbench.cli.project import open_claims
-    from claimbench.lab.draft_models import claim_draft_pins
+    from claimbench.lab.speculative.draft_models import claim_draft_pins
 
     pinned = open_project_config(root).full_profile
     pins = [pinned.model] if pinned is not None else []

@@ -2,7 +2,7 @@
 
 TTFT = first token - arrival; E2EL = finish - arrival; TPOT = (E2EL - TTFT) / (output - 1).
 Summaries over these frames (percentiles, throughputs, goodput) are the harness's:
-lab/serving_summary.py.
+lab/metrics/serving_summary.py.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ every loaded experiment has all four):
 - ``DEFAULT_PARAMS``: a dict of the params ``run`` reads, under the claim's profile params
   (default ``{}``).
 - ``engines(params, model, dtype) -> EngineSettings``: the engines ``run`` builds, for
-  tpu-check --claims (lab/engine_settings.py); None: one engine with the profile's params.
+  tpu-check --claims (lab/engines/engine_settings.py); None: one engine with the profile's params.
 - ``figures(run_dirs) -> [(title, inline svg)]``: charts for the claim's page, drawn from its
   stored runs (oldest first) with lab/figures; None: no figures.
 """

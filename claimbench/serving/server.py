@@ -4,7 +4,7 @@ The engine runs in its own process (engine_core.py), built there from the option
 process keeps HTTP, tenants, tokenization and detokenization, so the two never wait on one
 another's Python lock, and (`serve`'s default) runs under SCHED_BATCH, so its wake-ups never
 preempt the engine's threads on a shared core (batch_policy.py). A caller that holds its
-engine and reads it afterwards (lab/http_serving.py) gets the same loop on a thread
+engine and reads it afterwards (lab/load/http_serving.py) gets the same loop on a thread
 (``build_server_state(..., engine=...)``): one builder, one message protocol. On SIGTERM the server
 stops admitting (new requests get 503), uvicorn stops accepting connections and waits up
 to ``shutdown_timeout_s`` for in-flight responses (streams run to their end), then the

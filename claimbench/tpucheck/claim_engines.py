@@ -2,7 +2,7 @@
 
 A claim's engine is its profile's ``engine`` params over the run's model and dtype (what
 ``RunContext.engine`` does). An experiment that builds anything else exports ``engines``
-(harness/experiment.py's contract, lab/engine_settings.py), the function its own ``run``
+(harness/experiment.py's contract, lab/engines/engine_settings.py), the function its own ``run``
 builds its engines from; it is called here on the experiment's merged params (its
 ``DEFAULT_PARAMS`` under the claim's) and the checked model's config, so pools an experiment
 sizes from the served model are sized the same way here, and a pool sized from the chip's HBM
@@ -22,8 +22,8 @@ from claimbench.engine.config import ModelOptions
 from claimbench.harness.claims import Claim
 from claimbench.harness.context import merge_params
 from claimbench.harness.registry import load_experiment
-from claimbench.lab.draft_models import DRAFT_PARAM, draft_model_name
-from claimbench.lab.engine_settings import EngineSettings
+from claimbench.lab.engines.engine_settings import EngineSettings
+from claimbench.lab.speculative.draft_models import DRAFT_PARAM, draft_model_name
 from claimbench.models.config import ModelConfig
 
 

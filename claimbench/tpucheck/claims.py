@@ -31,7 +31,7 @@ from claimbench.tpucheck.claim_engines import ClaimEngine, claim_engines, claim_
 from claimbench.tpucompile.check import SLICE_CHIPS, BucketReport, check, resolve_model
 from claimbench.tpucompile.pool_fit import HBM_UTILIZATION, PoolFit, size_pool
 
-# Experiments whose float32 reference is computed layer by layer (lab/f32_reference.py).
+# Experiments whose float32 reference is computed layer by layer (lab/quality/f32_reference.py).
 F32_REFERENCE = {"bf16_not_fp16"}
 
 

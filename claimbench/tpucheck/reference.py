@@ -18,7 +18,7 @@ from flax import nnx
 from jax.sharding import SingleDeviceSharding
 
 from claimbench.hardware.chips import get_chip
-from claimbench.lab.f32_reference import (
+from claimbench.lab.quality.f32_reference import (
     F32,
     WINDOWS_PER_CHUNK,
     WINDOWS_PER_HEAD,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from claimbench.lab.processes import cpu_seconds, process_tree
+from claimbench.lab.probes.processes import cpu_seconds, process_tree
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "engine_vs_vllm.py"
 

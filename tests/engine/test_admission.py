@@ -6,7 +6,7 @@ from engine_helpers import make_request, tiny_engine
 
 from claimbench.engine.config_tenants import Tenant, TenantTable
 from claimbench.engine.sched.admission import AdmissionControl, TokenBucket
-from claimbench.lab.step_driver import serve_by_step
+from claimbench.lab.load.step_driver import serve_by_step
 from claimbench.workload.build import WorkloadRequest
 
 

@@ -6,8 +6,8 @@ import pytest
 from engine_helpers import make_request, shared_tiny_engine
 
 from claimbench.engine.sched.fairness import ServiceLedger, service_tokens
-from claimbench.lab.service import cumulative_service, max_service_gap, steps_backlog
-from claimbench.lab.step_driver import serve_by_step
+from claimbench.lab.load.step_driver import serve_by_step
+from claimbench.lab.metrics.service import cumulative_service, max_service_gap, steps_backlog
 from claimbench.workload.build import WorkloadRequest
 
 

@@ -13,7 +13,7 @@ from claimbench.engine.config import EngineConfig, knob_rows
 from claimbench.engine.config_ladder import Action, Rung, Signal, as_ladder, load_ladder
 from claimbench.engine.sampling_params import SamplingParams
 from claimbench.engine.sched.ladder import LadderState
-from claimbench.lab.step_driver import serve_by_step
+from claimbench.lab.load.step_driver import serve_by_step
 from claimbench.workload.build import WorkloadRequest
 
 Q = Signal.WAITING_REQUESTS

@@ -4,7 +4,7 @@ import pytest
 from engine_helpers import make_request
 
 from claimbench.engine.metrics import StepRecord, requests_frame, steps_frame
-from claimbench.lab.serving_summary import summarize, summarize_by_tenant
+from claimbench.lab.metrics.serving_summary import summarize, summarize_by_tenant
 
 
 def served(tenant, arrival, token_times, reason="length", prompt=4):

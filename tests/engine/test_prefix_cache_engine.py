@@ -7,7 +7,7 @@ import pytest
 from engine_helpers import shared_tiny_engine, tiny_engine, tiny_model
 
 from claimbench.engine.sampling_params import SamplingParams
-from claimbench.lab.serving_summary import summarize_by_tenant
+from claimbench.lab.metrics.serving_summary import summarize_by_tenant
 
 GREEDY = SamplingParams(max_tokens=6, ignore_eos=True)
 PAGE = 8  # tiny_engine's page size

@@ -1,7 +1,7 @@
 """bf16-not-fp16's counterfactuals at tiny size (the real experiment, one thing changed): the
 quality condition with the bf16 engine's weights destroyed (two values per output channel),
 and the speed condition with the bf16 engine on a device slower per step
-(lab/slow_device.py), each land on the other side of their threshold."""
+(lab/engines/slow_device.py), each land on the other side of their threshold."""
 
 from __future__ import annotations
 

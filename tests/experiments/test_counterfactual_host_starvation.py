@@ -1,10 +1,11 @@
 """host-starvation's counterfactuals, the real experiment at tiny size with one thing changed.
 
-device-heavy puts both arms on a device whose step dwarfs the host's work (lab/slow_device.py),
-so the host's share of the synchronous step lands under its threshold. overlap-off serves the
-on arm synchronously too: on the real CPU device two synchronous tiny arms can differ by far
-more than 10% (a busy host's jitter is most of a tiny step), so its gain is measured on a
-device step that dwarfs the host's work, where that jitter is a small part of each period."""
+device-heavy puts both arms on a device whose step dwarfs the host's work
+(lab/engines/slow_device.py), so the host's share of the synchronous step lands under its threshold.
+overlap-off serves the on arm synchronously too: on the real CPU device two synchronous tiny arms
+can differ by far more than 10% (a busy host's jitter is most of a tiny step), so its gain is
+measured on a device step that dwarfs the host's work, where that jitter is a small part of each
+period."""
 
 import pytest
 from counterfactual_helpers import assert_fails, assert_mean_fails, metric_values

@@ -12,7 +12,11 @@ from tenant_exp_helpers import experiment, run_tiny, write_checkpoint
 
 from claimbench.engine.sampling_params import SamplingParams
 from claimbench.engine.worker.buckets import bucket_pairs, power_of_two_buckets
-from claimbench.lab.bucket_policies import BucketPolicy, fit_histogram_buckets, geometric_buckets
+from claimbench.lab.metrics.bucket_policies import (
+    BucketPolicy,
+    fit_histogram_buckets,
+    geometric_buckets,
+)
 
 CLAIM = "bucket-padding"
 

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from tenant_exp_helpers import assert_claim_metrics_recorded, experiment, run_tiny, write_checkpoint
 
-from claimbench.lab.cold_start_probe import bucket_first_steps
+from claimbench.lab.probes.cold_start_probe import bucket_first_steps
 
 CLAIM = "cold-start"
 # One bucket pair (16 tokens x 8 sequences): each process compiles one program.

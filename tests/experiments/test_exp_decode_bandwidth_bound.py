@@ -10,7 +10,7 @@ from tenant_exp_helpers import assert_claim_metrics_recorded, run_tiny, write_ch
 
 from claimbench.hardware.decode_roofline import decode_bytes, weight_storage_bytes
 from claimbench.hardware.model_presets import ModelShape
-from claimbench.lab.memory_probe import matmul_flops_per_s, stream_bytes_per_s
+from claimbench.lab.probes.memory_probe import matmul_flops_per_s, stream_bytes_per_s
 
 CLAIM = "decode-bandwidth-bound"
 TINY = {

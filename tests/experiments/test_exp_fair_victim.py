@@ -4,7 +4,7 @@ import pytest
 from engine_helpers import tiny_engine
 from tenant_exp_helpers import experiment, run_tiny, write_checkpoint
 
-from claimbench.lab import tenant_runs as tr
+from claimbench.lab.load import tenant_runs as tr
 from claimbench.workload.build import WorkloadRequest
 
 CLAIM = "fair-victim"

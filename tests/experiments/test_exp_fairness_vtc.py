@@ -11,7 +11,7 @@ from tenant_exp_helpers import (
     write_checkpoint,
 )
 
-from claimbench.lab.tenant_runs import ServedRun
+from claimbench.lab.load.tenant_runs import ServedRun
 
 CLAIM = "fairness-vtc"
 

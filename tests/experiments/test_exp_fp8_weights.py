@@ -12,7 +12,7 @@ from precision_helpers import (
 )
 
 from claimbench.hardware.model_presets import shape_from_config
-from claimbench.lab.capacity import weight_layout_bytes
+from claimbench.lab.metrics.capacity import weight_layout_bytes
 from claimbench.models.checkpoint import read_config
 
 PARAMS = {

@@ -17,8 +17,8 @@ from tenant_exp_helpers import (
 )
 
 from claimbench.engine.sched.fairness import INPUT_PREFIX, OUTPUT_PREFIX
-from claimbench.lab import tenant_runs as tr
-from claimbench.lab.time_slicing import serve_time_sliced, window_tenant
+from claimbench.lab.load import tenant_runs as tr
+from claimbench.lab.load.time_slicing import serve_time_sliced, window_tenant
 from claimbench.workload.build import WorkloadRequest
 
 CLAIM = "heterogeneous-asset"

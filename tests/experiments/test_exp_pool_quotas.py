@@ -10,7 +10,7 @@ from tenant_exp_helpers import (
     write_checkpoint,
 )
 
-from claimbench.lab.tenant_runs import Saturation
+from claimbench.lab.load.tenant_runs import Saturation
 
 CLAIM = "pool-quotas"
 LENGTHS = {

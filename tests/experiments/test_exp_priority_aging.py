@@ -7,7 +7,7 @@ from tenant_exp_helpers import assert_realised_loads, experiment, run_tiny, writ
 
 from claimbench.engine.outputs import TokenEvent
 from claimbench.engine.sampling_params import SamplingParams
-from claimbench.lab import tenant_runs as tr
+from claimbench.lab.load import tenant_runs as tr
 
 CLAIM = "priority-aging"
 

@@ -3,8 +3,8 @@ import pytest
 from engine_helpers import shared_tiny_engine
 from tenant_exp_helpers import TINY_ENGINE_PARAMS, experiment, run_tiny, write_checkpoint
 
-from claimbench.lab import tenant_runs as tr
-from claimbench.lab.step_driver import serve_by_step
+from claimbench.lab.load import tenant_runs as tr
+from claimbench.lab.load.step_driver import serve_by_step
 from claimbench.workload.build import WorkloadRequest
 
 CLAIM = "tenant-tail-hidden"

@@ -12,7 +12,7 @@ from tenant_exp_helpers import (
     write_checkpoint,
 )
 
-from claimbench.lab.tenant_runs import serve
+from claimbench.lab.load.tenant_runs import serve
 
 CLAIM = "admission-at-ingress"
 PARAMS = {

@@ -22,14 +22,14 @@ def test_design_follows_every_project_module_it_reaches(tmp_path):
     exp = write_experiment(
         tmp_path,
         "probe",
-        "from claimbench.lab import tenant_runs as tr\n"
+        "from claimbench.lab.load import tenant_runs as tr\n"
         "from claimbench.engine.sampling_params import SamplingParams\n"
         "from experiments.shared_bits import X\n"
         "def run(ctx):\n"
         "    from claimbench.harness.context import RunContext\n"
-        "    cmd = ['-m', 'claimbench.lab.cold_start_probe']\n",
+        "    cmd = ['-m', 'claimbench.lab.probes.cold_start_probe']\n",
     )
-    write_experiment(tmp_path, "shared_bits", "from claimbench.lab import quality\nX = 1\n")
+    write_experiment(tmp_path, "shared_bits", "from claimbench.lab.quality import quality\nX = 1\n")
     design = design_of(exp)
     modules = set(design.modules)
     # Helpers, transitively (tenant_runs -> workload), a helper named as a string, a sibling, the
@@ -37,9 +37,9 @@ def test_design_follows_every_project_module_it_reaches(tmp_path):
     for name in (
         "experiments.probe",
         "experiments.shared_bits",
-        "claimbench.lab.tenant_runs",
-        "claimbench.lab.quality",
-        "claimbench.lab.cold_start_probe",
+        "claimbench.lab.load.tenant_runs",
+        "claimbench.lab.quality.quality",
+        "claimbench.lab.probes.cold_start_probe",
         "claimbench.workload.build",
         "claimbench.engine.sampling_params",
         "claimbench.engine.worker.sampler",

@@ -4,8 +4,8 @@ import jax
 import numpy as np
 
 from claimbench.engine.sampling_params import SamplingParams
-from claimbench.lab.cold_start_probe import SAMPLING_PATHS, serving_batches
-from claimbench.lab.compile_events import CompileCounter
+from claimbench.lab.probes.cold_start_probe import SAMPLING_PATHS, serving_batches
+from claimbench.lab.probes.compile_events import CompileCounter
 
 
 def test_counts_each_program_built_inside_and_nothing_outside():

@@ -6,7 +6,7 @@ import pytest
 from flax import nnx
 from precision_helpers import write_tiny_model
 
-from claimbench.lab.destructive_quantizers import two_level, two_level_checkpoint
+from claimbench.lab.quality.destructive_quantizers import two_level, two_level_checkpoint
 from claimbench.models.checkpoint import load_model
 from claimbench.models.llama import Embedding
 

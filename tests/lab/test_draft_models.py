@@ -12,7 +12,12 @@ from cli_helpers import invoke
 from claimbench.engine.spec.draft_model import check_draft
 from claimbench.hardware.model_presets import get_preset, model_config, shape_from_config
 from claimbench.harness.claims import find_claim, load_claims
-from claimbench.lab.draft_models import claim_draft_pins, draft_model_name, draft_path, pinned_draft
+from claimbench.lab.speculative.draft_models import (
+    claim_draft_pins,
+    draft_model_name,
+    draft_path,
+    pinned_draft,
+)
 from claimbench.models import fetch
 from claimbench.models.checkpoint import default_draft_path, default_model_path, read_config
 from claimbench.models.config import ModelConfig
@@ -92,7 +97,7 @@ def test_the_shipped_model_drafts_with_the_shipped_draft_whatever_the_pin(
 ) -> None:
     """A pinned draft belongs to the model it shares a tokenizer with: a run serving the
     shipped model (a lent device with no checkpoints) keeps the shipped draft, not an error."""
-    from claimbench.lab.spec_trials import arm_settings, engine_options
+    from claimbench.lab.speculative.spec_trials import arm_settings, engine_options
 
     monkeypatch.setattr(fetch, "DEFAULT_CACHE", tmp_path / "models")  # nothing fetched
     params = {

@@ -1,4 +1,4 @@
-"""Early-exit quality as served (lab/exit_quality.py): teacher-forced decode steps over
+"""Early-exit quality as served (lab/quality/exit_quality.py): teacher-forced decode steps over
 propagated K/V, against the dense forward, and greedy agreement."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from claimbench.lab.exit_quality import greedy_agreement, teacher_forced
+from claimbench.lab.quality.exit_quality import greedy_agreement, teacher_forced
 from claimbench.models.config import ModelConfig
 from claimbench.models.exit_heads import ExitHeads
 from claimbench.models.llama import LlamaForCausalLM

@@ -8,8 +8,8 @@ from precision_helpers import write_tiny_model
 
 from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
-from claimbench.lab.f32_reference import reference_pass
-from claimbench.lab.quality import heldout_windows, prompt_pass, top1_agreement_pct
+from claimbench.lab.quality.f32_reference import reference_pass
+from claimbench.lab.quality.quality import heldout_windows, prompt_pass, top1_agreement_pct
 
 
 @pytest.mark.slow

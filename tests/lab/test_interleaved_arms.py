@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from claimbench.lab.interleaved_arms import abba_order, interleaved_trials
+from claimbench.lab.engines.interleaved_arms import abba_order, interleaved_trials
 
 
 class FakeEngine:

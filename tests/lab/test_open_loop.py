@@ -4,8 +4,8 @@ import pandas as pd
 import pytest
 
 from claimbench.harness.context import RunContext
-from claimbench.lab import open_loop
-from claimbench.lab import tenant_runs as tr
+from claimbench.lab.load import open_loop
+from claimbench.lab.load import tenant_runs as tr
 from claimbench.workload.build import WorkloadRequest
 
 

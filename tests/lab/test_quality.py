@@ -9,7 +9,7 @@ from engine_helpers import dense_logits, shared_tiny_engine, tiny_engine, tiny_m
 
 from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
-from claimbench.lab.quality import (
+from claimbench.lab.quality.quality import (
     PromptPass,
     heldout_windows,
     ppl_delta_pct,

@@ -11,7 +11,7 @@ from precision_helpers import write_tiny_model
 from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
 from claimbench.hardware.model_presets import get_preset, model_config, shape_from_config
-from claimbench.lab.capacity import pool_capacity, weight_layout_bytes
+from claimbench.lab.metrics.capacity import pool_capacity, weight_layout_bytes
 from claimbench.models.checkpoint import read_config
 
 GIB = 2**30

@@ -17,8 +17,8 @@ from engine_helpers import tiny_engine
 
 import claimbench.engine.engine as engine_module
 import claimbench.serving.clients.replay as replay_module
-from claimbench.lab import open_loop, service_rate
-from claimbench.lab import tenant_runs as tr
+from claimbench.lab.load import open_loop, service_rate
+from claimbench.lab.load import tenant_runs as tr
 from claimbench.workload.spec import WorkloadSpec
 
 MAX_NUM_SEQS = 4

@@ -1,4 +1,5 @@
-"""lab.single_completion, called directly: the step budget and one request run to its end."""
+"""lab.engines.single_completion, called directly: the step budget and one request run to its
+end."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from engine_helpers import shared_tiny_engine, tiny_engine
 
 from claimbench.engine.sampling_params import SamplingParams
-from claimbench.lab.single_completion import (
+from claimbench.lab.engines.single_completion import (
     MAX_CHUNK_TOKENS,
     complete,
     completion_config,

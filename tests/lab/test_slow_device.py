@@ -1,10 +1,10 @@
-"""lab/slow_device.py: a fixed device step time around the real runner, sync and async."""
+"""lab/engines/slow_device.py: a fixed device step time around the real runner, sync and async."""
 
 import pytest
 from engine_helpers import shared_tiny_engine, tiny_engine
 
 from claimbench.engine.sampling_params import SamplingParams
-from claimbench.lab.slow_device import slow_device
+from claimbench.lab.engines.slow_device import slow_device
 
 STEP_S = 0.05
 PROMPTS = [[3, 5, 7], [11, 13, 17, 19]]

@@ -4,8 +4,8 @@ import pandas as pd
 import pytest
 from engine_helpers import tiny_engine
 
-from claimbench.lab import tenant_runs as tr
-from claimbench.lab.step_driver import serve_by_step
+from claimbench.lab.load import tenant_runs as tr
+from claimbench.lab.load.step_driver import serve_by_step
 from claimbench.workload.build import WorkloadRequest
 from claimbench.workload.spec import WorkloadSpec
 

@@ -17,7 +17,7 @@ import pytest
 from server_helpers import MODEL, TEST_ENGINE, free_port, start_server, wait_for
 
 from claimbench.engine.outputs import FinishEvent, RejectEvent, RejectKind, TokenEvent
-from claimbench.lab.processes import children
+from claimbench.lab.probes.processes import children
 from claimbench.models.checkpoint import default_model_path
 from claimbench.serving.engine_loop.process_engine import FrameReader
 from claimbench.serving.engine_loop.protocol import decode_event, encode_event

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from server_helpers import free_port
 
-from claimbench.lab.processes import children
+from claimbench.lab.probes.processes import children
 from claimbench.serving.engine_loop.batch_policy import is_batch, thread_ids
 
 STREAMS = 4

@@ -14,7 +14,7 @@ from claimbench.engine.kv.kv_cache import num_pages_for_pool, pool_bytes, resolv
 from claimbench.harness.claims import Claim, find_claim, load_claims
 from claimbench.harness.context import merge_params
 from claimbench.harness.registry import load_experiment
-from claimbench.lab.engine_settings import ENGINES_FUNCTION
+from claimbench.lab.engines.engine_settings import ENGINES_FUNCTION
 from claimbench.models.checkpoint import default_model_path, read_config
 from claimbench.tpucheck.claim_engines import claim_engines, claim_params
 from claimbench.tpucompile import check as tpu_check

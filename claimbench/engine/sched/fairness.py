@@ -4,7 +4,7 @@ The scheduler charges every scheduled chunk to the request's tenant as input tok
 (prompt tokens, and outputs recomputed after a preemption) and output tokens (the token
 a step samples once a request is caught up, and the draft tokens a verification accepts).
 The ledger keeps running totals and one snapshot per engine step, so the gap between
-tenants can be measured and plotted (lab/service.py holds that analysis; the engine
+tenants can be measured and plotted (lab/metrics/service.py holds that analysis; the engine
 only records).
 """
 

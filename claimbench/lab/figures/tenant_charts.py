@@ -14,8 +14,8 @@ from matplotlib import rc_context
 from matplotlib.figure import Figure
 
 from claimbench.lab.figures.svg import figure_to_svg
-from claimbench.lab.service import cumulative_service, frame_tenants
-from claimbench.lab.tenant_runs import observed_ttft_s
+from claimbench.lab.load.tenant_runs import observed_ttft_s
+from claimbench.lab.metrics.service import cumulative_service, frame_tenants
 
 MAX_PANELS = 4
 _RC = {"svg.fonttype": "none", "font.size": 9}  # as charts.py: text stays text

@@ -1,7 +1,7 @@
 """ThreadEngine: the engine loop on a thread of this process, over an engine the caller holds.
 
 For a caller that reads its engine's records afterwards (an experiment served over HTTP,
-lab/http_serving.py). The loop and the messages are those of `claimbench serve`'s engine
+lab/load/http_serving.py). The loop and the messages are those of `claimbench serve`'s engine
 process (engine_core.py, protocol.py): only the transport differs. Messages to the loop
 go through a queue, unpickled; what comes back is handled on the loop's thread as it is
 sent: replies resolve their futures at once (a caller may block on one with no event loop

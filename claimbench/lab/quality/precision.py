@@ -3,8 +3,8 @@
 Each setting (a weight format, a KV format, a dtype) is one engine from ``ctx.engine``, built
 once and reused by every trial, so trials differ only in their data: trial t reads its own
 seeded sample of held-out windows. Quality comes from the engine's own prompt pass
-(lab/quality.py) on the served model and is measured per trial. Capacity is arithmetic
-on the layout of the model a claim names (lab/capacity.py), recorded once as analytic
+(lab/quality/quality.py) on the served model and is measured per trial. Capacity is arithmetic
+on the layout of the model a claim names (lab/metrics/capacity.py), recorded once as analytic
 evidence with the inputs of its formula.
 """
 
@@ -18,8 +18,8 @@ import numpy as np
 
 from claimbench.engine.config import DEFAULT_PAGE_SIZE
 from claimbench.hardware.model_presets import get_preset, model_config
-from claimbench.lab.capacity import PoolCapacity, layout_inputs, pool_capacity
-from claimbench.lab.quality import PromptPass, heldout_windows, prompt_pass
+from claimbench.lab.metrics.capacity import PoolCapacity, layout_inputs, pool_capacity
+from claimbench.lab.quality.quality import PromptPass, heldout_windows, prompt_pass
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine

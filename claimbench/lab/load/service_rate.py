@@ -23,8 +23,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from claimbench.lab import tenant_runs as tr
-from claimbench.lab.open_loop import steady_service_tok_s
+from claimbench.lab.load import tenant_runs as tr
+from claimbench.lab.load.open_loop import steady_service_tok_s
 from claimbench.workload.spec import WorkloadSpec, offered_requests_per_s
 
 if TYPE_CHECKING:

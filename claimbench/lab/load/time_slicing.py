@@ -27,7 +27,7 @@ import pandas as pd
 
 from claimbench.engine.outputs import TokenEvent
 from claimbench.engine.sampling_params import SamplingParams
-from claimbench.lab.tenant_runs import ServedRun
+from claimbench.lab.load.tenant_runs import ServedRun
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine

@@ -12,7 +12,7 @@ from claimbench.engine.config import EngineConfig
 from claimbench.engine.engine import LLMEngine
 from claimbench.engine.outputs import FinishEvent, TokenEvent
 from claimbench.engine.sampling_params import SamplingParams
-from claimbench.lab.serving_summary import spec_decode_summary
+from claimbench.lab.metrics.serving_summary import spec_decode_summary
 
 MIN_CHUNK_TOKENS = 16  # the smallest step: one compiled shape for a short prompt
 MAX_CHUNK_TOKENS = 64  # prefill chunk: three compiled step shapes (16, 32, 64) at most

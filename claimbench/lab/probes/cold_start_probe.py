@@ -1,12 +1,12 @@
 """One cold start, run as a fresh process: build an engine, serve a first request, report.
 
-``python -m claimbench.lab.cold_start_probe '<json>'`` builds an LLMEngine from the JSON's
+``python -m claimbench.lab.probes.cold_start_probe '<json>'`` builds an LLMEngine from the JSON's
 ``config`` (EngineConfig fields), compiles every bucket first if ``precompile``, serves one
 request (``first_prompt`` token ids, ``max_tokens``), then the ``workload`` prompts along
 every path a request can take (``serving_batches``), and prints one JSON line: the wall-clock
 time (time.time()) of the first token, so the parent, which noted the time it launched this
 process, gets process start to first token; the XLA programs built while serving, counted
-from JAX's compile events (lab/compile_events.py) from the first request to the last,
+from JAX's compile events (lab/probes/compile_events.py) from the first request to the last,
 beside the runner's own count of step programs; precompile's programs and seconds; and, from
 the step records, each bucket's first step time beside its later steps' median (the
 difference is its compile time, when it compiled while serving).
@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from claimbench.engine.sampling_params import SamplingParams
-from claimbench.lab.compile_events import CompileCounter
+from claimbench.lab.probes.compile_events import CompileCounter
 
 # The sampling settings a served request can carry (serving/api/completions.py), each a
 # different path through the sampler and the step's outputs: greedy, filtered sampling with
@@ -117,7 +117,7 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str]) -> None:
     """Read the spec from argv[1] and print the result as the last line of stdout."""
     if len(argv) != 2:
-        raise SystemExit("usage: python -m claimbench.lab.cold_start_probe '<json spec>'")
+        raise SystemExit("usage: python -m claimbench.lab.probes.cold_start_probe '<json spec>'")
     result = probe(json.loads(argv[1]))
     print(json.dumps(result, default=lambda x: float(x) if isinstance(x, np.floating) else str(x)))
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from claimbench.lab import tenant_runs as tr
+from claimbench.lab.load import tenant_runs as tr
 
 if TYPE_CHECKING:
     from claimbench.harness.context import RunContext

@@ -263,10 +263,10 @@ def serve(
     """Serve ``requests`` at their arrival offsets; frames hold only this run's records.
 
     ``via``: "engine" replays them on the engine in process; "http" sends them through the
-    OpenAI-compatible server wrapped around it (lab/http_serving.py), one API key per
+    OpenAI-compatible server wrapped around it (lab/load/http_serving.py), one API key per
     tenant, and the requests frame is what the HTTP clients saw."""
     if via == "http":
-        from claimbench.lab.http_serving import serve_http_frames
+        from claimbench.lab.load.http_serving import serve_http_frames
 
         frames = serve_http_frames(engine, requests, timeout_s, SERVE_SAMPLING)
         return ServedRun(*frames)

@@ -3,7 +3,7 @@
 Two engines over the same model, pool and buckets, one plain and one speculative, serve the
 same batches of greedy requests (EOS ignored, so both produce exactly ``output_len`` tokens
 each). They are built one at a time and take turns within every trial in ABBA order
-(lab/interleaved_arms.py): the plain engine never shares the chip with the speculative
+(lab/engines/interleaved_arms.py): the plain engine never shares the chip with the speculative
 one, which holds the target and its draft, and a drift in machine speed falls on both arms.
 Each new engine is warmed before it measures; trial t's batch is the same prompts for both,
 so per trial the speedup pairs the two arms' output tokens/s and the greedy mismatch count
@@ -17,14 +17,14 @@ unverified, engine/worker/acceptance.py), on the same prompts (built once, after
 counter that reads zero there could not see a mismatch at all. A draft identical to the
 target makes it zero too.
 
-Counterfactuals (``counterfactual`` param, lab/counterfactuals.py), the speculative arm's
+Counterfactuals (``counterfactual`` param, lab/engines/counterfactuals.py), the speculative arm's
 verifier switched off: ``force-accept`` (every draft token emitted unverified: its greedy
 output is the draft's, so greedy_mismatch counts every disagreement) and ``force-reject``
 (every draft rejected: each step pays the draft and the verify chunk for one token, so the
 speedup is speculation's cost alone).
 
 Param ``device_step_s`` (0, the default: the real device): every step of both arms' timed
-serving takes that long on the device (lab/slow_device.py), whatever it computes, as on a
+serving takes that long on the device (lab/engines/slow_device.py), whatever it computes, as on a
 device whose step is bound by reading the weights and has compute to spare. It takes the
 cost of verifying k tokens per sequence away, so with proposals accepted the speedup is
 the tokens each step emits; the counterfactual tests use it to show ``speedup_at_b32`` can
@@ -41,12 +41,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from claimbench.engine.sampling_params import SamplingParams
-from claimbench.lab import counterfactuals
-from claimbench.lab.draft_models import DRAFT_PARAM, draft_path, pinned_draft
-from claimbench.lab.engine_settings import EngineSettings
-from claimbench.lab.interleaved_arms import interleaved_trials
-from claimbench.lab.serving_summary import spec_decode_summary
-from claimbench.lab.slow_device import slow_device
+from claimbench.lab.engines import counterfactuals
+from claimbench.lab.engines.engine_settings import EngineSettings
+from claimbench.lab.engines.interleaved_arms import interleaved_trials
+from claimbench.lab.engines.slow_device import slow_device
+from claimbench.lab.metrics.serving_summary import spec_decode_summary
+from claimbench.lab.speculative.draft_models import DRAFT_PARAM, draft_path, pinned_draft
 from claimbench.workload.corpus import heldout_prompts
 from claimbench.workload.tokens import random_token_source
 
@@ -107,7 +107,7 @@ def engine_options(
     serves_shipped_model: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Each arm's ctx.engine options: its ``settings`` (``arm_settings``) compiled ahead, and
-    the speculative arm's draft where the params pin one (lab/draft_models.py). A pinned
+    the speculative arm's draft where the params pin one (lab/speculative/draft_models.py). A pinned
     draft drafts for the model it shares a tokenizer with (the full profile's); a run that
     serves the shipped model (no --model: a lent device without the checkpoints) drafts with
     the shipped draft, and its provenance lists that draft among the models it used."""

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from claimbench.engine.outputs import FinishEvent, RejectEvent, TokenEvent
-from claimbench.lab.tenant_runs import SERVE_SAMPLING
+from claimbench.lab.load.tenant_runs import SERVE_SAMPLING
 from claimbench.workload.build import WorkloadRequest
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """A float32 prompt pass computed one decoder layer at a time, for models too large to serve
 in float32 on one chip (a 7B model's f32 weights are 30.5 GB).
 
-The result is what a float32 engine's prompt pass gives (lab/quality.py: per window,
+The result is what a float32 engine's prompt pass gives (lab/quality/quality.py: per window,
 each position's log-probability of the next token and the most likely next token), from
 the same checkpoint upcast to float32 and every matmul at full f32 precision: the windows
 go through the embedding, then each layer in turn (its weights read from the checkpoint,
@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from claimbench.lab.quality import PromptPass
+from claimbench.lab.quality.quality import PromptPass
 from claimbench.models.checkpoint import load_module_state, read_config
 from claimbench.models.moe import build_model
 
