@@ -21,6 +21,9 @@ pytestmark = pytest.mark.skipif(
 @pytest.mark.slow
 def test_dense_benchmark_runs_side_by_side():
     workload = "--requests 3 --min-input 8 --max-input 24 --output-len 4"
+    # Room for the three requests and no more: each engine precompiles its buckets, and the
+    # default budget (64 sequences, 2,048 tokens) would compile dozens of programs twice.
+    workload += " --max-num-seqs 4 --max-num-batched-tokens 32"
     cmd = [sys.executable, str(SCRIPT), "--rows", "1", "13", "--repeats", "1", "--iters", "1"]
     cmd += ["--engine-rounds", "1", "--workload", workload, "--json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True)
