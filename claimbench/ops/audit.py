@@ -33,8 +33,14 @@ GENESIS = "0" * 64
 DEFAULT_LOG = Path(".audit") / "mcp.jsonl"  # under the project root, outside results/
 REDACTED = "[redacted]"
 # Argument names whose values are never written: no tool takes a secret today, and one that
-# starts to must not leak it into a file kept forever.
-_SECRET_NAME = re.compile(r"token|secret|password|passwd|api_?key|authori[sz]ation|bearer", re.I)
+# starts to must not leak it into a file kept forever. A count of tokens ("max_tokens",
+# "max_num_batched_tokens") or a tokenizer is no secret: redacting it would hide what an
+# agent asked for, so "token" followed by "s" or "iz" is not a secret's name.
+_SECRET_NAME = re.compile(
+    r"token(?!s|iz)|secret|password|passwd|pass_?phrase|credential|api_?key|(?:^|[_-])key$"
+    r"|authori[sz]ation|bearer|cookie",
+    re.I,
+)
 _TAIL_CHUNK_BYTES = 4096
 # Bounds on what is parsed from a file others may write: a line (the guard caps what a call
 # logs far below this) and the objects/arrays in it (our lines hold a handful).

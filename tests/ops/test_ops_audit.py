@@ -298,3 +298,18 @@ def test_secret_named_arguments_are_redacted_at_any_depth() -> None:
         "api_key": REDACTED,
         "nested": [{"Token": REDACTED, "n": 1}],
     }
+
+
+@pytest.mark.parametrize(
+    "name", ["max_num_batched_tokens", "max_tokens", "num_tokens", "tokenizer", "Tokens"]
+)
+def test_token_counts_and_tokenizers_are_logged_not_redacted(name: str) -> None:
+    # warm_cache's max_num_batched_tokens once read "[redacted]": the log lost what was asked.
+    assert redact({name: 512}) == {name: 512}
+
+
+@pytest.mark.parametrize(
+    "name", ["token", "access_token", "tokenHash", "private_key", "metrics-key", "credentials"]
+)
+def test_secret_names_stay_redacted(name: str) -> None:
+    assert redact({name: "s3cret"}) == {name: REDACTED}
