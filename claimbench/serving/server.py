@@ -276,6 +276,10 @@ def make_server(state: ServerState, options: ServeOptions) -> GracefulServer:
         log_level=options.log_level,
         timeout_graceful_shutdown=options.shutdown_timeout_s,
         access_log=False,
+        # A client's address is its connection's: uvicorn would otherwise take it from an
+        # X-Forwarded-For header that any loopback client writes, and the failed-key limit
+        # counts per address (a guesser could name a new one each time, or aim it at another).
+        proxy_headers=False,
     )
     supervisor = None
     if isinstance(state.engine, ProcessEngine) and options.max_engine_restarts > 0:
