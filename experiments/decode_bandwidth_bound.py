@@ -28,10 +28,18 @@ over a peak, so it crosses 10% exactly when the steps run near the peak they are
 against; no engine change reaches that on a CPU at tiny size (a tiny step's FLOP rate is
 orders below a matmul's, whatever its batch), so the peak is the one thing changed, and the
 steps, their FLOPs and their times are the registered run's.
+
+Param ``device`` ({}: the real device): ``{bytes_per_s, flops_per_s}`` runs the engine on a
+device of known physics (lab/engines/roofline_device.py: every step takes its own roofline
+time, padded tokens' FLOPs included) and compares against that device's bandwidth and peak. On
+a CPU at tiny size the registered run lands wherever this host's physics puts it; on the
+modeled device the tests show the conditions read either side: a memory-bound decode within
+its byte roofline and under 10% MFU, and the counterfactuals past both thresholds.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -44,12 +52,15 @@ from claimbench.hardware.decode_roofline import decode_bytes, weight_storage_byt
 from claimbench.hardware.model_presets import shape_from_config
 from claimbench.lab.engines import counterfactuals
 from claimbench.lab.engines.engine_settings import EngineSettings
+from claimbench.lab.engines.roofline_device import RooflineDevice, step_law
+from claimbench.lab.engines.slow_device import slow_device
 from claimbench.lab.load.tenant_runs import reset_with
 from claimbench.lab.probes.memory_probe import matmul_flops_per_s, stream_bytes_per_s
 from claimbench.models.checkpoint import read_config
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
+    from claimbench.hardware.model_presets import ModelShape
     from claimbench.harness.context import RunContext
     from claimbench.models.config import ModelConfig
 
@@ -58,6 +69,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "prompt_len": 128,
     "output_len": 32,
     "engine": {},
+    "device": {},  # {}: the real device; {bytes_per_s, flops_per_s}: a modeled one
     "counterfactual": counterfactuals.NONE,
 }
 
@@ -108,6 +120,7 @@ def decode_steps_s(engine: LLMEngine, prompts: list[list[int]], output_len: int)
 
 
 MEASURED_SOURCE = "measured on this host"
+MODELED_SOURCE = "modeled device"
 
 
 def _context(
@@ -122,8 +135,13 @@ def _context(
         )
 
 
-def _roofline(ctx: RunContext, dtype: str) -> tuple[float, float, str]:
-    """(bytes/s, FLOP/s, source): the chip's spec on an accelerator, else this host's probes."""
+def _roofline(
+    ctx: RunContext, dtype: str, device: RooflineDevice | None
+) -> tuple[float, float, str]:
+    """(bytes/s, FLOP/s, source): a modeled device's, the chip's spec on an accelerator, else
+    this host's probes."""
+    if device is not None:
+        return device.bytes_per_s, device.flops_per_s, MODELED_SOURCE
     chip = ctx.hardware.get("chip")
     if ctx.hardware["platform"] != "cpu" and chip is not None:
         spec = get_chip(chip)
@@ -136,9 +154,9 @@ def run(ctx: RunContext) -> None:
     ratio and MFU beside them and the probes' bandwidth and FLOP/s."""
     params = ctx.merged(DEFAULT_PARAMS)
     _check(params)
-    batches, prompt_len, output_len = params["batches"], params["prompt_len"], params["output_len"]
-    max_batch = max(batches)
+    prompt_len, output_len = params["prompt_len"], params["output_len"]
     counterfactual = counterfactuals.chosen(params, ("one-bucket", "attained-peak"))
+    device = RooflineDevice.from_param(params["device"])
     options = engines(params, read_config(ctx.model_path), ctx.dtype).settings[""]
     engine = ctx.engine(precompile=True, **options)
     if counterfactual == "one-bucket":
@@ -154,6 +172,25 @@ def run(ctx: RunContext) -> None:
     model = shape_from_config("served", engine.model_cfg)
     weight_bpp = weight_storage_bytes(config.model.weights, config.model.dtype)
     kv_bpe = np.dtype(resolve_kv_dtype(config.cache.kv_dtype, config.model.dtype)).itemsize
+    law = step_law(device, model, weight_bpp, kv_bpe) if device else None
+    with slow_device(engine, law) if law else nullcontext():
+        _trials(ctx, engine, params, counterfactual, device, model, weight_bpp, kv_bpe)
+
+
+def _trials(
+    ctx: RunContext,
+    engine: LLMEngine,
+    params: dict[str, Any],
+    counterfactual: str,
+    device: RooflineDevice | None,
+    model: ModelShape,
+    weight_bpp: int,
+    kv_bpe: int,
+) -> None:
+    """Every trial of the run on ``engine`` (see run)."""
+    batches, prompt_len, output_len = params["batches"], params["prompt_len"], params["output_len"]
+    max_batch = max(batches)
+    config = engine.config
     vocab = engine.model_cfg.vocab_size
     # Warm every batch size's host path untimed (the steps are precompiled).
     warm = np.random.default_rng([ctx.seed, 1]).integers(3, vocab, size=(max_batch, prompt_len))
@@ -161,7 +198,7 @@ def run(ctx: RunContext) -> None:
         reset_with(engine)
         decode_steps_s(engine, warm[:batch].tolist(), 3)
     for trial in range(ctx.trials):
-        bandwidth, peak_flops, source = _roofline(ctx, config.model.dtype)
+        bandwidth, peak_flops, source = _roofline(ctx, config.model.dtype, device)
         # A chip's spec is arithmetic input, stored once; a CPU's probes are measured each trial.
         measured = source == MEASURED_SOURCE
         if measured or trial == 0:

@@ -29,8 +29,15 @@ fast memory, say); the larger tp's arm is unchanged. Per-chip throughput at tp =
 exceeds tp = 1's by far, so per_chip_throughput_ratio can land above 1.1: the ratio reads
 the arms' real TPOTs, and only a device that makes the single chip slower moves it there.
 
+Param ``device`` ({}: the real devices): ``{bytes_per_s, flops_per_s}`` runs every arm on
+devices of known physics (lab/engines/roofline_device.py): each step takes its roofline time on
+that bandwidth and peak, split evenly over the arm's engine's real tp (an ideal interconnect).
+On a CPU's virtual devices, which share two cores, the sharded arm is slower, so the registered
+run can land on one side only; on the modeled devices the tests show latency_ratio reads either
+side (near tp when sharded, 1 under tp-off).
+
 Params: tps, batch, prompt_len, output_len, model, roofline_chips, roofline_tp,
-roofline_context, ``engine``, counterfactual.
+roofline_context, ``engine``, ``device``, counterfactual.
 """
 
 from __future__ import annotations
@@ -44,16 +51,22 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from claimbench.engine.kv.kv_cache import resolve_kv_dtype
 from claimbench.engine.sampling_params import SamplingParams
 from claimbench.hardware.chips import get_chip
-from claimbench.hardware.model_presets import get_preset
+from claimbench.hardware.decode_roofline import weight_storage_bytes
+from claimbench.hardware.model_presets import get_preset, shape_from_config
 from claimbench.hardware.roofline import ServingSetup, decode_step
 from claimbench.lab.engines import counterfactuals
 from claimbench.lab.engines.engine_settings import EngineSettings
+from claimbench.lab.engines.roofline_device import RooflineDevice, step_law
 from claimbench.lab.engines.slow_device import slow_device
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from claimbench.engine.engine import LLMEngine
+    from claimbench.engine.worker.batch import StepInputs
     from claimbench.harness.context import RunContext
     from claimbench.models.config import ModelConfig
 
@@ -67,6 +80,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "roofline_tp": 4,
     "roofline_context": 4096,
     "engine": {},
+    "device": {},  # {}: the real devices; {bytes_per_s, flops_per_s}: modeled ones
     "counterfactual": counterfactuals.NONE,
 }
 COUNTERFACTUALS = ("tp-off", "one-chip-slow")
@@ -127,6 +141,15 @@ def engines(params: dict[str, Any], model: ModelConfig | None, dtype: str) -> En
     return EngineSettings({f"tp={tp}": {"tp": tp} for tp in sorted(set(params["tps"]))})
 
 
+def _modeled(device: RooflineDevice, engine: LLMEngine) -> Callable[[StepInputs], float]:
+    """The step law of ``engine`` on modeled devices: split over its real tp."""
+    config = engine.config
+    model = shape_from_config("served", engine.model_cfg)
+    weight_bpp = weight_storage_bytes(config.model.weights, config.model.dtype)
+    kv_bpe = np.dtype(resolve_kv_dtype(config.cache.kv_dtype, config.model.dtype)).itemsize
+    return step_law(device, model, weight_bpp, kv_bpe, shards=config.parallel.tp)
+
+
 def run(ctx: RunContext) -> None:
     """Both ratios per trial (measured), per-tp TPOT and throughput beside; the roofline's
     ratios once per chip (analytic)."""
@@ -136,6 +159,7 @@ def run(ctx: RunContext) -> None:
         raise ValueError(f"param tps must include 1 and a larger tp, got {params['tps']}")
     if params["output_len"] < 2:
         raise ValueError(f"param output_len must be >= 2 (TPOT), got {params['output_len']}")
+    device = RooflineDevice.from_param(params["device"])
     record_roofline(ctx, params)
     batch, top = params["batch"], tps[-1]
     settings = engines(params, None, ctx.dtype).settings.values()
@@ -144,6 +168,7 @@ def run(ctx: RunContext) -> None:
         built = {options["tp"]: ctx.engine(precompile=True, tp=1) for options in settings}
     else:
         built = {options["tp"]: ctx.engine(precompile=True, **options) for options in settings}
+    laws = {tp: _modeled(device, engine) if device else None for tp, engine in built.items()}
     rng = np.random.default_rng(ctx.seed)
     vocab = built[1].model_cfg.vocab_size
     for trial in range(ctx.trials):
@@ -151,7 +176,8 @@ def run(ctx: RunContext) -> None:
         tpot = {}
         for tp, engine in built.items():
             slow = counterfactual == "one-chip-slow" and tp == 1
-            with slow_device(engine, ONE_CHIP_SLOW_S) if slow else nullcontext():
+            law = ONE_CHIP_SLOW_S if slow else laws[tp]
+            with slow_device(engine, law) if law else nullcontext():
                 tpot[tp] = decode_tpot_s(engine, prompts, params["output_len"])
             ctx.save_frames(engine.requests_frame(), engine.steps_frame(), tp=tp, trial=trial)
         for tp, seconds in tpot.items():

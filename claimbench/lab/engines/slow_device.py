@@ -7,14 +7,14 @@ time). The host's wait for them (``jax.block_until_ready`` in the engine's step,
 async) grows as a slower device would make it grow; nothing the host does changes, so the
 host's own work keeps its cost and any overlap of it with the device is kept or lost as the
 engine's scheduling decides. Counterfactuals use it to put one arm on a device of a
-known step time.
+known step time, or of a known step-time law (a function of the step's inputs).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
+    from claimbench.engine.worker.batch import StepInputs
 
 
 class _ReadyAt:
@@ -44,19 +45,28 @@ class _ReadyAt:
         return np.asarray(self.array, dtype=dtype)
 
 
-@contextmanager
-def slow_device(engine: LLMEngine, step_s: float) -> Iterator[None]:
-    """The engine's steps each take ``step_s`` seconds on the device while inside; its runner
-    is restored on exit. ValueError unless 0 < step_s < 10."""
+def _checked_seconds(step_s: Any) -> float:
     if isinstance(step_s, bool) or not isinstance(step_s, int | float) or not 0 < step_s < 10:
         raise ValueError(f"step_s must be a number of seconds in (0, 10), got {step_s!r}")
+    return float(step_s)
+
+
+@contextmanager
+def slow_device(engine: LLMEngine, step_s: float | Callable[[StepInputs], float]) -> Iterator[None]:
+    """The engine's steps each take ``step_s`` seconds on the device while inside; its runner
+    is restored on exit. ``step_s`` may instead be a function of the step's inputs (a device
+    whose step time follows the step's work, e.g. its bytes over a bandwidth). ValueError
+    unless each step's time is in (0, 10)."""
+    seconds_of = step_s if callable(step_s) else None
+    fixed = None if seconds_of else _checked_seconds(step_s)
     runner = engine.runner
     real = runner.execute
     last_ready = [0.0]  # the previous step's ready time: the device is busy until then
 
     def execute(inputs: Any, prompt_logprobs: bool) -> Any:
+        seconds = _checked_seconds(seconds_of(inputs)) if seconds_of else fixed
         out = real(inputs, prompt_logprobs)
-        ready_at = max(time.perf_counter(), last_ready[0]) + step_s
+        ready_at = max(time.perf_counter(), last_ready[0]) + seconds
         last_ready[0] = ready_at
         # experts_touched is read only as numpy (record_step), never fed back to the device.
         return dataclasses.replace(out, experts_touched=_ReadyAt(out.experts_touched, ready_at))
