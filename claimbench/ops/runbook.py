@@ -7,6 +7,7 @@ profiles, buckets and jobs. The over-budget override of `claimbench run` is not 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -102,6 +103,9 @@ class Runbook:
     def __init__(self, config: OpsConfig, jobs: JobManager) -> None:
         self.config = config
         self.jobs = jobs
+        # Tools run on worker threads: a run's busy check and its start happen under this,
+        # so two calls at once cannot both find no running job.
+        self._start_lock = threading.Lock()
 
     # -- shared look-ups -------------------------------------------------------------------
 
@@ -332,15 +336,6 @@ class Runbook:
         plan = self.spend_plan(claims, profile, trials)
         if plan.blocked is not None:
             raise MCPError(INVALID_PARAMS, f"refused: {plan.blocked}")
-        # A running job's spend reaches the ledger only when its runs finish: two metered jobs
-        # that each fit the remaining budget could overspend it together.
-        busy = self.jobs.running("run_claims")
-        if plan.metered and busy:
-            raise MCPError(
-                INVALID_PARAMS,
-                f"refused: run job {busy[0].job_id} is still spending on this metered machine; "
-                "wait for it or cancel it",
-            )
         spec = {
             "root": str(self.config.root),
             "results_dir": str(self.config.store),
@@ -351,7 +346,19 @@ class Runbook:
             "dtype": self.config.dtype,
             "model": str(self.config.model) if self.config.model else None,
         }
-        return _job_out(self.jobs.start("run_claims", spec, agent=_agent_name(), scope=RUN))
+        # A running job's spend reaches the ledger only when its runs finish: two metered jobs
+        # that each fit the remaining budget could overspend it together. A job is registered
+        # only once its worker is launched, so the check and the start are one step.
+        with self._start_lock:
+            busy = self.jobs.running("run_claims")
+            if plan.metered and busy:
+                raise MCPError(
+                    INVALID_PARAMS,
+                    f"refused: run job {busy[0].job_id} is still spending on this metered "
+                    "machine; wait for it or cancel it",
+                )
+            job = self.jobs.start("run_claims", spec, agent=_agent_name(), scope=RUN)
+        return _job_out(job)
 
     def score(self) -> outputs.Written:
         """Score every claim from the stored runs and write results/scores.parquet."""
