@@ -107,42 +107,45 @@ def main(
 
 
 # Command groups register below, one line each (keep this block append-only).
-from claimbench.cli import hardware_cmd  # noqa: E402
+from claimbench.cli.machine import hardware_cmd  # noqa: E402
 
 app.command("env")(hardware_cmd.env)
 app.command("roofline")(hardware_cmd.roofline)
-from claimbench.cli import claims_cmd, run_cmd, score_cmd, site_cmd  # noqa: E402
+from claimbench.cli.claims import claims_cmd, run_cmd, score_cmd, site_cmd  # noqa: E402
 
 app.command("list")(claims_cmd.list_claims)
 app.command("show")(claims_cmd.show_claim)
 app.command("run")(run_cmd.run)
 app.command("score")(score_cmd.score)
 app.command("site")(site_cmd.site)
-from claimbench.cli import model_cmd  # noqa: E402
+from claimbench.cli.machine import model_cmd  # noqa: E402
 
 app.add_typer(model_cmd.app, name="model")
-from claimbench.cli import bench_cmd, generate_cmd  # noqa: E402
+from claimbench.cli.serving import bench_cmd, generate_cmd  # noqa: E402
 
 app.command("generate")(generate_cmd.generate)
 app.command("bench")(bench_cmd.bench)
-from claimbench.cli import doctor_cmd, serve_cmd, tenants_cmd  # noqa: E402
+from claimbench.cli.admin import tenants_cmd  # noqa: E402
+from claimbench.cli.machine import doctor_cmd  # noqa: E402
+from claimbench.cli.serving import serve_cmd  # noqa: E402
 
 app.command("serve")(serve_cmd.serve)
 app.command("doctor")(doctor_cmd.doctor)
 app.add_typer(tenants_cmd.app, name="tenants")
-from claimbench.cli import engine_cmd  # noqa: E402
+from claimbench.cli.serving import engine_cmd  # noqa: E402
 
 app.add_typer(engine_cmd.app, name="engine")
-from claimbench.cli import tpu_check_cmd  # noqa: E402
+from claimbench.cli.machine import tpu_check_cmd  # noqa: E402
 
 app.command("tpu-check")(tpu_check_cmd.tpu_check_command)
-from claimbench.cli import budget_cmd  # noqa: E402
+from claimbench.cli.claims import budget_cmd  # noqa: E402
 
 app.command("budget")(budget_cmd.budget_command)
-from claimbench.cli import history_cmd  # noqa: E402
+from claimbench.cli.claims import history_cmd  # noqa: E402
 
 app.command("history")(history_cmd.history_command)
-from claimbench.cli import agents_cmd, audit_cmd, mcp_cmd  # noqa: E402
+from claimbench.cli.admin import agents_cmd, audit_cmd  # noqa: E402
+from claimbench.cli.serving import mcp_cmd  # noqa: E402
 
 app.command("mcp")(mcp_cmd.mcp)
 app.add_typer(agents_cmd.app, name="agents")

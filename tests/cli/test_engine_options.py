@@ -6,9 +6,9 @@ import inspect
 
 import pytest
 
-from claimbench.cli.bench_cmd import bench
-from claimbench.cli.engine_options import ENGINE_DEFAULTS, KVDtype, WeightFormat
-from claimbench.cli.serve_cmd import serve
+from claimbench.cli.serving.bench_cmd import bench
+from claimbench.cli.serving.engine_options import ENGINE_DEFAULTS, KVDtype, WeightFormat
+from claimbench.cli.serving.serve_cmd import serve
 from claimbench.engine.config import KV_DTYPES, WEIGHT_FORMATS, CacheConfig, SchedulerConfig
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import assert_one_line_error, invoke
 
-from claimbench.cli.secret_options import (
+from claimbench.cli.admin.secret_options import (
     API_KEY_ENV_VAR,
     METRICS_KEY_ENV_VAR,
     read_secret,

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scoring_helpers import claim, rows, store_run
 
-from claimbench.cli import score_json
+from claimbench.cli.claims import score_json
 from claimbench.harness import intervals, scoring, trends
 
 SLO = [{"metric": "slo_attainment_pct", "op": ">=", "value": 90}]

@@ -9,9 +9,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from claimbench.cli import project, score_json
+from claimbench.cli import project
+from claimbench.cli.claims import score_json
+from claimbench.cli.claims.evidence_options import OriginOption, SinceOption, selected_runs
 from claimbench.cli.common import console, fail, global_options
-from claimbench.cli.evidence_options import OriginOption, SinceOption, selected_runs
 from claimbench.harness import registry
 from claimbench.harness.claims import find_claim
 from claimbench.harness.current_scores import score_current

@@ -10,9 +10,10 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from claimbench.cli import project, score_json
+from claimbench.cli import project
+from claimbench.cli.claims import score_json
+from claimbench.cli.claims.evidence_options import OriginOption, SinceOption, selected_runs
 from claimbench.cli.common import console, global_options
-from claimbench.cli.evidence_options import OriginOption, SinceOption, selected_runs
 from claimbench.harness import results, scoring
 from claimbench.ops import service
 

@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 
 from claimbench.cli import project
+from claimbench.cli.claims.evidence_options import OriginOption, SinceOption, selected_runs
 from claimbench.cli.common import console, fail, global_options
-from claimbench.cli.evidence_options import OriginOption, SinceOption, selected_runs
 from claimbench.ops import service
 
 

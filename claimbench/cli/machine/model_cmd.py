@@ -177,7 +177,7 @@ def fetch(
 ) -> None:
     """Fetch a checkpoint at a pinned commit (huggingface_hub), check that the engine loads it
     and record every file's sha256 in its fetch.json; an existing fetch is verified instead."""
-    from claimbench.cli.budget_cmd import open_project_config
+    from claimbench.cli.claims.budget_cmd import open_project_config
     from claimbench.models.fetch import (
         FetchError,
         copy_from,
@@ -216,7 +216,7 @@ def fetch(
 def _pinned_revision(root: Path, repo: str) -> str:
     """The commit claims.yaml pins for ``repo``: the full profile's model, or a draft a
     claim's draft_model param names; exit 2 when it pins none."""
-    from claimbench.cli.budget_cmd import open_project_config
+    from claimbench.cli.claims.budget_cmd import open_project_config
     from claimbench.cli.project import open_claims
     from claimbench.lab.speculative.draft_models import claim_draft_pins
 

@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from claimbench.cli.admin.secret_options import API_KEY_ENV_VAR, read_secret_list
 from claimbench.cli.common import err_console, fail, flag_message, global_options, option_flags
-from claimbench.cli.engine_options import (
+from claimbench.cli.extras import require_extra
+from claimbench.cli.serving.engine_options import (
     DEFAULT_KV_DTYPE,
     DEFAULT_KV_SCALE,
     DEFAULT_WEIGHTS,
@@ -34,9 +36,7 @@ from claimbench.cli.engine_options import (
     MaxNumSeqsOption,
     WeightFormat,
 )
-from claimbench.cli.extras import require_extra
-from claimbench.cli.secret_options import API_KEY_ENV_VAR, read_secret_list
-from claimbench.cli.spec_options import (
+from claimbench.cli.serving.spec_options import (
     DraftModelOption,
     NumSpecTokensOption,
     Speculative,

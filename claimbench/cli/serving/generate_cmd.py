@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from claimbench.cli.common import err_console, fail, flag_message, global_options, option_flags
-from claimbench.cli.spec_options import (
+from claimbench.cli.serving.spec_options import (
     DraftModelOption,
     NumSpecTokensOption,
     Speculative,

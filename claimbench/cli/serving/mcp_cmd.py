@@ -8,10 +8,14 @@ from typing import Annotated
 
 import typer
 
+from claimbench.cli.admin.secret_options import (
+    METRICS_KEY_ENV_VAR,
+    MetricsKeyFileOption,
+    read_secret,
+)
 from claimbench.cli.common import fail, global_options
 from claimbench.cli.extras import require_extra
 from claimbench.cli.project import RESULTS_DIR
-from claimbench.cli.secret_options import METRICS_KEY_ENV_VAR, MetricsKeyFileOption, read_secret
 from claimbench.ops.agents import TOKEN_ENV_VAR
 from claimbench.ops.audit import DEFAULT_LOG
 from claimbench.ops.audit_key import KEY_FILE_ENV_VAR

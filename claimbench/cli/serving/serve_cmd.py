@@ -7,8 +7,14 @@ from typing import Annotated
 
 import typer
 
+from claimbench.cli.admin.secret_options import (
+    METRICS_KEY_ENV_VAR,
+    MetricsKeyFileOption,
+    read_secret,
+)
 from claimbench.cli.common import err_console, fail, global_options
-from claimbench.cli.engine_options import (
+from claimbench.cli.extras import require_extra
+from claimbench.cli.serving.engine_options import (
     ENGINE_DEFAULTS,
     KV_POOL_MB,
     BatchInvariantOption,
@@ -18,8 +24,6 @@ from claimbench.cli.engine_options import (
     MaxNumSeqsOption,
     SchedulingPolicyOption,
 )
-from claimbench.cli.extras import require_extra
-from claimbench.cli.secret_options import METRICS_KEY_ENV_VAR, MetricsKeyFileOption, read_secret
 from claimbench.engine.config import KV_DTYPES
 from claimbench.serving.api.state import PrefixSharing
 
