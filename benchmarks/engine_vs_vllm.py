@@ -18,9 +18,10 @@ B after its own warm-up. A vLLM whose platform will not run the setting asked fo
 platform turns async scheduling off) is reported for that pair as "vLLM refused: <why>", not
 as a number. Reported for each pair: output tokens/s of every round of each side, the median
 and the min-max, the ratio of the medians ours / vLLM (target >= 2.5) and each round's ratio,
-TTFT and TPOT percentiles over the timed rounds where the side reports them, and how many
-requests' greedy outputs were identical on both sides in every round (and, with both pairs
-run, ours with async scheduling off against on). The report, the JSON and the stored record
+TTFT and TPOT percentiles over the timed rounds where the side reports them (and each round's
+own p50 and p99, which the nightly series takes intervals over), and how many requests' greedy
+outputs were identical on both sides in every round (and, with both pairs run, ours with async
+scheduling off against on). The report, the JSON and the stored record
 name the host: CPU model, vector ISA (avx512f / avx2 / fma) and cores.
 
 Settings that correspond are the same on both sides: dtype (float32 on CPU, which both run
@@ -356,9 +357,19 @@ def ours_round(engine, job: Job, steps: list | None = None) -> dict:
 # -- the comparison ------------------------------------------------------------------------
 
 
+def per_round_ms(rounds: list[dict], key: str) -> dict[str, list[float]] | None:
+    """Each round's own p50 and p99 in ms of ``key`` (``ttft_s``/``tpot_s``), over the rounds
+    that report it; None when none does. The nightly series (bench/peer_history.py) takes a
+    95% interval over them, as it does over tok/s, to flag a latency regression beyond noise."""
+    each = [p for p in (percentiles_ms(r[key]) for r in rounds) if p is not None]
+    if not each:
+        return None
+    return {q: [p[q] for p in each] for q in ("p50", "p99")}
+
+
 def summarize(rounds: list[dict]) -> dict:
-    """One side's timed rounds: tok/s of each, their median, min, max and mean, and the
-    TTFT and TPOT percentiles pooled over the rounds."""
+    """One side's timed rounds: tok/s of each, their median, min, max and mean, the TTFT and
+    TPOT percentiles pooled over the rounds, and each round's own p50 and p99."""
     tok_s = [r["output_tokens"] / r["elapsed_s"] for r in rounds]
     pooled = {k: [v for r in rounds for v in (r[k] or [])] for k in ("ttft_s", "tpot_s")}
     return {
@@ -369,6 +380,8 @@ def summarize(rounds: list[dict]) -> dict:
         "mean_tok_s": statistics.fmean(tok_s),
         "ttft_ms": percentiles_ms(pooled["ttft_s"]),
         "tpot_ms": percentiles_ms(pooled["tpot_s"]),
+        "ttft_ms_rounds": per_round_ms(rounds, "ttft_s"),
+        "tpot_ms_rounds": per_round_ms(rounds, "tpot_s"),
     }
 
 

@@ -1,13 +1,14 @@
 """The engine's own numbers over nights: the peer comparisons (bench/peers.py) as series.
 
 One series per peer and hardware (``TPU v6e x1``, ``CPU (Intel Xeon, 2 cores)``), oldest first,
-of the measured records: our output tok/s, the ratio ours / peer, and our TTFT and TPOT
-percentiles. The change rule is the claims' (harness/history.py): a regression is a new 95%
-interval wholly below the previous record's interval (tok/s and the ratio: higher is better),
-an improvement one wholly above; a move within them is noise. The intervals come from each
-record's rounds (harness.intervals: Student-t over our tok/s, log-t over the per-round ratios
-ours / peer). The percentiles are one number per night with no interval, so they are shown and
-never flagged.
+of the measured records: our output tok/s, the ratio ours / peer, and our TTFT and TPOT p50
+and p99. The change rule is the claims' (harness/history.py): a move is flagged when the new
+95% interval lies wholly past the previous record's, a move within them is noise. For tok/s and
+the ratio higher is better (wholly below: a regression), for the latencies lower is (wholly
+above: a regression). The intervals come from each record's rounds (harness.intervals:
+Student-t over our tok/s and over each round's own latency percentile, log-t over the
+per-round ratios ours / peer). Records from before the benchmark kept each round's percentiles
+(``ttft_ms_rounds``/``tpot_ms_rounds``) have one pooled number a night: shown, never flagged.
 """
 
 from __future__ import annotations
@@ -23,8 +24,22 @@ from claimbench.harness import intervals
 
 REGRESSION = "regression beyond noise"
 IMPROVEMENT = "improvement beyond noise"
-# (name, unit) of the numbers that carry an interval and are flagged.
-FLAGGED = (("ours tok/s", "tok/s"), ("ours / peer", "x"))
+# (name, unit, higher is better) of the numbers that carry an interval and are flagged.
+FLAGGED = (
+    ("ours tok/s", "tok/s", True),
+    ("ours / peer", "x", True),
+    ("ours TTFT p50", "ms", False),
+    ("ours TTFT p99", "ms", False),
+    ("ours TPOT p50", "ms", False),
+    ("ours TPOT p99", "ms", False),
+)
+# The latency names above: (record key, percentile).
+LATENCIES = {
+    "ours TTFT p50": ("ttft_ms", "p50"),
+    "ours TTFT p99": ("ttft_ms", "p99"),
+    "ours TPOT p50": ("tpot_ms", "p50"),
+    "ours TPOT p99": ("tpot_ms", "p99"),
+}
 
 
 @dataclass(frozen=True)
@@ -33,7 +48,7 @@ class EnginePoint:
 
     time: str
     commit: str | None
-    values: dict[str, intervals.Interval]  # FLAGGED name -> estimate and interval
+    values: dict[str, intervals.Interval]  # FLAGGED name -> estimate and interval, if measured
     ttft_p50_ms: float | None
     ttft_p99_ms: float | None
     tpot_p50_ms: float | None
@@ -90,6 +105,16 @@ def _percentile(side: dict[str, Any], name: str, q: str) -> float | None:
     return float(value) if value is not None else None
 
 
+def _latency(side: dict[str, Any], name: str, q: str) -> intervals.Interval | None:
+    """A latency percentile's interval over each round's own (``<name>_rounds``); a record
+    without them: its pooled number, with no interval; None where the side has neither."""
+    rounds = (side.get(f"{name}_rounds") or {}).get(q)
+    if rounds:
+        return intervals.estimate_interval(np.asarray(rounds, dtype=np.float64), "ms")
+    pooled = _percentile(side, name, q)
+    return None if pooled is None else intervals.Interval(pooled, None, None, "single")
+
+
 def engine_point(record: dict[str, Any]) -> EnginePoint:
     """The numbers of one measured record (peers.read_peers)."""
     result = record["result"]
@@ -100,6 +125,10 @@ def engine_point(record: dict[str, Any]) -> EnginePoint:
     else:
         values["ours / peer"] = intervals.Interval(float(result["ratio"]), None, None, "single")
     side = result["ours"]
+    for metric, (name, q) in LATENCIES.items():
+        latency = _latency(side, name, q)
+        if latency is not None:
+            values[metric] = latency
     return EnginePoint(
         time=record["time"],
         commit=(record.get("git") or {}).get("sha"),
@@ -122,13 +151,15 @@ def engine_series(records: list[dict[str, Any]]) -> list[EngineSeries]:
     return [EngineSeries(peer, hw, tuple(points)) for (peer, hw), points in grouped.items()]
 
 
-def _moved(before: intervals.Interval, after: intervals.Interval) -> str | None:
+def _moved(
+    before: intervals.Interval, after: intervals.Interval, higher_is_better: bool
+) -> str | None:
     if None in (before.lo, before.hi, after.lo, after.hi):
         return None
     if after.hi < before.lo:
-        return REGRESSION
+        return REGRESSION if higher_is_better else IMPROVEMENT
     if after.lo > before.hi:
-        return IMPROVEMENT
+        return IMPROVEMENT if higher_is_better else REGRESSION
     return None
 
 
@@ -152,8 +183,10 @@ def engine_changes(series: list[EngineSeries], since: str | None = None) -> list
 def point_changes(hardware: str, before: EnginePoint, after: EnginePoint) -> list[EngineChange]:
     """The flagged moves from record ``before`` to the next record ``after`` of one series."""
     found = []
-    for metric, _ in FLAGGED:
-        kind = _moved(before.values[metric], after.values[metric])
+    for metric, _, higher_is_better in FLAGGED:
+        if metric not in before.values or metric not in after.values:
+            continue
+        kind = _moved(before.values[metric], after.values[metric], higher_is_better)
         if kind:
             found.append(
                 EngineChange(

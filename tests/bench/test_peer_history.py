@@ -1,5 +1,6 @@
 """bench/peer_history.py: the peer comparisons as series per hardware, a regression flagged when
-the new interval lies wholly below the previous one, a move within noise not flagged."""
+the new interval lies wholly below the previous one (tok/s, the ratio) or wholly above it (TTFT,
+TPOT), a move within noise or a record without per-round numbers not flagged."""
 
 from __future__ import annotations
 
@@ -59,3 +60,55 @@ def test_a_record_of_one_round_has_no_interval_and_is_never_flagged() -> None:
         record("2026-12-02", [10.0], [50.0]),
     ]
     assert peer_history.engine_changes(peer_history.engine_series(records)) == []
+
+
+def timed(day: str, ttft_p50: list[float], tpot_p99: list[float], sha: str = "a" * 40) -> dict:
+    """A record whose rounds also carry their own TTFT p50 and TPOT p99 (ms); tok/s steady, the
+    other percentiles constant across rounds (so without an interval)."""
+    rec = record(day, [100.0, 101.0, 99.0], [50.0, 51.0, 49.0], sha=sha)
+    side = rec["result"]["ours"]
+    side["ttft_ms_rounds"] = {"p50": ttft_p50, "p99": [30.0] * len(ttft_p50)}
+    side["tpot_ms_rounds"] = {"p50": [2.0] * len(tpot_p99), "p99": tpot_p99}
+    return rec
+
+
+def flags(records: list[dict]) -> list[tuple[str, str, str]]:
+    series = peer_history.engine_series(records)
+    return [(c.metric, c.kind, c.date) for c in peer_history.engine_changes(series)]
+
+
+def test_tpot_rising_beyond_noise_is_a_regression_and_ttft_falling_an_improvement() -> None:
+    records = [
+        timed("2026-12-01", [100.0, 104.0, 96.0], [5.0, 5.2, 4.8], sha="a" * 40),
+        # TTFT p50 fell to ~60 ms, TPOT p99 rose to ~8 ms: both wholly past the night before.
+        timed("2026-12-02", [60.0, 62.0, 58.0], [8.0, 8.2, 7.8], sha="b" * 40),
+    ]
+    assert flags(records) == [
+        ("ours TTFT p50", peer_history.IMPROVEMENT, "2026-12-02"),
+        ("ours TPOT p99", peer_history.REGRESSION, "2026-12-02"),
+    ]
+    point = peer_history.engine_series(records)[0].points[1]
+    tpot = point.values["ours TPOT p99"]
+    assert tpot.estimate == pytest.approx(8.0) and tpot.lo < 8.0 < tpot.hi
+    change = peer_history.engine_changes(peer_history.engine_series(records))[1]
+    assert change.describe().startswith("engine TPU v6e x1: ours TPOT p99 regression beyond noise")
+
+
+def test_a_latency_drift_within_noise_is_not_flagged() -> None:
+    records = [
+        timed("2026-12-01", [100.0, 104.0, 96.0], [5.0, 5.2, 4.8]),
+        timed("2026-12-02", [102.0, 106.0, 97.0], [5.1, 5.3, 4.9]),
+    ]
+    assert flags(records) == []
+
+
+def test_a_record_without_per_round_latencies_is_shown_and_not_flagged() -> None:
+    # The older record has only its pooled percentiles (TPOT p99 5 ms); the newer one's rounds
+    # are far above it, but there is no interval to compare with.
+    old = record("2026-12-01", [100.0, 101.0, 99.0], [50.0, 51.0, 49.0])
+    records = [old, timed("2026-12-02", [100.0, 104.0, 96.0], [50.0, 52.0, 48.0])]
+    point = peer_history.engine_series(records)[0].points[0]
+    assert (
+        point.values["ours TPOT p99"].estimate == 5.0 and point.values["ours TPOT p99"].lo is None
+    )
+    assert flags(records) == []

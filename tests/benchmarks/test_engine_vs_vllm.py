@@ -102,6 +102,20 @@ def test_percentiles_and_a_side_summary():
     assert (summary["min_tok_s"], summary["max_tok_s"]) == pytest.approx((50.0, 100.0))
     assert summary["mean_tok_s"] == pytest.approx(70.0)
     assert summary["ttft_ms"] is None and summary["tpot_ms"] is None
+    assert summary["ttft_ms_rounds"] is None and summary["tpot_ms_rounds"] is None
+
+
+def test_each_round_keeps_its_own_latency_percentiles():
+    bench = load_benchmark()
+    rounds = rounds_of([50.0, 100.0, 60.0], [[1]])
+    rounds[0]["ttft_s"] = [i / 1000 for i in range(11)]  # p50 5 ms, p99 10 ms
+    rounds[2]["ttft_s"] = [0.020, 0.030, 0.040]  # p50 30 ms, p99 40 ms
+    summary = bench.summarize(rounds)
+    # The round without TTFTs is left out, not counted as zero.
+    per_round = summary["ttft_ms_rounds"]
+    assert per_round["p50"] == pytest.approx([5.0, 30.0])
+    assert per_round["p99"] == pytest.approx([10.0, 40.0])
+    assert summary["tpot_ms_rounds"] is None
 
 
 def test_greedy_outputs_are_compared_request_by_request_in_every_round():

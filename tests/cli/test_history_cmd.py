@@ -7,7 +7,9 @@ import json
 from pathlib import Path
 
 from cli_helpers import assert_one_line_error, invoke
-from history_helpers import history_project
+from history_helpers import history_project, peer_record
+
+from claimbench.bench import peers
 
 
 def test_since_a_date_lists_each_change_with_its_commits(tmp_path: Path) -> None:
@@ -62,3 +64,18 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert_one_line_error(
         invoke("--root", str(root), "history", "--since", "yesterday"), "--since 'yesterday'"
     )
+
+
+def test_an_engine_latency_regression_is_listed(tmp_path: Path) -> None:
+    root = history_project(tmp_path / "p")
+    for day, tpot_p99 in (("2026-12-02", [5.0, 5.2, 4.8]), ("2026-12-03", [8.0, 8.2, 7.8])):
+        record = peer_record(day, [100.0, 101.0, 99.0], [50.0, 51.0, 49.0])
+        record["result"]["ours"]["tpot_ms_rounds"] = {"p50": [2.0, 2.0, 2.0], "p99": tpot_p99}
+        peers.store_peer(root / "results", record)
+    result = invoke("--root", str(root), "history", "--json")
+    assert result.exit_code == 0, result.output
+    engine = json.loads(result.output)["engine"]
+    assert [(c["metric"], c["kind"]) for c in engine] == [
+        ("ours TPOT p99", "regression beyond noise")
+    ]
+    assert engine[0]["line"].startswith("engine TPU v6e x1: ours TPOT p99 regression beyond")

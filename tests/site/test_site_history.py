@@ -112,11 +112,16 @@ def test_the_engine_series_and_its_regression_are_on_the_index(tmp_path: Path) -
         peer_record("2026-12-02", [100.0, 102.0, 98.0], [50.0, 51.0, 49.0], sha="b" * 40),
         peer_record("2026-12-03", [80.0, 81.0, 79.0], [50.0, 51.0, 49.0], sha="c" * 40),
     ]
+    # TTFT p50 of each round: the night after, wholly above (lower is better: a regression).
+    for rec, ttft in zip(records, ([10.0, 10.5, 9.5], [20.0, 20.5, 19.5]), strict=True):
+        rec["result"]["ours"]["ttft_ms_rounds"] = {"p50": ttft, "p99": [30.0] * 3}
     render_site(root, load_claims(root), runs, root / "site", peer_records=records)
     index = (root / "site" / "index.html").read_text()
     engine = _section(index, "engine-history")
     assert "vllm · TPU v6e x1" in engine and engine.count("<code>cccccccccc</code>") == 1
     assert "ours tok/s: regression beyond noise" in engine
+    assert "ours TTFT p50: regression beyond noise" in engine
     changes = _section(index, "since-last-night")
     assert "engine TPU v6e x1: ours tok/s regression beyond noise" in changes
+    assert "engine TPU v6e x1: ours TTFT p50 regression beyond noise" in changes
     assert "<code>bbbbbbbbbb</code> → <code>cccccccccc</code>" in changes
