@@ -25,7 +25,7 @@ class FinishEvent:
 class RejectKind(StrEnum):
     """Why a request was turned away at admission."""
 
-    INVALID = "invalid"  # it can never be served (bad tokens, too long for the model or pool)
+    INVALID = "invalid"  # never servable: bad tokens, too long for the model, pool or tenant limits
     OVER_LIMIT = "over_limit"  # its tenant's ingress limits refused it now; a retry may pass
 
 

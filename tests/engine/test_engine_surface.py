@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from engine_helpers import tiny_engine, tiny_model
+from engine_helpers import shared_tiny_engine, tiny_engine, tiny_model
 
 from claimbench.engine.build import build_engine
 from claimbench.engine.config import EngineConfig
@@ -52,3 +52,23 @@ def test_build_engine_unsharded_is_the_baseline_placement():
     assert [o.token_ids for o in outs[0]] == [o.token_ids for o in outs[1]]
     with pytest.raises(ValueError, match="unsharded places the model on one device"):
         build_engine(dataclasses.replace(cfg, tp=2), model=tiny_model(), unsharded=True)
+
+
+@pytest.mark.parametrize(
+    "tenant",
+    [
+        Tenant("capped", max_queued_tokens=12),
+        Tenant("capped", token_rate=2.0, token_burst=12.0),
+    ],
+    ids=["max_queued_tokens", "token_burst"],
+)
+def test_a_request_its_tenant_limits_can_never_admit_is_invalid_not_over_limit(tenant):
+    # prompt + max_tokens = 13 tokens exceed the 12 the limit holds even with nothing else
+    # queued and the bucket full: no retry can pass, so it is not refused "for now".
+    engine = shared_tiny_engine(tenants=(tenant,))
+    never = engine.rejection(engine.add_request([5] * 7, SIX, tenant="capped"))
+    assert never.kind == RejectKind.INVALID and never.retry_after_s is None
+    assert "can never" in never.reason and "12" in never.reason
+    assert engine.scheduler.admission.total_rejected == 0  # no limit refused it for now
+    # One token less fits, and is admitted.
+    assert engine.rejection(engine.add_request([5] * 6, SIX, tenant="capped")) is None

@@ -82,6 +82,25 @@ class AdmissionControl:
         self.num_admitted[tenant.id] += 1
         return None
 
+    def never_admits(self, request: Request) -> str | None:
+        """Why ``request``'s tenant limits would refuse it even with nothing else queued and
+        a full bucket (its cost exceeds max_queued_tokens or the bucket's size), else None.
+        No retry can pass, so the engine refuses it as invalid, not over a limit for now:
+        a client told to retry would be refused forever. Reads the limits only."""
+        tenant = self.tenants.get(request.tenant)
+        cost = request.max_total_tokens
+        if tenant.max_queued_tokens is not None and cost > tenant.max_queued_tokens:
+            return (
+                f"prompt + max_tokens = {cost} tokens can never fit tenant {tenant.id!r}'s "
+                f"max_queued_tokens={tenant.max_queued_tokens}"
+            )
+        if cost > tenant.bucket_size:
+            return (
+                f"prompt + max_tokens = {cost} tokens can never fit tenant {tenant.id!r}'s "
+                f"token bucket of {tenant.bucket_size:g} tokens (token_burst)"
+            )
+        return None
+
     def record_shed(self, tenant_id: str) -> None:
         """Count a request the degradation ladder shed at ingress, beside the limits'."""
         self.num_rejected[(tenant_id, LADDER_SHED)] += 1

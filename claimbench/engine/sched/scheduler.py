@@ -75,6 +75,9 @@ class Scheduler:
                 f"needs {pages} KV pages at full length but tenant {request.tenant!r} may hold "
                 f"at most {self.quotas.max_pages(request.tenant)}"
             )
+        never = self.admission.never_admits(request)
+        if never is not None:
+            return never
         # Shed before the limits are checked: a shed request spends none of its tokens.
         shed = self.ladder.shed_reason(self.tenants.get(request.tenant).tier_for(request.priority))
         if shed is not None:
