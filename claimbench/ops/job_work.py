@@ -14,10 +14,12 @@ Emit = Callable[[dict[str, Any]], None]
 
 def run_claims(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
     """Run each claim of ``spec["claims"]`` as `claimbench run` does (ledger.run_claims): the
-    budget gate first (refusing, never overriding), then each run stored atomically, appended
+    budget gate first (refusing, never overriding) under the store's metered-run lock on a
+    metered machine (held until the worker exits), then each run stored atomically, appended
     to the ledger and its compiled programs released before the next claim. A failed claim is
     reported and the next one runs; Ctrl-C (cancel) stores nothing more."""
     from claimbench.harness.claims import find_claim, load_claims
+    from claimbench.ledger import metered_lock
     from claimbench.ledger import run_claims as batch
     from claimbench.ops import service
 
@@ -25,8 +27,16 @@ def run_claims(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
     claims = load_claims(root)
     selected = [find_claim(claims, claim_id) for claim_id in spec["claims"]]
     profile, trials = spec["profile"], spec["trials"]
+    # The metered-run lock the server took and handed down, held until this process exits;
+    # a worker started without one takes it itself once the plan says the run is metered.
+    lock_fd = spec.get("metered_lock_fd")
+    if lock_fd is not None:
+        metered_lock.adopt(lock_fd)
     # Again here, not only when the job was accepted: another job may have spent since.
     plan = service.spend_plan(root, store, selected, profile, trials)
+    if plan.blocked is None and plan.metered and lock_fd is None:
+        lock_fd = metered_lock.hold(store)
+        plan = service.spend_plan(root, store, selected, profile, trials)
     if plan.blocked is not None:
         raise ValueError(plan.blocked)
     stored: list[dict[str, Any]] = []

@@ -60,8 +60,17 @@ class JobManager:
         self._jobs: dict[str, Job] = {}
         self._lock = threading.Lock()
 
-    def start(self, kind: str, spec: dict[str, Any], *, agent: str, scope: str) -> Job:
-        """Launch ``kind``'s worker on ``spec`` (plain JSON data) and return at once."""
+    def start(
+        self,
+        kind: str,
+        spec: dict[str, Any],
+        *,
+        agent: str,
+        scope: str,
+        pass_fds: tuple[int, ...] = (),
+    ) -> Job:
+        """Launch ``kind``'s worker on ``spec`` (plain JSON data) and return at once;
+        ``pass_fds`` stay open in the worker under the same numbers (a lock it inherits)."""
         # Kept open for the job's life (its tail explains a crash); closed when the job settles.
         stderr = tempfile.TemporaryFile()  # noqa: SIM115
         process = subprocess.Popen(
@@ -70,6 +79,7 @@ class JobManager:
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,
+            pass_fds=pass_fds,
         )
         job = Job(
             job_id="job-" + secrets.token_hex(4),

@@ -7,6 +7,7 @@ profiles, buckets and jobs. The over-budget override of `claimbench run` is not 
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,6 +25,7 @@ from claimbench.harness import registry, results
 from claimbench.harness.claims import PROFILES, Claim, ClaimsError, find_claim, load_claims
 from claimbench.harness.run_info import RunInfo
 from claimbench.kernels.backend import BACKENDS
+from claimbench.ledger import metered_lock
 from claimbench.ledger.spend_gate import SpendPlan
 from claimbench.ops import outputs, remote, service
 from claimbench.ops.agents import Agent
@@ -348,7 +350,9 @@ class Runbook:
         }
         # A running job's spend reaches the ledger only when its runs finish: two metered jobs
         # that each fit the remaining budget could overspend it together. A job is registered
-        # only once its worker is launched, so the check and the start are one step.
+        # only once its worker is launched, so the check and the start are one step. Across
+        # processes (another server, `claimbench run`) the store's metered-run lock decides:
+        # taken here, handed to the worker, which holds it until it exits.
         with self._start_lock:
             busy = self.jobs.running("run_claims")
             if plan.metered and busy:
@@ -357,8 +361,30 @@ class Runbook:
                     f"refused: run job {busy[0].job_id} is still spending on this metered "
                     "machine; wait for it or cancel it",
                 )
-            job = self.jobs.start("run_claims", spec, agent=_agent_name(), scope=RUN)
+            lock_fd = self._metered_lock() if plan.metered else None
+            fds = () if lock_fd is None else (lock_fd,)
+            try:
+                job = self.jobs.start(
+                    "run_claims",
+                    {**spec, "metered_lock_fd": lock_fd},
+                    agent=_agent_name(),
+                    scope=RUN,
+                    pass_fds=fds,
+                )
+            finally:
+                if lock_fd is not None:
+                    os.close(lock_fd)  # the worker's inherited copy keeps the lock
         return _job_out(job)
+
+    def _metered_lock(self) -> int:
+        """The store's metered-run lock (ledger/metered_lock.py), or the refusal as a tool
+        error when another metered run, in any process, holds it."""
+        try:
+            return metered_lock.hold(self.config.store)
+        except metered_lock.MeteredRunBusy as err:
+            raise MCPError(INVALID_PARAMS, f"refused: {err}") from None
+        except OSError as err:
+            raise MCPError(INTERNAL_ERROR, f"metered-run lock: {err}") from None
 
     def score(self) -> outputs.Written:
         """Score every claim from the stored runs and write results/scores.parquet."""

@@ -6,8 +6,9 @@ claims otherwise passes the kernel's map count, as `run --all` once did)."""
 from __future__ import annotations
 
 import pytest
+from metered_lock_helpers import holder
 
-from claimbench.ledger import ledger, spend_gate
+from claimbench.ledger import ledger, metered_lock, spend_gate
 from claimbench.ledger import run_claims as batch
 from claimbench.ops import job_work
 
@@ -64,3 +65,14 @@ def test_a_run_over_budget_is_refused_before_anything_runs(project, released, mo
     with pytest.raises(ValueError, match="over budget: 2 runs left"):
         job_work.run_claims(spec_for(project, ["fake-pass"]), lambda e: None)
     assert released == [] and not (project / "results").exists()
+
+
+def test_a_metered_worker_started_without_the_lock_takes_it_or_is_refused(
+    project, released, monkeypatch
+):
+    metered = type("Plan", (), {"blocked": None, "metered": True, "price": None})()
+    monkeypatch.setattr(spend_gate, "plan_spend", lambda *a, **k: metered)
+    with holder(project / "results") as other, pytest.raises(metered_lock.MeteredRunBusy) as no:
+        job_work.run_claims(spec_for(project, ["fake-pass"]), lambda e: None)
+    assert f"another metered run (pid {other.pid} since " in str(no.value)
+    assert released == [] and not (project / "results" / "runs").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import ExitStack
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -26,8 +27,9 @@ from claimbench.harness import evidence_rules
 from claimbench.harness.claims import Claim
 from claimbench.harness.sequential_run import BlockGate
 from claimbench.harness.stopping import StoppingRule
-from claimbench.ledger import spend_gate
+from claimbench.ledger import metered_lock, spend_gate
 from claimbench.ledger.run_claims import (
+    Admission,
     Outcome,
     RunInterrupted,
     RunRefused,
@@ -124,31 +126,53 @@ def run(
         return
     # A new --results-dir is created: run starts a store where the others read one.
     store = project.writable_store(project.results_dir(opts.root, results_dir, must_exist=False))
-    try:  # a corrupt ledger or claims.yaml stops the run first
-        plan = service.spend_plan(opts.root, store, selection.claims, profile.value, trials)
-        admission = admit(plan, over_budget)
-    except (service.ServiceError, RunRefused) as err:
-        fail(str(err))
-    if admission.notice is not None:
-        console.print(admission.notice, highlight=False, markup=False)
-    outcomes = _run_with_bars(
-        selection.claims,
-        root=opts.root,
-        store=store,
-        price=admission.price,
-        profile=profile.value,
-        trials=trials,
-        seed=seed,
-        dtype=opts.dtype,
-        model_option=opts.model,
-        stopping_rule=rule,
-        gate_for=_gate_for(opts.root, store, profile.value, over_budget) if rule else None,
-    )
+    with ExitStack() as metered:
+        admission = _admit(
+            metered, opts.root, store, selection.claims, profile.value, trials, over_budget
+        )
+        if admission.notice is not None:
+            console.print(admission.notice, highlight=False, markup=False)
+        outcomes = _run_with_bars(
+            selection.claims,
+            root=opts.root,
+            store=store,
+            price=admission.price,
+            profile=profile.value,
+            trials=trials,
+            seed=seed,
+            dtype=opts.dtype,
+            model_option=opts.model,
+            stopping_rule=rule,
+            gate_for=_gate_for(opts.root, store, profile.value, over_budget) if rule else None,
+        )
     stored = sum(o.run_dir is not None for o in outcomes)
     failed = sum(not o.ok for o in outcomes)
     console.print(f"{stored} run(s) stored, {failed} failed", highlight=False)
     if failed:
         raise typer.Exit(1)
+
+
+def _admit(
+    metered: ExitStack,
+    root: Path,
+    store: Path,
+    selected: list[Claim],
+    profile: str,
+    trials: int | None,
+    over_budget: bool,
+) -> Admission:
+    """The budget gate's verdict; on a metered machine, first the store's metered-run lock,
+    kept in ``metered`` for the whole run (ledger/metered_lock.py), with the plan made again
+    under it: a metered run that ended meanwhile has spent. Any refusal exits non-zero with
+    one line; a corrupt ledger or claims.yaml stops the run here, before any work."""
+    try:
+        plan = service.spend_plan(root, store, selected, profile, trials)
+        if plan.metered:
+            metered.enter_context(metered_lock.held(store))
+            plan = service.spend_plan(root, store, selected, profile, trials)
+        return admit(plan, over_budget)
+    except (service.ServiceError, RunRefused, metered_lock.MeteredRunBusy) as err:
+        fail(str(err))
 
 
 def _stopping_rule(
