@@ -3,13 +3,17 @@
 Events go to the parent as JSON lines on the stdout it was started with; the work's own
 prints are sent to stderr, so nothing it says can be mistaken for an event. SIGINT (job_cancel)
 is Ctrl-C: the work stops where it is and, as with `claimbench run`, the run in flight is not
-stored (harness/results.py writes a run only once it has finished).
+stored (harness/results.py writes a run only once it has finished). The worker restores
+Python's Ctrl-C handler first: a process started in the background by a shell without job
+control (``claimbench mcp ... &`` in a script, nohup) inherits SIGINT ignored, and so would
+every worker it starts, which then ran on to the end of its job when cancelled.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from typing import Any, TextIO
 
@@ -25,6 +29,7 @@ def _events() -> TextIO:
 
 
 def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # job_cancel's Ctrl-C, always
     kind, spec = argv[0], json.loads(argv[1])
     events = _events()
 

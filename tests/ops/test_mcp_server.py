@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -149,6 +150,22 @@ def test_a_cancelled_job_leaves_no_run_directory(ops: Ops) -> None:
     runs_dir = ops.project / "results" / "runs"
     assert not runs_dir.exists() or list(runs_dir.iterdir()) == []  # no run, no .tmp- either
     assert not ledger.ledger_path(ops.project / "results").exists()
+
+
+@pytest.mark.slow
+def test_a_job_started_with_ctrl_c_ignored_still_cancels(ops: Ops) -> None:
+    # A server started in the background by a shell without job control inherits SIGINT
+    # ignored, and its workers with it: cancelling must still stop the job, not let it run on.
+    add_slow_claim(ops.project)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        job = ops.call("runner", "run_claims", {"claims": ["fake-slow"]})
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    ops.wait_job("runner", job["job_id"], lambda s: s["progress"].get("trial", 0) >= 1, 300)
+    cancelled = ops.call("runner", "job_cancel", {"job_id": job["job_id"]})
+    assert cancelled["state"] == "cancelled" and cancelled["stored"] == []
+    assert ops.jobs.get(job["job_id"]).process.returncode == 130  # its own Ctrl-C, not a kill
 
 
 @pytest.fixture
