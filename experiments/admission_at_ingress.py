@@ -19,8 +19,9 @@ is not admitted. Every run is served to completion.
 Metrics: admitted_p99_ttft_ratio (p99 TTFT of the admitted requests, bounded / base) and
 unbounded_p99_ttft_ratio (unbounded / base). The service rate is the saturation
 measured in every trial (lab/load/service_rate.py: a closed burst that keeps the batch full);
-a trial's arrivals are built from the one measured just before it, and the overload
-episode's realised load, against the one measured after the trial's arms, is recorded
+a trial's arrivals are built from the readings of the trials before it (their median; each
+phase's work exact), and the overload episode's realised load, against the two bursts
+bracketing the trial's arms, is recorded
 per trial: a trial more than ``load_tolerance`` off ``overload`` is reported, not scored.
 
 Why each condition can come out either way: the overload lasts a pre-registered number of
@@ -34,6 +35,11 @@ allows and on how much admitted work slows each step, which is what the claim is
 Counterfactuals (``counterfactual``, lab/engines/counterfactuals.py), each one mechanism switched:
 ``limits-off`` (the bounded arm gets no ingress limits) and ``limits-everywhere`` (the
 unbounded arm gets the bounded arm's limits).
+
+Param ``device_step_s`` (0: the real device): every step of the trial, the service-rate
+meter's included, takes that long on a device of a fixed step time (lab/engines/slow_device.py):
+the counterfactual tests run there, where a tiny engine's millisecond steps do not leave the
+tail to the host's noise.
 """
 
 from __future__ import annotations
@@ -43,12 +49,14 @@ from typing import TYPE_CHECKING, Any
 
 from claimbench.engine.config_tenants import Tenant
 from claimbench.lab.engines import counterfactuals
+from claimbench.lab.engines.slow_device import device_param
 from claimbench.lab.figures import tenant_charts
 from claimbench.lab.load import open_loop, service_rate
 from claimbench.lab.load import tenant_runs as tr
 from claimbench.workload.spec import WorkloadSpec
 
 if TYPE_CHECKING:
+    from claimbench.engine.engine import LLMEngine
     from claimbench.harness.context import RunContext
 
 DEFAULT_PARAMS: dict[str, Any] = {
@@ -67,6 +75,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     # engine: replayed in process; http: through the OpenAI-compatible server, one API key
     # per tenant (saturation too: the load is in units of what the server can serve).
     "via": "engine",
+    "device_step_s": 0.0,  # 0: the real device; else every step takes this long (seconds)
     "counterfactual": counterfactuals.NONE,
 }
 # Each counterfactual -> the arms that are served with the ingress limits.
@@ -111,8 +120,16 @@ def run(ctx: RunContext) -> None:
     limited = COUNTERFACTUALS.get(
         counterfactuals.chosen(params, tuple(COUNTERFACTUALS)), ("bounded",)
     )
-    timelines = phases(params)
     engine = ctx.engine(precompile=True, compile_cache=params["compile_cache"])
+    with device_param(engine, params["device_step_s"]):
+        _trials(ctx, engine, params, limited)
+
+
+def _trials(
+    ctx: RunContext, engine: LLMEngine, params: dict[str, Any], limited: tuple[str, ...]
+) -> None:
+    """Every trial of the run on ``engine`` (see run); ``limited``: the arms with limits."""
+    timelines = phases(params)
     baseline = engine.config
     limits = ingress_limits(params, baseline.scheduler.max_num_seqs)
     vocab_size = engine.model_cfg.vocab_size

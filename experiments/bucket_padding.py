@@ -3,11 +3,11 @@
 Each trial serves one realistic trace on the real engine and reads its step records: every
 step's scheduled tokens, its sequences and the (token, sequence) bucket pair it ran at. The
 trace is the workload generator's: gamma arrivals (``burstiness`` < 1: bursty) at ``load`` x
-the saturation measured before the trial (lab/load/service_rate.py: a closed burst), for
-the time the engine needs to serve ``episode_requests`` requests at saturation (service
-units), then drained; the realised load, against the saturation measured after the trial's
-own serve, is recorded, and a trial more than
-``load_tolerance`` off ``load`` is reported, not scored. Prompt lengths are
+the saturation read by the trials before it (lab/load/service_rate.py: closed bursts, their
+median), offering exactly that work for the time the engine needs to serve
+``episode_requests`` requests at saturation (service units), then drained; the realised
+load, against the two bursts bracketing the trial's own serve, is recorded, and a trial more
+than ``load_tolerance`` off ``load`` is reported, not scored. Prompt lengths are
 the held-out corpus's documents in the served model's tokenizer (one source file per request,
 clipped to ``prompt_len`` as a code assistant truncates a file to its context); output lengths
 are lognormal.

@@ -2,13 +2,13 @@
 premium tier within its SLO, while without one every tier misses its SLO?
 
 Three tiers share one length mix with poisson arrivals: premium (tier 0), standard (tier 1)
-and best effort (tier 2), each offering its ``share`` of the load. Each trial measures its
-own service rate on the mix at saturation (lab/load/service_rate.py: a closed burst that keeps
-the batch full; ``mu`` requests/s, one "request time" is 1 / mu), then offers ``overload`` (2x)
-that rate for as long as the engine needs to serve ``episode_requests`` requests at that
-rate; arrivals then stop and every admitted request is served to completion. The same
-requests are served twice, and the control's once, in an order that rotates from trial to
-trial:
+and best effort (tier 2), each offering its ``share`` of the load. Each trial is paced by
+the service rate on the mix at saturation that the trials before it measured
+(lab/load/service_rate.py: closed bursts that keep the batch full; ``mu`` requests/s, one
+"request time" is 1 / mu), then offers ``overload`` (2x) that rate for as long as the
+engine needs to serve ``episode_requests`` requests at that rate; arrivals then stop and
+every admitted request is served to completion. The same requests are served twice, and the
+control's once, in an order that rotates from trial to trial:
 
     ladder   the engine config carries ``ladder`` (the params' rungs, engine/sched/ladder.py): it
              climbs and descends on the load signals it observes each step
@@ -33,8 +33,9 @@ premium SLO) and tiers_meeting_slo_without (without it: how many tiers meet thei
 its control tiers_meeting_slo_without_control (the same count under the control's light
 load, where tiers can meet their SLOs: a zero there would mean the count cannot see a tier
 meet). The realised load of every trial is recorded (the episode's offered output tokens/s
-over the none arm's steady service rate, RunContext.record_realised_load): a trial more
-than ``load_tolerance`` off ``overload`` did not run the design and is not scored.
+over the saturation measured by the bursts bracketing the trial's arms,
+RunContext.record_realised_load): a trial more than ``load_tolerance`` off ``overload`` did
+not run the design and is not scored.
 
 Why each can come out either way: without a ladder the fcfs queue grows by (overload - 1)
 requests per request time, so at 2x a request arriving t request times into the episode
@@ -254,15 +255,10 @@ def run(ctx: RunContext) -> None:
     load = params["control_load"] if counterfactual == "overload-off" else params["overload"]
     episode = [tr.Phase(params["episode_requests"], load)]
     light = [tr.Phase(params["episode_requests"], params["control_load"])]
-    num_burst = params["saturation_requests"]
-    # An unmeasured burst first: it warms every step shape (the first run after precompile
-    # is cold).
-    service_rate.measure_saturation(engine, mix(params, ctx.seed), num_burst, config=plain)
+    meter = service_rate.SaturationMeter(engine, params["saturation_requests"], config=plain)
     for trial in range(ctx.trials):
         seed = tr.trial_seed(ctx, trial)
-        saturation = service_rate.measure_saturation(
-            engine, mix(params, seed), num_burst, config=plain
-        )
+        saturation = meter.pace(mix(params, seed))
         slos = slo_seconds(params, saturation, engine.config.scheduler.max_num_seqs)
         # The SLOs travel in the tenants' config (provenance); neither arm acts on them.
         tenants = tuple(
@@ -292,10 +288,11 @@ def run(ctx: RunContext) -> None:
             ]
             for mode in ("none", "control")
         }
-        window_s = saturation.seconds_for(params["episode_requests"])
+        service = meter.measure(mix(params, seed))
+        open_loop.record_episode_load(
+            ctx, trial, requests, saturation, service, params, target=load
+        )
         steady_tok_s = open_loop.steady_service_tok_s(served["none"])
-        realised = open_loop.realised_load(requests, window_s, steady_tok_s)
-        ctx.record_realised_load(trial, realised, target=load, tolerance=params["load_tolerance"])
         loosest_ttft_s = max(ttft_s for ttft_s, _ in slos.values())
         for mode, metric in (("none", ""), ("control", "_control")):
             ctx.record(
@@ -308,7 +305,8 @@ def run(ctx: RunContext) -> None:
         premium_rows = served["ladder"].requests["tenant"] == PREMIUM
         ctx.record("num_premium_requests", int(premium_rows.sum()), trial=trial, unit="requests")
         labels = {
-            "service_tok_s": saturation.output_tokens_per_s,
+            "paced_tok_s": saturation.output_tokens_per_s,
+            "saturation_tok_s": service.output_tokens_per_s,
             "episode_service_tok_s": steady_tok_s,
             "request_time_s": saturation.seconds_for(1),
             "num_requests": len(requests),

@@ -29,9 +29,9 @@ tier at risk at all. A zero under fair-share beside a zero control shows nothing
 
 The service rate is the saturation measured in every trial (lab/load/service_rate.py: a closed
 burst that keeps the batch full, whatever the trial's load); a trial's arrivals are built
-from the one measured just before it, and its realised load, taken against the one
-measured in the trial itself, is recorded: a trial more than ``load_tolerance`` off
-``load`` is reported, not scored.
+from the readings of the trials before it (their median; the episode's work exact), and
+its realised load, taken against the two bursts bracketing its own arms, is recorded: a
+trial more than ``load_tolerance`` off ``load`` is reported, not scored.
 
 Counterfactual (``counterfactual``, lab/engines/counterfactuals.py): ``fair-share-off``, the
 fair-share arm chooses its victims by ``newest`` too (the policy blind to tenants' shares).

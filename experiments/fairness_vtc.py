@@ -8,9 +8,9 @@ trial measures its own saturation first, then serves the same requests twice, un
 and under VTC (the only difference), in an order that rotates from trial to trial.
 The service rate is the saturation measured in every trial (lab/load/service_rate.py: a closed
 burst that keeps the batch full, whatever the trial's load); a trial's arrivals are built
-from the one measured just before it, and its realised load, taken against the one
-measured in the trial itself, is recorded: a trial more than ``load_tolerance`` off
-``load`` is reported, not scored.
+from the readings of the trials before it (their median; the episode's work exact), and
+its realised load, taken against the two bursts bracketing its own arms, is recorded: a
+trial more than ``load_tolerance`` off ``load`` is reported, not scored.
 
 Service is w_in * input + w_out * output tokens (``input_weight``, ``output_weight``). The gap
 is the largest difference in service two tenants received over an interval in which both

@@ -3,8 +3,9 @@
 Two tenants with opposite shapes share one engine: "prefill" sends long prompts and wants
 short answers, "decode" sends short prompts and wants long answers (``prefill_share`` of the
 requests are prefill's). Each trial's arrivals are built from the engine's saturation on the
-mix measured just before it (lab/load/service_rate.py: a closed burst that keeps the batch
-full), and its realised load is taken against the saturation measured after its arms (a
+mix read by the trials before it (lab/load/service_rate.py: closed bursts that keep the batch
+full; their median, the episode's work exact), and its realised load is taken against the
+two bursts bracketing its own arms (a
 trial more than ``load_tolerance`` off ``load`` is reported, not scored). Each trial
 measures each
 tenant's isolated latency (``probe_requests`` of its requests served alone, one at a time:

@@ -2,9 +2,10 @@
 
 A quiet tenant sends short requests, a noisy one long requests, into a KV pool that holds
 ``pool_requests`` of the noisy kind at once, so pages (not the sequence limit) bind. Each
-trial's timeline is built from the saturation on the noisy mix in that pool measured just
-before it (lab/load/service_rate.py: a closed burst that keeps the batch full; the episode's
-realised load, against the saturation measured after the trial's arms, is recorded, and a
+trial's timeline is built from the saturation on the noisy mix in that pool read by the
+trials before it (lab/load/service_rate.py: closed bursts that keep the batch full, their
+median; each tenant's work exact); the episode's realised load, against the two bursts
+bracketing the trial's arms, is recorded, and a
 trial more than ``load_tolerance`` off noisy_load + quiet_load is reported, not scored), in
 its service units: the noisy tenant bursts at ``noisy_load`` x saturation for as long as the
 engine needs to serve ``episode_requests`` noisy requests at saturation and then stops; the
@@ -48,6 +49,7 @@ from claimbench.workload.tenants import TenantLoad
 
 if TYPE_CHECKING:
     from claimbench.harness.context import RunContext
+    from claimbench.workload.build import WorkloadRequest
 
 DEFAULT_PARAMS: dict[str, Any] = {
     "engine": {},
@@ -67,6 +69,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "counterfactual": counterfactuals.NONE,
 }
 QUIET, NOISY = "quiet", "noisy"
+QUIET_SEED = 7919  # the quiet tenant's seed offset from the trial's
 MODES = ("alone", "shared", "quota")
 # Each counterfactual -> the arms (of shared and quota) that are served with the quota.
 COUNTERFACTUALS = {"quotas-off": (), "quotas-everywhere": ("shared", "quota")}
@@ -84,21 +87,33 @@ def noisy_mix(params: dict[str, Any], seed: int) -> WorkloadSpec:
     return WorkloadSpec(tenants, seed=seed, max_requests=params["saturation_requests"])
 
 
-def trial_mix(params: dict[str, Any], saturation: tr.Saturation, seed: int) -> WorkloadSpec:
-    """Both tenants at their loads (rate = load x saturation tokens/s / mean output
-    tokens), the noisy one for the episode, the quiet one for the episode and recovery."""
-    episode_s = saturation.seconds_for(params["episode_requests"])
-    recovery_s = saturation.seconds_for(params["recovery_requests"])
-    durations = {NOISY: episode_s, QUIET: episode_s + recovery_s}
-    tenants = []
+def quiet_mix(params: dict[str, Any], seed: int) -> WorkloadSpec:
+    """The quiet tenant's mix (its own seed: its arrivals are not the noisy tenant's)."""
+    tenants = (tenant_load(QUIET, 1.0, params),)
+    return WorkloadSpec(tenants, seed=seed + QUIET_SEED, max_requests=params["saturation_requests"])
+
+
+def trial_requests(
+    params: dict[str, Any], saturation: tr.Saturation, seed: int, vocab_size: int
+) -> list[WorkloadRequest]:
+    """Both tenants at their loads, in arrival order: the noisy one offering noisy_load x
+    saturation output tokens/s for the episode, the quiet one quiet_load x saturation for
+    the episode and recovery (each phase's work exact: tenant_runs.phased_requests)."""
     for name in (QUIET, NOISY):
-        load = params[f"{name}_load"]
-        if not load > 0:
-            raise ValueError(f"param {name}_load must be > 0, got {load!r}")
-        lo, hi = params[f"{name}_output_len"]
-        rate = load * saturation.output_tokens_per_s / ((lo + hi) / 2)
-        tenants.append(tenant_load(name, rate, params, durations[name]))
-    return WorkloadSpec(tuple(tenants), seed=seed, max_duration_s=durations[QUIET])
+        if not params[f"{name}_load"] > 0:
+            raise ValueError(f"param {name}_load must be > 0, got {params[f'{name}_load']!r}")
+    episode, recovery = params["episode_requests"], params["recovery_requests"]
+    noisy = tr.phased_requests(
+        noisy_mix(params, seed), saturation, [tr.Phase(episode, params["noisy_load"])], vocab_size
+    )
+    quiet = tr.phased_requests(
+        quiet_mix(params, seed),
+        saturation,
+        [tr.Phase(episode + recovery, params["quiet_load"])],
+        vocab_size,
+    )
+    both = sorted(noisy + quiet, key=lambda r: (r.arrival_s, r.tenant))
+    return [dataclasses.replace(r, request_index=i) for i, r in enumerate(both)]
 
 
 def pool_pages(params: dict[str, Any]) -> int:
@@ -126,9 +141,7 @@ def run(ctx: RunContext) -> None:
     for trial in range(ctx.trials):
         seed = tr.trial_seed(ctx, trial)
         saturation = meter.pace(noisy_mix(params, seed))
-        both = tr.workload_requests(
-            trial_mix(params, saturation, seed), engine.model_cfg.vocab_size
-        )
+        both = trial_requests(params, saturation, seed, engine.model_cfg.vocab_size)
         arms = {
             "alone": tr.Arm([r for r in both if r.tenant == QUIET], {"tenants": ()}),
             "shared": tr.Arm(both, {"tenants": quotas if "shared" in with_quota else ()}),

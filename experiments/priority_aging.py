@@ -2,8 +2,8 @@
 
 Every trial sets every load and window in units of the engine's saturation on the trial's
 request mix (lab/load/service_rate.py: a closed burst that keeps the batch full; ``mu``
-requests/s) measured just before it, so the experiment is the same on a slow and a fast
-engine. One "request time" is 1 / mu.
+requests/s) read by the trials before it, so the experiment is the same on a slow and a
+fast engine. One "request time" is 1 / mu.
 
 The workload is an overload episode: for ``window_requests`` request times a high-tier
 tenant (tier 0) offers ``high_load`` x the service rate (above 1: alone it keeps a queue
@@ -48,7 +48,6 @@ counts, not from a shared host's jitter: the counterfactual tests use it.
 from __future__ import annotations
 
 import dataclasses
-from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +55,7 @@ import pandas as pd
 
 from claimbench.engine.sched.fairness import BACKLOG_PREFIX
 from claimbench.lab.engines import counterfactuals
-from claimbench.lab.engines.slow_device import slow_device
+from claimbench.lab.engines.slow_device import device_param
 from claimbench.lab.figures import tenant_charts
 from claimbench.lab.load import open_loop, service_rate
 from claimbench.lab.load import tenant_runs as tr
@@ -156,11 +155,8 @@ def run(ctx: RunContext) -> None:
     for name in ("aging_requests", "window_requests"):
         if not params[name] > 0:
             raise ValueError(f"param {name} must be > 0, got {params[name]!r}")
-    step_s = params["device_step_s"]
-    if isinstance(step_s, bool) or not isinstance(step_s, int | float) or not 0 <= step_s < 10:
-        raise ValueError(f"param device_step_s must be seconds in [0, 10), got {step_s!r}")
     engine = ctx.engine(precompile=True, compile_cache=params["compile_cache"])
-    with slow_device(engine, step_s) if step_s else nullcontext():
+    with device_param(engine, params["device_step_s"]):
         _trials(ctx, engine, params, policies)
 
 

@@ -22,9 +22,9 @@ seed per trial), serves it to completion under FCFS, and compares the worst smal
 tenant's p99 TTFT with the p99 over every request pooled.
 The service rate is the saturation measured in every trial (lab/load/service_rate.py: a closed
 burst that keeps the batch full, whatever the trial's load); a trial's arrivals are built
-from the one measured just before it, and its realised load, taken against the one
-measured in the trial itself, is recorded: a trial more than ``load_tolerance`` off
-``load`` is reported, not scored.
+from the readings of the trials before it (their median; the episode's work exact), and
+its realised load, taken against the two bursts bracketing its own arms, is recorded: a
+trial more than ``load_tolerance`` off ``load`` is reported, not scored.
 
 Counterfactual (``counterfactual``, lab/engines/counterfactuals.py): ``tenants-identical``, the
 small tenants arrive poisson like the big one (burstiness 1), so with equal lengths every

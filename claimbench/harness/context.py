@@ -175,7 +175,13 @@ class RunContext:
         self.progress.reach(trial)
 
     def record_realised_load(
-        self, trial: int, realised_over_service: float, *, target: float, tolerance: float
+        self,
+        trial: int,
+        realised_over_service: float,
+        *,
+        target: float,
+        tolerance: float,
+        **labels: Any,
     ) -> bool:
         """Store the load ``trial`` really offered, over the measured service rate (metric
         ``realised_load``, unit "x"), and whether it was on ``target``.
@@ -195,6 +201,7 @@ class RunContext:
             unit="x",
             target=target,
             tolerance=tolerance,
+            **labels,
         )
         if not hit:
             self.record(evidence_rules.OFF_TARGET, 1.0, trial=trial, realised=realised)

@@ -1,8 +1,11 @@
 """Virtual CPU devices for tensor parallelism on a host without accelerators.
 
 XLA's CPU backend shows one device unless told otherwise before JAX starts, so the CLI reads
-its own command line first: ``--tp N`` (generate, bench) asks for N devices, and running the
-tp-refutation claim (``run --claim tp-refutation`` or ``run --all``) for ``RUN_DEVICES``.
+its own command line first: ``--tp N`` (generate, bench) asks for N devices, and ``run`` for
+``RUN_DEVICES``, whichever claims it runs: tp-refutation serves at up to that many, and every
+other claim then runs on a process of the same device count alone as in ``run --all`` (the
+count is the process's, not the claim's, so a claim's measurements must not depend on which
+claims shared its command line).
 The flag is added to XLA_FLAGS only when the CPU is the platform and the user has not set a
 device count.
 Virtual devices share the host's cores and memory: a tp run on them checks the sharded code
@@ -19,7 +22,6 @@ import typer
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 RUN_DEVICES = 4  # the largest tp the tp-refutation experiment serves at
-RUN_CLAIMS = ("tp-refutation", "--all")
 
 TPOption = Annotated[
     int,
@@ -31,8 +33,8 @@ TPOption = Annotated[
 
 
 def requested_devices(argv: Sequence[str]) -> int | None:
-    """The CPU devices a command line needs: --tp N, RUN_DEVICES for a run of tp-refutation,
-    else None. A malformed --tp is left for the command to reject."""
+    """The CPU devices a command line needs: --tp N, RUN_DEVICES for ``run``, else None. A
+    malformed --tp is left for the command to reject."""
     for i, arg in enumerate(argv):
         value = None
         if arg == "--tp" and i + 1 < len(argv):
@@ -41,8 +43,7 @@ def requested_devices(argv: Sequence[str]) -> int | None:
             value = arg.removeprefix("--tp=")
         if value is not None:
             return int(value) if value.isdigit() and int(value) > 1 else None
-    names = {arg.removeprefix("--claim=") for arg in argv}
-    if "run" in argv and names & set(RUN_CLAIMS):
+    if "run" in argv:
         return RUN_DEVICES
     return None
 

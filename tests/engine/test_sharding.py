@@ -237,7 +237,7 @@ def test_each_device_holds_an_unsharded_cache_of_its_own_kv_heads(variant, dtype
 # -- the CLI: --tp, its virtual devices and bad input -------------------------------------------
 
 
-def test_requested_devices_reads_tp_and_the_tp_claims_run() -> None:
+def test_requested_devices_reads_tp_and_every_run() -> None:
     from claimbench.platform.cpu_devices import RUN_DEVICES, requested_devices
 
     assert requested_devices(["generate", "hi", "--tp", "4"]) == 4
@@ -247,7 +247,9 @@ def test_requested_devices_reads_tp_and_the_tp_claims_run() -> None:
     assert requested_devices(["run", "--claim", "tp-refutation"]) == RUN_DEVICES
     assert requested_devices(["run", "--claim=tp-refutation"]) == RUN_DEVICES
     assert requested_devices(["run", "--all"]) == RUN_DEVICES
-    assert requested_devices(["run", "--claim", "kv-int8"]) is None
+    # Every run gets the same count, whichever claims it names: a claim alone and in --all
+    # run on the same devices.
+    assert requested_devices(["run", "--claim", "kv-int8"]) == RUN_DEVICES
     assert requested_devices(["generate", "hi"]) is None
 
 

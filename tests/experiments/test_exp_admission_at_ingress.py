@@ -44,17 +44,24 @@ def test_base_arm_serves_the_overload_arms_requests_stretched():
     base, over = arms["base"], arms["bounded"]
     assert [r.prompt_token_ids for r in base] == [r.prompt_token_ids for r in over]
     assert [r.tenant for r in base] == [r.tenant for r in over] and arms["unbounded"] == over
-    # The episode lasts 12 requests' service (1.2 s) at 2x: the first ~24 arrivals come 4x
-    # closer together than at base load; after it both arms run at base load.
+    # The episode lasts 12 requests' service (1.2 s) at 2x: its arrivals come about 4x closer
+    # together than the same requests' at base load (one factor for all of them: each phase
+    # is its stretch of the stream scaled to the phase's wall; its exact value is where the
+    # stream's work reaches the episode's, so near 4, not exactly); after it both arms run at
+    # base load, their gaps in one ratio (near 1 on average; 4 recovery requests are too few
+    # to hold it to one draw).
     episode_end_s = saturation.seconds_for(12)
     in_episode = [i for i, r in enumerate(over) if r.arrival_s < episode_end_s]
-    for i in in_episode:
-        assert base[i].arrival_s == pytest.approx(4 * over[i].arrival_s)
+    factors = [base[i].arrival_s / over[i].arrival_s for i in in_episode]
+    assert factors == pytest.approx([factors[0]] * len(factors))
+    assert factors[0] == pytest.approx(4.0, rel=0.25)
     later = [i for i in range(len(over)) if i not in in_episode]
-    assert later and len(in_episode) > len(later)
-    shift = base[later[0]].arrival_s - over[later[0]].arrival_s
-    for i in later:
-        assert base[i].arrival_s - over[i].arrival_s == pytest.approx(shift)
+    assert len(later) > 2 and len(in_episode) > len(later)
+    gaps = [
+        (base[j].arrival_s - base[i].arrival_s) / (over[j].arrival_s - over[i].arrival_s)
+        for i, j in zip(later, later[1:], strict=False)
+    ]
+    assert gaps == pytest.approx([gaps[0]] * len(gaps)) and gaps[0] > 0
 
 
 @pytest.mark.slow

@@ -33,20 +33,27 @@ def test_pool_holds_pool_requests_of_the_longest_noisy_kind():
 
 def test_noisy_burst_and_quiet_recovery_are_in_service_units():
     module = experiment(CLAIM)
-    params = module.DEFAULT_PARAMS | LENGTHS | {"episode_requests": 10, "recovery_requests": 5}
+    params = module.DEFAULT_PARAMS | LENGTHS | {"episode_requests": 40, "recovery_requests": 20}
     slow = Saturation(output_tokens_per_s=100.0, requests_per_s=10.0, num_requests=8)
     fast = Saturation(output_tokens_per_s=200.0, requests_per_s=20.0, num_requests=8)
-    specs = {s: module.trial_mix(params, s, seed=1) for s in (slow, fast)}
-    quiet, noisy = specs[slow].tenants
-    assert (quiet.tenant, noisy.tenant) == ("quiet", "noisy")
-    # Noisy bursts for 10 requests' service (1 s), quiet runs on through 5 more (0.5 s).
-    assert noisy.duration_s == pytest.approx(1.0) and quiet.duration_s == pytest.approx(1.5)
-    # noisy_load 1.5 x 100 tok/s over a mean of 10 output tokens.
-    assert noisy.rate == pytest.approx(15.0)
-    # A twice-faster engine gets the same experiment in half the time.
-    fast_quiet, fast_noisy = specs[fast].tenants
-    assert fast_noisy.duration_s == pytest.approx(noisy.duration_s / 2)
-    assert fast_quiet.rate == pytest.approx(2 * quiet.rate)
+    runs = {s: module.trial_requests(params, s, seed=1, vocab_size=97) for s in (slow, fast)}
+
+    def work(requests, tenant, start_s, end_s):
+        return sum(
+            r.max_tokens for r in requests if r.tenant == tenant and start_s <= r.arrival_s < end_s
+        )
+
+    both = runs[slow]
+    # Noisy bursts for 40 requests' service (4 s) at 1.5 x 100 tok/s, and stops; quiet runs
+    # on through 20 more (2 s) at 0.1 x 100 tok/s: each within one request's tokens.
+    assert abs(work(both, "noisy", 0, 4) - 600) <= LENGTHS["noisy_output_len"][1]
+    assert work(both, "noisy", 4, 1e9) == 0
+    assert abs(work(both, "quiet", 0, 6) - 60) <= LENGTHS["quiet_output_len"][1]
+    assert [r.request_index for r in both] == list(range(len(both)))
+    assert [r.arrival_s for r in both] == sorted(r.arrival_s for r in both)
+    # A twice-faster engine gets the same requests in half the time.
+    assert [r.prompt_token_ids for r in runs[fast]] == [r.prompt_token_ids for r in both]
+    assert [r.arrival_s for r in runs[fast]] == pytest.approx([r.arrival_s / 2 for r in both])
 
 
 @pytest.mark.slow

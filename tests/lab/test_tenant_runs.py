@@ -1,5 +1,6 @@
 """The tenant-experiment helpers: service units, phased timelines, the fixed-step driver."""
 
+import numpy as np
 import pandas as pd
 import pytest
 from engine_helpers import tiny_engine
@@ -81,3 +82,22 @@ def test_backlogged_throughput_counts_only_steps_that_ran_with_a_request_waiting
     never = steps.assign(**{"backlogged.a": False, "backlogged.b": False})
     with pytest.raises(ValueError, match="did not overload"):
         tr.backlogged_throughput(never)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_each_phase_offers_its_load_whatever_the_draw(seed):
+    """A phase of D seconds at load L brings D x L x saturation output tokens, within one
+    request's tokens (the draw's luck does not move a trial's load); its gaps stay random."""
+    phases = [tr.Phase(24, 2.0), tr.Phase(24, 0.5), tr.Phase(20, 1.2)]
+    requests = tr.phased_requests(mix(seed), SLOW, phases, vocab_size=97)
+    start_s = 0.0
+    for phase in phases:
+        wall_s = SLOW.seconds_for(phase.service_requests)
+        inside = [r for r in requests if start_s <= r.arrival_s < start_s + wall_s]
+        work = phase.load * wall_s * SLOW.output_tokens_per_s
+        # Each cut is placed within half a request of its work: one request's tokens at most.
+        assert abs(sum(r.max_tokens for r in inside) - work) <= 14
+        gaps = np.diff([r.arrival_s for r in inside])
+        assert gaps.std() > 0.5 * gaps.mean()  # poisson-like gaps, not a metronome
+        start_s += wall_s
+    assert [r.request_index for r in requests] == list(range(len(requests)))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -76,3 +76,12 @@ def slow_device(engine: LLMEngine, step_s: float | Callable[[StepInputs], float]
         yield
     finally:
         del runner.execute
+
+
+def device_param(engine: LLMEngine, step_s: Any) -> AbstractContextManager[None]:
+    """An experiment's ``device_step_s`` param: 0 runs on the real device (a null context),
+    else every step, the service-rate meter's included, takes ``step_s`` seconds on a device
+    of a fixed step time. ValueError unless it is a number of seconds in [0, 10)."""
+    if isinstance(step_s, bool) or not isinstance(step_s, int | float) or not 0 <= step_s < 10:
+        raise ValueError(f"param device_step_s must be seconds in [0, 10), got {step_s!r}")
+    return slow_device(engine, step_s) if step_s else nullcontext()

@@ -78,7 +78,14 @@ def record_load(
     saturation ``service`` measured in the trial) and whether it is within ``tolerance`` of
     ``target``."""
     realised = realised_load(requests, window_s, service.output_tokens_per_s)
-    return ctx.record_realised_load(trial, realised, target=target, tolerance=tolerance)
+    return ctx.record_realised_load(
+        trial,
+        realised,
+        target=target,
+        tolerance=tolerance,
+        service_tok_s=service.output_tokens_per_s,
+        readings_tok_s=list(service.readings),
+    )
 
 
 def record_episode_load(

@@ -11,17 +11,22 @@ max_num_seqs). The rate is the output tokens per second of the steady stretch
 request finished, when requests join as others leave, prefill beside decode. The start-up
 (every slot on prefill at once) and the drain (a shrinking batch) are left out.
 
-``SaturationMeter`` is one experiment's meter: a trial's arrivals are built from the
-saturation measured just before it (the previous trial's), and its realised load is taken
-against the saturation measured in the trial itself, after its arms, which the arrivals
-were not built from; so a trial that a drifting host or a noisy burst put off its nominal
-load shows as off target.
+``SaturationMeter`` is one experiment's meter. A shared host's speed drifts by 10-15%
+between bursts a few seconds apart (docs/performance/service_rate.md), so one burst is a
+noisy reading of it; the meter keeps them apart and pools them. Each trial brackets its arms
+with two bursts of its own mix, one just before and one just after, and its saturation is
+their mean: the rate of the host while the trial ran, which its arrivals were not built
+from. Its arrivals are built from the median of the readings of earlier trials (the last
+POOL of them; before the first trial, of warm-up bursts run until two agree), so neither
+one noisy burst nor an under-loaded trial sets the next trial's pace.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from claimbench.lab.load import tenant_runs as tr
 from claimbench.lab.load.open_loop import steady_service_tok_s
@@ -32,10 +37,16 @@ if TYPE_CHECKING:
     from claimbench.engine.engine import LLMEngine
 
 # Burst size in batches of max_num_seqs: the first batch is the start-up, the rest join one
-# by one as others finish, so two batches' worth of admissions make the steady stretch.
-BURST_BATCHES = 3
+# by one as others finish, so five batches' worth of admissions make the steady stretch.
+BURST_BATCHES = 6
 # A burst is served to completion; the deadline only stops a stalled engine.
 BURST_TIMEOUT_S = 3600.0
+# The readings a pace is the median of: the last two trials' brackets.
+POOL = 4
+# Warm-up: bursts until two in a row agree within WARM_AGREEMENT (relative), at most
+# WARM_BURSTS; the first run after precompile runs cold, and a cold reading would set the
+# first trial's pace.
+WARM_AGREEMENT, WARM_BURSTS = 0.1, 5
 
 
 def burst_size(num_requests: int, max_num_seqs: int) -> int:
@@ -86,11 +97,10 @@ def measure_saturation(
 class SaturationMeter:
     """One experiment's saturation, trial by trial, on one engine.
 
-    ``pace`` is the rate a trial's arrivals are built from: the last ``measure``'s, or
-    before the first trial a burst measured then, after one unmeasured burst (the first
-    run after precompile runs cold). ``measure`` is the trial's own saturation, measured
-    after its arms whatever load they ran at; the trial's realised load divides by it and
-    the next trial is paced by it.
+    Per trial: ``pace`` (before the arms) is the rate to build the arrivals from, the median
+    of the last POOL readings of earlier trials (or of the warm-up); it then measures the
+    trial's first reading. ``measure`` (after the arms) takes the second and returns the
+    trial's saturation, the mean of the two: realised load divides by it.
     """
 
     def __init__(
@@ -102,21 +112,55 @@ class SaturationMeter:
         via: str = "engine",
     ) -> None:
         self.engine, self.num_requests, self.config, self.via = engine, num_requests, config, via
-        self.last: tr.Saturation | None = None  # the last saturation measured
+        self.readings: list[tr.Saturation] = []  # every trial's readings, in order
+        self.warm_up: list[tr.Saturation] = []  # the warm-up's, in order
+        self._before: tr.Saturation | None = None
 
     def pace(self, spec: WorkloadSpec) -> tr.Saturation:
-        """The rate to build this trial's arrivals from."""
-        if self.last is None:
-            self._burst(spec)  # warms the engine's programs; its rate runs cold
-            self.last = self._burst(spec)
-        return self.last
+        """The rate to build this trial's arrivals from (then the trial's reading before its
+        arms is taken)."""
+        if not self.readings and not self.warm_up:
+            self._warm(spec)
+        pool = (self.readings or self.warm_up[-2:])[-POOL:]
+        paced = pooled(pool)
+        self._before = self._burst(spec)
+        return paced
 
     def measure(self, spec: WorkloadSpec) -> tr.Saturation:
-        """This trial's own saturation on ``spec``'s mix (and the next trial's pace)."""
-        self.last = self._burst(spec)
-        return self.last
+        """This trial's saturation on ``spec``'s mix: the mean of its readings before and
+        after its arms. ValueError unless ``pace`` was called first in this trial."""
+        if self._before is None:
+            raise ValueError("measure() needs this trial's pace() first (its first reading)")
+        before, after = self._before, self._burst(spec)
+        self._before = None
+        self.readings += [before, after]
+        return pooled([before, after], mean=True)
+
+    def _warm(self, spec: WorkloadSpec) -> None:
+        self.warm_up.append(self._burst(spec))
+        while len(self.warm_up) < WARM_BURSTS:
+            self.warm_up.append(self._burst(spec))
+            a, b = (r.output_tokens_per_s for r in self.warm_up[-2:])
+            if abs(a - b) <= WARM_AGREEMENT * max(a, b):
+                return
 
     def _burst(self, spec: WorkloadSpec) -> tr.Saturation:
         return measure_saturation(
             self.engine, spec, self.num_requests, config=self.config, via=self.via
         )
+
+
+def pooled(readings: list[tr.Saturation], *, mean: bool = False) -> tr.Saturation:
+    """One saturation from several readings of the same mix: their median (or ``mean``),
+    with ``readings`` the output tokens per second of each."""
+    if not readings:
+        raise ValueError("pooled() needs at least one reading")
+    tok_s = np.array([r.output_tokens_per_s for r in readings])
+    per_request = readings[0].output_tokens_per_s / readings[0].requests_per_s
+    rate = float(tok_s.mean() if mean else np.median(tok_s))
+    return tr.Saturation(
+        output_tokens_per_s=rate,
+        requests_per_s=rate / per_request,
+        num_requests=sum(r.num_requests for r in readings),
+        readings=tuple(float(x) for x in tok_s),
+    )

@@ -32,6 +32,7 @@ from claimbench.workload.build import WorkloadRequest, build_requests
 from claimbench.workload.lengths import UniformLength
 from claimbench.workload.spec import (
     WorkloadSpec,
+    offered_requests_per_s,
     scale_rates,
     tenant_rate,
 )
@@ -56,7 +57,8 @@ class Saturation:
 
     output_tokens_per_s: float
     requests_per_s: float  # output_tokens_per_s / the mix's expected output tokens
-    num_requests: int  # in the burst
+    num_requests: int  # in the burst (bursts)
+    readings: tuple[float, ...] = ()  # output tokens/s of each burst pooled into this one
 
     def seconds_for(self, num_requests: float) -> float:
         """The time the engine needs to serve ``num_requests`` requests of the mix at
@@ -184,30 +186,68 @@ def phased_requests(
     spec: WorkloadSpec, saturation: Saturation, phases: Sequence[Phase], vocab_size: int
 ) -> list[WorkloadRequest]:
     """``spec``'s request stream (rates scaled to saturation) with its arrival times warped
-    so that each phase offers its own load: the same requests in the same order whatever
-    the phases, only their spacing changes.
+    so that each phase offers exactly its own load: the same requests in the same order
+    whatever the phases, only their spacing changes.
 
-    The stream is drawn at load 1, where u seconds hold u x saturation of work; a phase of
-    wall length D at load L takes the next D x L of it, compressed (L > 1) or stretched
-    (L < 1) to D. Requests past the last phase are dropped.
+    A phase of wall length D at load L offers D x L x saturation output tokens, whatever
+    the draw: the stream is drawn at load 1 and cut where its cumulative output tokens
+    (``max_tokens``) reach each phase's work, the request straddling a cut going to the side
+    holding more of its tokens, and each phase's stretch of the stream (from the cut before
+    it to the first arrival after it) is compressed or stretched to D. A poisson stream
+    conditioned on the work it brings: its gaps keep their shape, but a draw that happens
+    to bring 20% less work cannot make a trial run 20% under its load. Requests past the
+    last phase are dropped.
     """
     if not phases:
         raise ValueError("phased_requests needs at least one phase")
     walls = [saturation.seconds_for(p.service_requests) for p in phases]
-    spans = [w * p.load for w, p in zip(walls, phases, strict=True)]
-    unit = dataclasses.replace(
-        at_load(spec, saturation, 1.0), max_duration_s=sum(spans), max_requests=None
+    cuts = np.cumsum(
+        [w * p.load * saturation.output_tokens_per_s for w, p in zip(walls, phases, strict=True)]
     )
-    starts_u = np.concatenate([[0.0], np.cumsum(spans)])
+    stream = _stream_with_work(spec, saturation, float(cuts[-1]), vocab_size)
+    tokens = np.array([r.max_tokens for r in stream], dtype=float)
+    # A request's phase: the first cut its token midpoint falls below (len(phases): dropped).
+    midpoints = np.cumsum(tokens) - tokens / 2.0
+    phase_of = np.searchsorted(cuts, midpoints, side="right")
+    arrivals = np.array([r.arrival_s for r in stream], dtype=float)
     starts_t = np.concatenate([[0.0], np.cumsum(walls)])
-    out = []
-    for r in workload_requests(unit, vocab_size):
-        k = int(np.searchsorted(starts_u, r.arrival_s, side="right")) - 1
-        if k >= len(phases):
-            continue
-        t = starts_t[k] + (r.arrival_s - starts_u[k]) / phases[k].load
-        out.append(dataclasses.replace(r, arrival_s=float(t), request_index=len(out)))
+    out: list[WorkloadRequest] = []
+    span_start = 0.0
+    for k, wall in enumerate(walls):
+        inside = np.flatnonzero(phase_of == k)
+        after = np.flatnonzero(phase_of > k)
+        span_end = arrivals[after[0]] if len(after) else arrivals[-1]
+        span = max(span_end - span_start, 1e-12)
+        for i in inside:
+            t = starts_t[k] + (arrivals[i] - span_start) / span * wall
+            out.append(dataclasses.replace(stream[i], arrival_s=float(t), request_index=len(out)))
+        span_start = span_end
     return out
+
+
+def _stream_with_work(
+    spec: WorkloadSpec, saturation: Saturation, work_tokens: float, vocab_size: int
+) -> list[WorkloadRequest]:
+    """``spec``'s stream at load 1, long enough that its output tokens pass ``work_tokens``
+    with a request to spare (a longer draw only appends arrivals, so the prefix is the same
+    whatever the length)."""
+    unit = at_load(spec, saturation, 1.0)
+    duration_s = 1.5 * work_tokens / saturation.output_tokens_per_s + 10.0 / max(
+        offered_requests_per_s(unit), 1e-12
+    )
+    for _ in range(8):
+        stream = workload_requests(
+            dataclasses.replace(unit, max_duration_s=duration_s, max_requests=None), vocab_size
+        )
+        if sum(r.max_tokens for r in stream) > work_tokens + max(
+            (r.max_tokens for r in stream), default=0
+        ):
+            return stream
+        duration_s *= 2.0
+    raise ValueError(
+        f"the stream of {spec.tenants!r} did not bring {work_tokens:.0f} output tokens in "
+        f"{duration_s:.3g} s"
+    )
 
 
 def safety_timeout_s(expected_s: float) -> float:
