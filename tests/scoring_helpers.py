@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ from claimbench.harness import registry, results, run_checks
 from claimbench.harness.claims import Claim
 from claimbench.harness.results import StoredRun
 
-# (metric, trial, value, evidence) or (metric, trial, value, evidence, unit)
+# (metric, trial, value, evidence), (..., unit) or (..., unit, labels)
 Row = tuple
 
 
@@ -74,7 +75,7 @@ def store_run(
                 "value": float(r[2]),
                 "unit": r[4] if len(r) > 4 else "",
                 "evidence": r[3],
-                "labels": "{}",
+                "labels": json.dumps(r[5]) if len(r) > 5 else "{}",
             }
             for r in data
         ],
@@ -92,6 +93,7 @@ def store_run(
         # Provenance every scored run carries (harness/run_checks.py): a commit and a design.
         "git": {"sha": "d" * 40, "dirty": False},
         "prediction_hash": for_claim.prediction_hash(profile) if current else "0123456789abcdef",
+        "params": for_claim.profile_params(profile),  # the ones its prediction hash names
         **({"origin": origin} if origin else {}),
         "design_hash": design_hash(root, for_claim) if root is not None else "0" * 16,
         "model": None,  # a run records the model it served (None: none, analytic rows alone)

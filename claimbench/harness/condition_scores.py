@@ -64,11 +64,44 @@ class ConditionScore:
 
 @dataclass(frozen=True)
 class FailedTrial:
-    """A trial that did not run the design: its realised load was off its target."""
+    """A trial that did not run the design: its realised load was off its target, or the
+    host's service rate moved by more than the tolerance under it."""
 
     trial: int
     realised_load: float | None  # realised offered load over measured service (x)
     target: float | None
+    reason: str = "realised load off target"
+
+
+def labels_of(text: object) -> dict | None:
+    """A row's labels as a dict; None when they are not a JSON object (a garbled record)."""
+    try:
+        labels = json.loads(str(text) or "{}")
+    except ValueError:
+        return None
+    return labels if isinstance(labels, dict) else None
+
+
+def _off_reason(value: float, labels: dict) -> str | None:
+    """Why a realised-load row is off by today's rule, or None: the load more than the
+    tolerance off its target, or the trial's saturation readings (the bursts bracketing its
+    arms) further apart than the tolerance, so its load is not known within it."""
+    try:
+        target, tolerance = float(labels["target"]), float(labels["tolerance"])
+    except (KeyError, TypeError, ValueError):
+        return "realised load without its target and tolerance"
+    if not (target > 0 and tolerance >= 0 and np.isfinite(value)):
+        return "realised load without its target and tolerance"
+    if not evidence_rules.on_target(float(value), target, tolerance):
+        return "realised load off target"
+    readings = labels.get("readings_tok_s") or []
+    try:
+        rates = [float(r) for r in readings]
+    except (TypeError, ValueError):
+        return "unreadable saturation readings"
+    if len(rates) >= 2 and min(rates) > 0 and max(rates) / min(rates) - 1.0 > tolerance:
+        return "service rate moved under the trial"
+    return None
 
 
 def interval_status(condition: Condition, lo: float, hi: float) -> str:
@@ -93,19 +126,28 @@ def trial_values(measurements: pd.DataFrame, metric: str) -> np.ndarray:
 
 
 def failed_trials(rows: pd.DataFrame) -> tuple[FailedTrial, ...]:
-    """The trials ``rows`` mark off their realised-load target (evidence_rules.OFF_TARGET)."""
+    """The trials of ``rows`` that did not run the design: those the run flagged off target
+    (evidence_rules.OFF_TARGET) and those today's rule finds off from their realised-load
+    rows' own labels (_off_reason), so deleting a flag does not bring a trial back."""
     off = trial_series(rows, evidence_rules.OFF_TARGET)
+    reasons = {int(t): "realised load off target" for t in off.index[off.to_numpy() > 0]}
     loads = rows[rows["metric"] == evidence_rules.REALISED_LOAD]
-    failed = []
-    for trial in off.index[off.to_numpy() > 0]:
-        mine = loads[loads["trial"] == trial]
-        target = None
-        if len(mine):
-            labels = json.loads(str(mine["labels"].iloc[0]) or "{}")
-            target = float(labels["target"]) if "target" in labels else None
-        realised = float(mine["value"].mean()) if len(mine) else None
-        failed.append(FailedTrial(int(trial), realised, target))
-    return tuple(failed)
+    found: dict[int, tuple[float | None, float | None]] = {}
+    for trial, value, text in zip(loads["trial"], loads["value"], loads["labels"], strict=True):
+        labels = labels_of(text) or {}
+        target = labels.get("target")
+        found.setdefault(int(trial), (float(value), float(target) if _number(target) else None))
+        reason = _off_reason(float(value), labels)
+        if reason is not None:
+            reasons.setdefault(int(trial), reason)
+    return tuple(
+        FailedTrial(trial, *found.get(trial, (None, None)), reason=reasons[trial])
+        for trial in sorted(reasons)
+    )
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def usable_rows(rows: pd.DataFrame, failed: tuple[FailedTrial, ...]) -> pd.DataFrame:

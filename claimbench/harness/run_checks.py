@@ -21,6 +21,7 @@ verdict. The checks, in the order a run is reported by the first it fails:
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,9 +31,11 @@ import numpy as np
 import pandas as pd
 
 from claimbench.harness.claims import PROFILES, Claim
+from claimbench.harness.condition_scores import labels_of
 from claimbench.harness.design import design_of, source_root_of
-from claimbench.harness.evidence_rules import ANALYTIC, MEASURED
+from claimbench.harness.evidence_rules import ANALYTIC, MEASURED, REALISED_LOAD
 from claimbench.harness.registry import experiment_path
+from claimbench.harness.run_info import parse_time
 from claimbench.harness.stopping import SEQUENTIAL, STOP_REASONS
 
 EARLIER_PREDICTION = "measured against an earlier prediction"
@@ -48,6 +51,7 @@ EXCLUSIONS = (
     MISSING_DRAFT_HASH,
 )
 _HEX = re.compile(r"^[0-9a-f]+$")
+LOAD_MODULE = "claimbench.lab.load.open_loop"  # records a trial's realised load
 
 
 def today_designs(root: Path, claims: list[Claim]) -> dict[str, str]:
@@ -109,7 +113,7 @@ def _model_gaps(model: Any, label: str) -> list[str]:
         gaps.append(f"{label} weight hashes")
     arch = model.get("architecture")
     count = arch.get("num_params") if isinstance(arch, dict) else None
-    if count is not None and (not isinstance(count, int) or isinstance(count, bool)):
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         gaps.append(f"{label} parameter count")
     return gaps
 
@@ -126,6 +130,23 @@ def _is_stopping_record(stopping: Any, trials: Any) -> bool:
     )
 
 
+def _device_disagrees(hardware: dict[str, Any]) -> bool:
+    """Whether the recorded platform and device disagree: a CPU run names another device, or
+    an accelerator run names the CPU as its device or attention backend."""
+    kind = hardware.get("device_kind")
+    if hardware.get("platform") == "cpu":
+        return kind not in (None, "cpu")
+    return kind == "cpu" or hardware.get("attention_backend") == "cpu"
+
+
+def _engine_models(meta: dict[str, Any]) -> list[Any]:
+    """The model paths of the engines the run built (each must be hashed among its models)."""
+    configs = meta.get("engine_configs") or []
+    if not isinstance(configs, list):
+        return ["?"]
+    return [c.get("model_path") for c in configs if isinstance(c, dict) and c.get("model_path")]
+
+
 def provenance_gaps(meta: dict[str, Any], evidence: str | None = None) -> list[str]:
     """The provenance fields the scorer relies on that ``meta`` lacks or holds in the wrong
     form ([] when complete). ``evidence``: the class being scored (a measured class must be
@@ -140,7 +161,9 @@ def provenance_gaps(meta: dict[str, Any], evidence: str | None = None) -> list[s
     git = meta.get("git")
     if not isinstance(git, dict) or not _is_hex(git.get("sha")):
         gaps.append("git commit")
-    elif git.get("dirty") not in (True, False, None):
+    elif git.get("dirty") not in (True, False) and not (
+        git.get("dirty") is None and git.get("exported") is True
+    ):
         gaps.append("git dirty flag")
     hardware = meta.get("hardware")
     platform = hardware.get("platform") if isinstance(hardware, dict) else None
@@ -148,12 +171,16 @@ def provenance_gaps(meta: dict[str, Any], evidence: str | None = None) -> list[s
         gaps.append("hardware class")
     elif evidence not in (None, ANALYTIC) and platform != evidence:
         gaps.append(f"hardware class ({platform} run holding {evidence} evidence)")
-    if "model" not in meta:
+    elif _device_disagrees(hardware):
+        gaps.append(f"hardware class ({platform} run on a {hardware.get('device_kind')} device)")
+    if "model" not in meta or (meta["model"] is None and _engine_models(meta)):
         gaps.append("model record")
     elif meta["model"] is not None:
         gaps.extend(_model_gaps(meta["model"], "model"))
     if "stopping" in meta and not _is_stopping_record(meta["stopping"], meta.get("trials")):
         gaps.append("stopping rule")
+    if any(parse_time(meta.get(key)) is None for key in ("start", "end")):
+        gaps.append("run times")
     others = meta.get("other_models")
     if others is not None:
         if not isinstance(others, list):
@@ -183,7 +210,34 @@ def measurement_gaps(meta: dict[str, Any], rows: pd.DataFrame) -> list[str]:
     bad = sorted(set(measured.loc[~np.isfinite(values.to_numpy(dtype=float)), "metric"]))
     if bad:
         gaps.append(f"non-finite values of {', '.join(bad)}")
+    unreadable = sorted(
+        {
+            m
+            for m, text in zip(rows["metric"], rows["labels"], strict=True)
+            if labels_of(text) is None
+        }
+    )
+    if unreadable:
+        gaps.append(f"unreadable labels of {', '.join(unreadable)}")
+    if _load_controlled(meta, measured):
+        loaded = set(measured.loc[measured["metric"] == REALISED_LOAD, "trial"])
+        missing = sorted({int(t) for t in measured["trial"]} - {int(t) for t in loaded})
+        if missing:
+            shown = ", ".join(str(t) for t in missing[:3]) + (", ..." if len(missing) > 3 else "")
+            gaps.append(f"realised load of trials {shown}")
     return gaps
+
+
+def _load_controlled(meta: dict[str, Any], measured: pd.DataFrame) -> bool:
+    """Whether the run's load was set in service units, so every trial must record the load it
+    really offered: its design reads the realised-load module, or some trial recorded one."""
+    modules = meta.get("design_modules")
+    listed = isinstance(modules, dict | list) and LOAD_MODULE in modules
+    return listed or bool((measured["metric"] == REALISED_LOAD).any())
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 def exclusion(
@@ -209,6 +263,8 @@ def exclusion(
     profile = meta["profile"]
     if profile not in PROFILES or meta["prediction_hash"] != claim.prediction_hash(profile):
         return EARLIER_PREDICTION
+    if _canonical(meta.get("params")) != _canonical(claim.profile_params(profile)):
+        return f"{MISSING_PROVENANCE}: params (not the profile's, which its prediction hash names)"
     if designs is not None and meta["design_hash"] != designs.get(claim.id):
         return EARLIER_DESIGN
     if meta["git"].get("dirty") is True:

@@ -139,6 +139,17 @@ def test_bad_input_exits_2_and_runs_nothing(project, args, fragment):
     assert run_dirs(project / "results") == []
 
 
+@pytest.mark.parametrize(
+    "name", ["CLAIMBENCH_NATIVE", "CLAIMBENCH_NATIVE_PREFILL", "CLAIMBENCH_NATIVE_DECODE"]
+)
+def test_a_kernel_override_in_the_environment_runs_nothing(project, monkeypatch, name):
+    """A run under a kernel swap would pool with the default kernels' runs: refused."""
+    monkeypatch.setenv(name, "0")
+    result = invoke("--root", str(project), "run", "--claim", "fake-pass")
+    assert_one_line_error(result, f"{name} set: claims are measured on the default kernels")
+    assert run_dirs(project / "results") == []
+
+
 def test_until_decided_runs_blocks_until_the_condition_is_decided(project):
     result = invoke(
         "--root", str(project), "run", "--claim", "fake-pass", "--until-decided", "--trials", "3"

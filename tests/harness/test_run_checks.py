@@ -64,8 +64,10 @@ def test_a_run_from_a_dirty_tree_is_listed_not_scored(tmp_path):
 
 def test_a_speculative_run_without_its_draft_hash_is_not_scored(tmp_path):
     c = claim()
+    size = {"architecture": {"num_params": 1000}}
     target = {"name": "t", "path": "/m/t", "weights_sha256": {"model.safetensors": "1" * 64}}
     draft = {"name": "d", "path": "/m/d", "weights_sha256": {"model.safetensors": "2" * 64}}
+    target, draft = target | size, draft | size
     configs = [{"speculative": "none"}, {"speculative": "draft", "draft_model_path": None}]
     lacking = {"engine_configs": configs, "model": target, "other_models": []}
     run = store_run(tmp_path / "a", c, GOOD, extra_meta=lacking)
@@ -164,6 +166,18 @@ MODEL = {
         (lambda m: _without(m, ("model",)), "model record"),
         (lambda m: _with(m, ("trials",), 2), "trials 2 outside the run's 2"),
         (lambda m: _with(m, ("trials",), "5"), "trial count"),
+        # Unknown dirtiness passes only for an exported tree, which records that it is one.
+        (lambda m: _with(m, ("git", "dirty"), None), "git dirty flag"),
+        (lambda m: _without(m, ("git", "dirty")), "git dirty flag"),
+        (lambda m: _with(m, ("hardware", "device_kind"), "TPU v5 lite"), "cpu run on a TPU"),
+        (
+            lambda m: _with(m, ("model",), None) | {"engine_configs": [{"model_path": "/m/t"}]},
+            "model record",
+        ),
+        (lambda m: _without(m, ("model", "architecture", "num_params")), "parameter count"),
+        (lambda m: _with(m, ("end",), "yesterday"), "run times"),
+        # Params edited under today's prediction hash: not the params that hash names.
+        (lambda m: _with(m, ("params",), {"load": 0.05}), "params"),
     ],
 )
 def test_a_run_with_provenance_deleted_or_garbled_is_listed_not_scored(tmp_path, change, missing):
@@ -194,6 +208,12 @@ def test_a_run_with_provenance_deleted_or_garbled_is_listed_not_scored(tmp_path,
         ([("m", 100 + t, 4.0, "cpu") for t in range(5)], "trials 100, 101, 102, ..."),
         ([("m", 2, float("inf"), "cpu")], "non-finite values of m"),
         ([("m", 1, float("-inf"), "cpu")], "non-finite values of m"),
+        ([("realised_load", 0, 1.0, "cpu", "{not json")], "unreadable labels of realised_load"),
+        # A trial's realised load recorded, the others' deleted: each trial must show its load.
+        (
+            [("realised_load", 0, 1.0, "cpu", '{"target": 1.0, "tolerance": 0.25}')],
+            "realised load of trials 1, 2",
+        ),
     ],
 )
 def test_measurements_the_meta_does_not_vouch_for_are_listed_not_scored(tmp_path, extra, missing):
@@ -209,8 +229,8 @@ def test_measurements_the_meta_does_not_vouch_for_are_listed_not_scored(tmp_path
     added = pd.DataFrame(
         [
             {"run_id": good.run_id, "claim_id": c.id, "trial": t, "metric": m, "value": v,
-             "unit": "", "evidence": e, "labels": "{}"}
-            for m, t, v, e in extra
+             "unit": "", "evidence": e, "labels": rest[0] if rest else "{}"}
+            for m, t, v, e, *rest in extra
         ]
     )  # fmt: skip
     pd.concat([measurements, added]).to_parquet(copy / "measurements.parquet", index=False)

@@ -290,11 +290,12 @@ def test_a_never_condition_is_an_observation_checked_by_its_control(tmp_path):
 def test_a_trial_off_its_realised_load_is_reported_not_scored(tmp_path):
     c = claim()
     # Trial 1 offered 1.1x instead of 2x and, at the low load, looked like a success.
+    on = {"target": 2.0, "tolerance": 0.25}
     data = rows("gain", [1.0, 3.0, 1.1, 1.2]) + [
-        ("realised_load", 0, 2.05, "cpu", "x"),
-        ("realised_load", 1, 1.10, "cpu", "x"),
-        ("realised_load", 2, 1.95, "cpu", "x"),
-        ("realised_load", 3, 2.00, "cpu", "x"),
+        ("realised_load", 0, 2.05, "cpu", "x", on),
+        ("realised_load", 1, 1.10, "cpu", "x", on),
+        ("realised_load", 2, 1.95, "cpu", "x", on),
+        ("realised_load", 3, 2.00, "cpu", "x", on),
         ("trial_off_target", 1, 1.0, "cpu"),
     ]
     run = store_run(tmp_path, c, data)
@@ -306,6 +307,31 @@ def test_a_trial_off_its_realised_load_is_reported_not_scored(tmp_path):
     # Too few trials left on target: undecided, never filled from the failed one.
     short = store_run(tmp_path / "s", c, data[:2] + data[4:6] + [("trial_off_target", 1, 1, "cpu")])
     assert scoring.score_claim(c, [short]).conditions[0].status == "too-few-trials"
+
+
+def test_the_scorer_finds_an_off_target_trial_from_its_own_record(tmp_path):
+    """The off-target flag deleted, today's rule still drops the trial from its realised-load
+    labels: a load off by more than the tolerance, or saturation readings bracketing the
+    trial further apart than the tolerance (the host moved under it); a garbled record
+    (no target) counts as off too."""
+    c = claim()
+    on = {"target": 2.0, "tolerance": 0.25}
+    data = rows("gain", [1.0, 3.0, 1.1, 1.2, 3.0, 3.0]) + [
+        ("realised_load", 0, 2.05, "cpu", "x", on),
+        ("realised_load", 1, 1.10, "cpu", "x", on),  # no flag: off by its own labels
+        ("realised_load", 2, 1.95, "cpu", "x", on | {"readings_tok_s": [1000.0, 1200.0]}),
+        ("realised_load", 3, 2.00, "cpu", "x", on),
+        ("realised_load", 4, 2.00, "cpu", "x", on | {"readings_tok_s": [1000.0, 1300.0]}),
+        ("realised_load", 5, 2.00, "cpu", "x", {}),
+    ]
+    score = scoring.score_claim(c, [store_run(tmp_path, c, data)])
+    failed = {f.trial: f.reason for f in score.headline.failed_trials}
+    assert failed == {
+        1: "realised load off target",
+        4: "service rate moved under the trial",
+        5: "realised load without its target and tolerance",
+    }
+    assert score.conditions[0].trial_values == (1.0, 1.1, 1.2)
 
 
 def test_a_full_run_outranks_a_newer_quick_one(tmp_path):

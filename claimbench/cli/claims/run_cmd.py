@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from contextlib import ExitStack
 from enum import StrEnum
@@ -53,6 +54,17 @@ def _columns() -> tuple[ProgressColumn, ...]:
 
 
 DEFAULT_MAX_TRIALS = 20
+# Environment variables that swap the kernels a step runs (native or XLA, the decode loop, the
+# build's target CPU). Neither the design hash nor the run's record sees them, so a run under
+# one would pool with the default kernels' runs as the same design: claims run without them
+# (benchmarks/ compare kernels side by side).
+KERNEL_OVERRIDES = (
+    "CLAIMBENCH_NATIVE",
+    "CLAIMBENCH_NATIVE_PREFILL",
+    "CLAIMBENCH_NATIVE_DENSE",
+    "CLAIMBENCH_NATIVE_DECODE",
+    "CLAIMBENCH_NATIVE_MARCH",
+)
 
 
 class Profile(StrEnum):
@@ -109,6 +121,12 @@ def run(
     """Run claims' experiments; each finished run is stored, a failed one is not, and each
     stored run is appended to the ledger (results/ledger/) with what it cost."""
     opts = global_options(ctx)
+    overrides = [name for name in KERNEL_OVERRIDES if name in os.environ]
+    if overrides:
+        fail(
+            f"{', '.join(overrides)} set: claims are measured on the default kernels (the run "
+            "would not record the swap); unset it, or compare kernels with benchmarks/"
+        )
     if trials is not None and trials < 1:
         fail(f"--trials must be >= 1, got {trials}")
     rule = _stopping_rule(until_decided, trials, max_trials, max_minutes, profile.value)
