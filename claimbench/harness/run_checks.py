@@ -5,10 +5,14 @@ A run that fails a check is kept and listed with the reason (EXCLUSIONS); it nev
 verdict. The checks, in the order a run is reported by the first it fails:
 
 - record: every provenance field the scorer relies on is present and well-formed
-  (provenance_gaps): the profile, the prediction and design hashes, a git record naming a commit,
-  the hardware class (which must be the class of the evidence scored), and for each model the
-  run used, its weight hashes and an integer parameter count. A run copied with a key deleted or
-  garbled cannot be tied to what it measured, so it is listed with what is missing;
+  (provenance_gaps): the profile, the prediction and design hashes, a git record naming a commit
+  (dirtiness unknown only for an exported tree), the hardware class (the class of the evidence
+  scored, agreeing with the recorded device), a model record beside any engine, and for each
+  model the run used, its weight hashes and an integer parameter count, and readable run times;
+  its measurements' labels readable and, for a load-controlled run, every trial's realised load
+  (measurement_gaps); its params the profile's that its prediction hash names. A run copied with
+  a key deleted, garbled or edited cannot be tied to what it measured, so it is listed with what
+  is missing;
 - prediction: its ``prediction_hash`` equals ``claim.prediction_hash(profile)`` (thresholds,
   confidence and params as they stand today);
 - design: its ``design_hash`` equals the experiment's design today (harness/design.py), so a run
