@@ -57,7 +57,11 @@ def site(tmp_path: Path) -> Path:
         rows("top_tier_preemptions", [0, 0, 0, 0])
         + rows("top_tier_preemptions_control", [3, 1, 2, 5])
         + rows("gain", [2.0, 2.1, 9.0, 2.2])
-        + [("realised_load", 2, 1.1, "cpu", "x"), ("trial_off_target", 2, 1.0, "cpu")]
+        + [
+            ("realised_load", t, load, "cpu", "x", {"target": 2.0, "tolerance": 0.25})
+            for t, load in enumerate([2.0, 1.9, 1.1, 2.1])
+        ]
+        + [("trial_off_target", 2, 1.0, "cpu")]
     )
     store_run(store, victim, cpu, hour=9, root=root)
     tpu = rows("top_tier_preemptions", [0, 1, 0], "tpu") + rows("gain", [2.0, 2.1, 2.2], "tpu")

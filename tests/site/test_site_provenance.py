@@ -49,7 +49,7 @@ CLAIMS = """\
 MODEL = {
     "name": "claimbench-tiny",
     "path": "/x/claimbench-tiny",
-    "architecture": {"num_layers": 2},
+    "architecture": {"num_layers": 2, "num_params": 4_400_000},
     "weights_sha256": {"model.safetensors": "abcdef12" + "0" * 56},
 }
 HARDWARE = {
