@@ -6,7 +6,9 @@ is Ctrl-C: the work stops where it is and, as with `claimbench run`, the run in 
 stored (harness/results.py writes a run only once it has finished). The worker restores
 Python's Ctrl-C handler first: a process started in the background by a shell without job
 control (``claimbench mcp ... &`` in a script, nohup) inherits SIGINT ignored, and so would
-every worker it starts, which then ran on to the end of its job when cancelled.
+every worker it starts, which then ran on to the end of its job when cancelled. It also
+unblocks SIGINT: a signal mask is inherited across fork and exec too, and a runner that blocks
+SIGINT (as some CI runners do) left job_cancel's signal pending until the job had finished.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ def _events() -> TextIO:
 
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)  # job_cancel's Ctrl-C, always
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # ... even if it was blocked
     kind, spec = argv[0], json.loads(argv[1])
     events = _events()
 

@@ -152,16 +152,28 @@ def test_a_cancelled_job_leaves_no_run_directory(ops: Ops) -> None:
     assert not ledger.ledger_path(ops.project / "results").exists()
 
 
-@pytest.mark.slow
-def test_a_job_started_with_ctrl_c_ignored_still_cancels(ops: Ops) -> None:
-    # A server started in the background by a shell without job control inherits SIGINT
-    # ignored, and its workers with it: cancelling must still stop the job, not let it run on.
-    add_slow_claim(ops.project)
+def _ignore_sigint():
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return lambda: signal.signal(signal.SIGINT, previous)
+
+
+def _block_sigint():
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    return lambda: signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mask", [_ignore_sigint, _block_sigint], ids=["ignored", "blocked"])
+def test_a_job_started_with_ctrl_c_ignored_or_blocked_still_cancels(ops: Ops, mask) -> None:
+    # A server started in the background by a shell without job control inherits SIGINT
+    # ignored, and one started by a runner that blocks signals inherits SIGINT blocked; its
+    # workers inherit either: cancelling must still stop the job, not let it run on.
+    add_slow_claim(ops.project)
+    restore = mask()
     try:
         job = ops.call("runner", "run_claims", {"claims": ["fake-slow"]})
     finally:
-        signal.signal(signal.SIGINT, previous)
+        restore()
     ops.wait_job("runner", job["job_id"], lambda s: s["progress"].get("trial", 0) >= 1, 300)
     cancelled = ops.call("runner", "job_cancel", {"job_id": job["job_id"]})
     assert cancelled["state"] == "cancelled" and cancelled["stored"] == []
