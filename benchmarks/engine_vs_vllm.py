@@ -24,6 +24,12 @@ outputs were identical on both sides in every round (and, with both pairs run, o
 scheduling off against on). The report, the JSON and the stored record
 name the host: CPU model, vector ISA (avx512f / avx2 / fma) and cores.
 
+Beside our rounds: a kernel-ceiling model of one round (round_ceiling.py: the round's analytic
+work over each kernel's ceiling, measured on this host once a run, after our engine is built and
+before any timed round) with each of our rounds' seconds as a multiple of it (target <= 1.2x),
+and each round's idle core time (idle_cores.py: the share of the cores this process may use that
+its threads left unused over the round).
+
 Settings that correspond are the same on both sides: dtype (float32 on CPU, which both run
 natively), max_num_seqs, max_num_batched_tokens (one step's token budget), max_model_len,
 no prefix caching. vLLM runs without detokenization (our engine decodes each output's text
@@ -60,6 +66,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+# The model of a round and the idle meter live beside this file (round_ceiling, idle_cores).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 VLLM_PYTHON_ENV = "CLAIMBENCH_VLLM_PYTHON"
 # scripts/setup_vllm.sh puts the environment beside the checkout, out of the repository.
@@ -330,13 +339,17 @@ def set_async_scheduling(engine, on: bool) -> None:
 
 
 def ours_round(engine, job: Job, steps: list | None = None) -> dict:
-    """One timed round through our engine; ``steps`` (a list) receives its step records."""
+    """One timed round through our engine, with the share of the cores it left idle;
+    ``steps`` (a list) receives its step records."""
+    from idle_cores import IdleMeter
+
     from claimbench.engine.sampling_params import SamplingParams
 
     params = SamplingParams(max_tokens=job.output_len, ignore_eos=True)
-    start = time.perf_counter()
-    outs = engine.generate(job.prompts, params)
-    elapsed = time.perf_counter() - start
+    with IdleMeter() as meter:
+        start = time.perf_counter()
+        outs = engine.generate(job.prompts, params)
+        elapsed = time.perf_counter() - start
     ids = {o.request_id for o in outs}
     frame = engine.requests_frame()
     frame = frame[frame["request_id"].isin(ids)]
@@ -351,6 +364,9 @@ def ours_round(engine, job: Job, steps: list | None = None) -> dict:
         "ttft_s": frame["ttft_s"].dropna().tolist() or None,
         "tpot_s": frame["tpot_s"].dropna().tolist() or None,
         "token_ids": [list(o.token_ids) for o in outs],
+        "idle_core_frac": meter.idle_core_frac,
+        "cpu_s": meter.cpu_s,
+        "cores": meter.cores,
     }
 
 
@@ -368,11 +384,14 @@ def per_round_ms(rounds: list[dict], key: str) -> dict[str, list[float]] | None:
 
 
 def summarize(rounds: list[dict]) -> dict:
-    """One side's timed rounds: tok/s of each, their median, min, max and mean, the TTFT and
-    TPOT percentiles pooled over the rounds, and each round's own p50 and p99."""
+    """One side's timed rounds: tok/s and seconds of each, their median, min, max and mean,
+    the TTFT and TPOT percentiles pooled over the rounds, each round's own p50 and p99, and
+    where the side measures it (ours), each round's idle core share and their median."""
     tok_s = [r["output_tokens"] / r["elapsed_s"] for r in rounds]
     pooled = {k: [v for r in rounds for v in (r[k] or [])] for k in ("ttft_s", "tpot_s")}
+    idle = [r["idle_core_frac"] for r in rounds if r.get("idle_core_frac") is not None]
     return {
+        "elapsed_s": [r["elapsed_s"] for r in rounds],
         "tok_s": tok_s,
         "median_tok_s": statistics.median(tok_s),
         "min_tok_s": min(tok_s),
@@ -382,6 +401,23 @@ def summarize(rounds: list[dict]) -> dict:
         "tpot_ms": percentiles_ms(pooled["tpot_s"]),
         "ttft_ms_rounds": per_round_ms(rounds, "ttft_s"),
         "tpot_ms_rounds": per_round_ms(rounds, "tpot_s"),
+        "idle_core_frac": idle or None,
+        "median_idle_core_frac": statistics.median(idle) if idle else None,
+        "cores": rounds[0].get("cores"),  # the cores the side may use, where it says
+    }
+
+
+def versus_model(ours: dict, model: dict | None) -> dict | None:
+    """Our rounds' seconds as multiples of the kernel-ceiling model's round (``model``, from
+    round_ceiling.model_round), each and by the median; None without a model."""
+    if model is None:
+        return None
+    median_s = statistics.median(ours["elapsed_s"])
+    return {
+        "model_s": model["total_s"],
+        "round_x": [s / model["total_s"] for s in ours["elapsed_s"]],
+        "median_s": median_s,
+        "median_x": median_s / model["total_s"],
     }
 
 
@@ -433,17 +469,39 @@ def greedy_line(greedy: dict, what: str) -> str:
     return line
 
 
-def pair_report(name: str, pair: dict) -> list[str]:
-    """One pair's lines: every round of each side and its ratio, median, min-max, latencies."""
+def ours_columns(pair: dict, i: int) -> str:
+    """Round ``i``'s seconds, multiple of the model's round and idle core share (ours), where
+    the pair has them."""
+    ours, vs = pair["ours"], pair.get("vs_model")
+    text = f"{ours['elapsed_s'][i]:10.2f}" if "elapsed_s" in ours else ""
+    if vs is not None:
+        text += f"{vs['round_x'][i]:10.2f}"
+    if ours.get("idle_core_frac") is not None:
+        text += f"{ours['idle_core_frac'][i]:8.2f}"
+    return text
+
+
+def ours_header(pair: dict) -> str:
+    ours = pair["ours"]
+    text = f"{'ours s':>10}" if "elapsed_s" in ours else ""
+    text += f"{'x model':>10}" if pair.get("vs_model") is not None else ""
+    return text + (f"{'idle':>8}" if ours.get("idle_core_frac") is not None else "")
+
+
+def pair_report(name: str, pair: dict, model: dict | None = None) -> list[str]:
+    """One pair's lines: every round of each side and its ratio (and ours: its seconds, their
+    multiple of the kernel-ceiling ``model``'s round, its idle core share), median, min-max,
+    the model against our median round, our idle cores, latencies."""
     title = f"both sides with async scheduling {name}"
     if "refused" in pair:
         return [f"{title}: vLLM refused: {pair['refused']}"]
     ours, vllm = pair["ours"], pair["vllm"]
-    lines = [title, f"{'round':<8}{'ours tok/s':>14}{'vLLM tok/s':>14}{'ratio':>12}"]
+    header = f"{'round':<8}{'ours tok/s':>14}{'vLLM tok/s':>14}{'ratio':>12}{ours_header(pair)}"
+    lines = [title, header]
     for i, (a, b, r) in enumerate(
         zip(ours["tok_s"], vllm["tok_s"], pair["round_ratios"], strict=True)
     ):
-        lines.append(f"{i + 1:<8}{a:14.1f}{b:14.1f}{r:12.2f}")
+        lines.append(f"{i + 1:<8}{a:14.1f}{b:14.1f}{r:12.2f}{ours_columns(pair, i)}")
     lines.append(
         f"{'median':<8}{ours['median_tok_s']:14.1f}{vllm['median_tok_s']:14.1f}"
         f"{pair['ratio']:12.2f}   (ratio of the medians; target >= {TARGET_RATIO})"
@@ -451,6 +509,17 @@ def pair_report(name: str, pair: dict) -> list[str]:
     spread = [f"{s['min_tok_s']:.0f}-{s['max_tok_s']:.0f}" for s in (ours, vllm)]
     ratios = f"{min(pair['round_ratios']):.2f}-{max(pair['round_ratios']):.2f}"
     lines.append(f"{'min-max':<8}{spread[0]:>14}{spread[1]:>14}{ratios:>12}")
+    vs = pair.get("vs_model")
+    if model is not None and vs is not None:
+        from round_ceiling import model_line
+
+        lines.append(model_line(model, vs["median_s"]))
+    idle = ours.get("idle_core_frac")
+    if idle is not None:
+        lines.append(
+            f"idle core time, ours: median {ours['median_idle_core_frac']:.2f} of "
+            f"{ours['cores']} cores (rounds {min(idle):.2f}-{max(idle):.2f})"
+        )
     for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
         for side, who in ((ours, "ours"), (vllm, "vLLM")):
             p = side[key]
@@ -473,6 +542,42 @@ def cores_line(cores: dict) -> str:
     )
 
 
+def ceilings_line(ceiling: dict) -> str:
+    """The kernel ceilings this run measured for the model of a round, in one line."""
+    if "unavailable" in ceiling:
+        return f"kernel-ceiling model: not measured ({ceiling['unavailable']})"
+    c = ceiling["ceilings"]
+    dense = ", ".join(f"{v:.0f} at {r} rows" for r, v in c["dense_gflop_s"].items())
+    reads = ", ".join(
+        f"{v:.1f} on {t} thread{'s' if t != '1' else ''}" for t, v in c["read_gb_per_s"].items()
+    )
+    return (
+        f"kernel ceilings measured: native dense GFLOP/s {dense}; contiguous read GB/s {reads} "
+        f"({c['read_bytes'] / 1e6:.1f} MB buffers)"
+    )
+
+
+def kernel_ceiling(job: Job) -> dict:
+    """The kernel-ceiling model of one round of ``job``, its ceilings measured here and now:
+    {work, ceilings, model}, or {unavailable: why} where the native kernels cannot run."""
+    from round_ceiling import measure_ceilings, model_round, round_work
+
+    from claimbench.kernels.native.build import NativeUnavailable
+    from claimbench.models.checkpoint import read_config
+
+    cfg = read_config(Path(job.model))
+    work = round_work(job, cfg)
+    try:
+        ceilings = measure_ceilings(cfg, work)
+    except NativeUnavailable as e:
+        return {"unavailable": str(e).splitlines()[0] if str(e) else "native kernels unavailable"}
+    return {
+        "work": dataclasses.asdict(work),
+        "ceilings": ceilings.to_json(),
+        "model": model_round(work, ceilings),
+    }
+
+
 def report(result: dict) -> str:
     """The printed report: the host and settings, then each pair."""
     lines = [
@@ -486,8 +591,13 @@ def report(result: dict) -> str:
     cores = result.get("vllm_cores")
     if cores is not None:
         lines.append(cores_line(cores))
+    ceiling = result.get("ceiling_model")
+    model = None
+    if ceiling is not None:
+        lines.append(ceilings_line(ceiling))
+        model = ceiling.get("model")
     for name, pair in result["pairs"].items():
-        lines += ["", *pair_report(name, pair)]
+        lines += ["", *pair_report(name, pair, model)]
     if result.get("ours_off_vs_on") is not None:
         lines.append(greedy_line(result["ours_off_vs_on"], "our outputs, async off vs on"))
     lines.append(
@@ -698,6 +808,7 @@ def compare(args) -> dict:
     modes = SCHEDULING[args.scheduling]
     names = {False: "off", True: "on"}
     runs: dict[str, dict] = {}
+    ceiling: dict = {"unavailable": "our engine did not run"}
     in_turn = sequential(args)
     with tempfile.TemporaryDirectory() as tmp:
         vllm_model = llama_only_copy(Path(job.model), Path(tmp) / "model")
@@ -718,7 +829,11 @@ def compare(args) -> dict:
             if run is not None and "refused" in run:
                 continue
             ours_job = dataclasses.replace(job, async_scheduling=on)
-            engine = engine or build_ours(args, ours_job)
+            if engine is None:
+                engine = build_ours(args, ours_job)
+                # Once a run, on a quiet host: our engine built, no vLLM process running yet
+                # (alternating) or any more (sequential), before any timed round.
+                ceiling = kernel_ceiling(job)
             if in_turn:
                 set_async_scheduling(engine, on)
                 ours_round(engine, ours_job)  # warm-up, as the worker's
@@ -732,6 +847,7 @@ def compare(args) -> dict:
         else:
             pairs[name] = pair_result(run["rounds"]["ours"], run["rounds"]["vllm"])
             pairs[name]["settle_s"] = run.get("settle_s")
+            pairs[name]["vs_model"] = versus_model(pairs[name]["ours"], ceiling.get("model"))
     measured = [name for name, pair in pairs.items() if "refused" not in pair]
     if not measured:
         reasons = "; ".join(f"{name}: {pair['refused']}" for name, pair in pairs.items())
@@ -760,6 +876,8 @@ def compare(args) -> dict:
         "vllm_cores": {"mode": args.vllm_cores, "cores": vllm_cores(args)},
         "host": host,
         "host_line": host_line(host),
+        # The kernel-ceiling model of a round: its work, this host's ceilings, its seconds.
+        "ceiling_model": ceiling,
         "pairs": pairs,
         "ours_off_vs_on": ours_off_vs_on,
         "headline": headline,

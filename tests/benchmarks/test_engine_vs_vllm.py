@@ -170,12 +170,45 @@ def test_a_pair_reports_every_round_the_medians_the_spread_and_each_round_ratio(
     assert lines[0] == "host: AMD EPYC, avx2 (avx2 fma), 2 cores"
     assert "both sides with async scheduling off" in lines
     for n, (a, b, r) in enumerate([(300, 100, 3.0), (200, 125, 1.6), (250, 50, 5.0)], 1):
-        assert f"{n:<8}{a:14.1f}{b:14.1f}{r:12.2f}" in lines
+        # Then our round's seconds (100 tokens each).
+        assert f"{n:<8}{a:14.1f}{b:14.1f}{r:12.2f}{100 / a:10.2f}" in lines
     assert any(ln.startswith("median") and "250.0" in ln and "2.50" in ln for ln in lines)
     assert any(ln.split() == ["min-max", "200-300", "50-125", "1.60-5.00"] for ln in lines)
     assert "greedy outputs, ours vs vLLM: 2/2 requests identical" in lines
     assert "both sides with async scheduling on: vLLM refused: no async here" in lines
     assert "headline (stored, shown on the scoreboard): async scheduling off, 2.50x" in lines
+
+
+def test_our_rounds_are_set_against_the_kernel_ceiling_model_with_their_idle_cores():
+    bench = load_benchmark()
+    outputs = [[1, 2]]
+    ours = rounds_of([50.0, 40.0, 25.0], outputs)  # 2, 2.5 and 4 s a round
+    for r, idle in zip(ours, [0.1, 0.3, 0.2], strict=True):
+        r.update(idle_core_frac=idle, cpu_s=1.0, cores=2)
+    pair = bench.pair_result(ours, rounds_of([20.0, 20.0, 20.0], outputs))
+    assert pair["ours"]["idle_core_frac"] == [0.1, 0.3, 0.2]
+    assert pair["ours"]["median_idle_core_frac"] == pytest.approx(0.2)
+    assert pair["vllm"]["idle_core_frac"] is None  # vLLM's processes are not ours to count
+    model = {"total_s": 2.0, "dense_s": 1.5, "prefill_attn_s": 0.1, "decode_attn_s": 0.4}
+    model["tok_s"] = 100 / model["total_s"]
+    assert bench.versus_model(pair["ours"], None) is None
+    pair["vs_model"] = bench.versus_model(pair["ours"], model)
+    assert pair["vs_model"]["round_x"] == pytest.approx([1.0, 1.25, 2.0])
+    assert pair["vs_model"]["median_x"] == pytest.approx(1.25)
+    lines = bench.pair_report("off", pair, model)
+    assert lines[1].split() == ["round", "ours", "tok/s", "vLLM", "tok/s", "ratio"] + [
+        "ours", "s", "x", "model", "idle"
+    ]  # fmt: skip
+    assert lines[3].split() == ["2", "40.0", "20.0", "2.00", "2.50", "1.25", "0.30"]
+    assert (
+        "kernel-ceiling model: 2.00 s a round (dense 1.50, prefill attn 0.10, decode attn 0.40) "
+        "= 50 tok/s; ours median 2.50 s = 1.25x the model (target <= 1.2x)"
+    ) in lines
+    assert "idle core time, ours: median 0.20 of 2 cores (rounds 0.10-0.30)" in lines
+    unmeasured = {"unavailable": "no native kernels here"}
+    assert bench.ceilings_line(unmeasured) == (
+        "kernel-ceiling model: not measured (no native kernels here)"
+    )
 
 
 def test_a_refusing_vllm_worker_is_reported_not_measured(tmp_path):
@@ -357,6 +390,16 @@ def test_both_pairs_run_and_are_stored_with_the_host(tmp_path):
     assert "refused" in result["pairs"]["on"] and result["headline"] == "off"
     assert result["ratio"] == off["ratio"] and result["ours"] == off["ours"]
     assert result["host"]["cores"] >= 1 and "cpu_model" in result["host"]
+    # Our rounds against the kernel-ceiling model measured in the run, and their idle cores.
+    model = result["ceiling_model"]
+    if "unavailable" not in model:
+        assert model["model"]["total_s"] > 0
+        assert set(model["ceilings"]["read_gb_per_s"]) == {"1", "2"}
+        assert len(off["vs_model"]["round_x"]) == 2
+        assert any(ln.startswith("kernel-ceiling model: ") for ln in proc.stdout.splitlines())
+    assert len(off["ours"]["idle_core_frac"]) == 2
+    # A tiny round: os.times counts in clock ticks, so only the bound from above is exact.
+    assert all(f <= 1 for f in off["ours"]["idle_core_frac"])
     assert result["vllm_cores"] == {
         "mode": "all",
         "cores": ",".join(str(c) for c in sorted(os.sched_getaffinity(0))),
