@@ -4,7 +4,7 @@ side of its threshold (the real experiment at tiny size, one thing changed)."""
 from __future__ import annotations
 
 import pytest
-from counterfactual_helpers import assert_fails, assert_holds, metric_values
+from counterfactual_helpers import assert_fails, metric_values
 from tenant_exp_helpers import experiment, run_tiny, write_checkpoint
 
 CLAIM = "cold-start"
@@ -60,17 +60,11 @@ def test_each_counterfactual_switches_exactly_its_arm():
 
 
 @pytest.mark.slow
-def test_cold_ttft_is_compile_work_and_a_precompiled_cold_process_is_not_ten_times_warm(
-    checkpoint,
-):
+def test_a_precompiled_cold_process_is_not_ten_times_warm(checkpoint):
     # The first request of a cold process pays its bucket's compile, which is far more than
-    # ten warm steps; precompiled, that request is a warm step (start-up costs, left out of
+    # ten warm steps (test_exp_cold_start's tiny run, the registered design at this size,
+    # checks that side); precompiled, that request is a warm step (start-up costs, left out of
     # the metric, cannot keep it above the threshold).
-    assert_holds(
-        CLAIM,
-        "cold_over_warm_first_ttft",
-        metric_values(frame_of(checkpoint, "none"), "cold_over_warm_first_ttft"),
-    )
     values = metric_values(frame_of(checkpoint, "cold-precompiled"), "cold_over_warm_first_ttft")
     assert_fails(CLAIM, "cold_over_warm_first_ttft", values)
 
