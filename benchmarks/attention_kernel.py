@@ -22,13 +22,16 @@ between calls), and set against two read ceilings (kernels/native_bandwidth.py),
 and on two threads over buffers in the same rotation: a STREAM-like sum of floats over the
 same number of bytes as the decode-only step's KV (contiguous), and a read of the step's own
 pages in the kernel's order, each front to back with the next prefetched (paged: what the
-memory gives the kernel's access pattern). The kernel's passes and the reads run in
-alternating blocks, so all see the same load on the host. Reported: the read GB/s of each
-(medians), the kernel's KV bytes/s (the KV bytes over its median time a call), that as a
-fraction of each, and the kernel's own rate with its KV in the caches (the first decode
+memory gives the kernel's access pattern). The kernel's passes, on one and on two threads
+(kernels/native_threads.py), and the reads run in alternating blocks, so all see the same load
+on the host. Reported: the read GB/s of each (medians), the kernel's KV bytes/s on each thread
+count (the KV bytes over its median time a call), that as a fraction of each read on as many
+threads, and the kernel's own rate with its KV in the caches (the first decode
 sequences whose KV fits half the L3, one pool): memory cannot make the kernel faster than
 that, so where it is below a read ceiling the loop's arithmetic, not the memory, stands
-between the kernel and that ceiling (benchmarks/decode_ceiling.py).
+between the kernel and that ceiling (benchmarks/decode_ceiling.py). The native prefill-heavy
+step, bound by arithmetic, is set against the host's multiply-add peak on one and two threads
+instead (benchmarks/prefill_ceiling.py).
 
 JAX's shipped kernel (jax.experimental.pallas.ops.tpu.ragged_paged_attention) attends
 only: it does not write the new KV, takes the same interleaved page layout, and has no
@@ -59,6 +62,7 @@ from decode_ceiling import (
     decode_in_cache,
     in_cache_seqs,
 )
+from prefill_ceiling import attention_flops, prefill_against_peak, prefill_report
 
 from claimbench.hardware.host import host_description, host_line
 from claimbench.kernels import native_attention, native_bandwidth, xla_rpa
@@ -298,6 +302,7 @@ def main(argv: list[str] | None = None) -> None:
     args.layers = args.layers or auto_layers(decode_kv_bytes, l3_bytes)
     chip, bytes_per_s = spec_bandwidth()
     results = []
+    prefill, prefill_flops = None, None  # the native prefill against the multiply-add peak
     # Off TPU the ceiling is measured beside the native decode kernel, where there is one.
     reason = native_attention.unavailable_reason() or "the native decode kernel was not timed"
     ceiling = None if on_tpu else {"unavailable": reason}
@@ -308,6 +313,15 @@ def main(argv: list[str] | None = None) -> None:
             seconds = median_seconds(fn, layers, args.iters, carry_cache=carry)
             if (batch, name) == ("decode-only", "native"):
                 ceiling = kernel_against_ceiling(args, layers, kv_lens, l3_bytes, seed)
+            if (batch, name) == ("prefill-heavy", "native"):
+                prefill_flops = attention_flops(q_lens, kv_lens, args.num_q_heads, args.head_dim)
+                prefill = prefill_against_peak(
+                    lambda iters, fn=fn, layers=layers, carry=carry: median_seconds(
+                        fn, layers, iters, carry_cache=carry
+                    ),
+                    prefill_flops,
+                    args.iters,
+                )
             del layers
             achieved = moved / seconds
             results.append(
@@ -319,7 +333,8 @@ def main(argv: list[str] | None = None) -> None:
     host = None if on_tpu else host_description()
     if args.json:
         print(json.dumps(dict(platform=jax.default_backend(), host=host, rotation=rotation,
-                              results=results, read_ceiling=ceiling)))  # fmt: skip
+                              results=results, read_ceiling=ceiling,
+                              prefill_peak=prefill, prefill_flops=prefill_flops)))  # fmt: skip
         return
     if host is not None:
         print(f"host: {host_line(host)}; L3 {l3_bytes / 2**20:.0f} MiB")
@@ -338,6 +353,8 @@ def main(argv: list[str] | None = None) -> None:
         )
     if ceiling is not None:
         print(ceiling_report(ceiling))
+    if prefill is not None:
+        print("\n".join(prefill_report(prefill, prefill_flops)))
 
 
 if __name__ == "__main__":

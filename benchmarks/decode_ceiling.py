@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from claimbench.kernels import native_attention, native_bandwidth
+from claimbench.kernels import native_attention, native_bandwidth, native_threads
 
 BLOCKS = 3  # kernel and read blocks, alternating (decode_against_ceiling)
 CEILING_THREADS = (1, 2)
@@ -66,12 +66,13 @@ def seconds_a_call(run, calls: int) -> float:
 
 def decode_against_ceiling(layers: list[list], kv_bytes: int, iters: int, sm_scale: float):
     """The decode kernel alone timed with the read ceilings beside it, in BLOCKS alternating
-    blocks: ``iters`` passes over the layers' pools (the engine's layers, back to back), then
-    ``iters`` reads for each of CEILING_THREADS and each layer: sums of that thread count's
-    buffers in turn (each ``kv_bytes`` of random f32) and reads of that thread count's pools
-    (random f32 pages of the KV pool's size) at the step's pages in the kernel's order.
-    (median seconds of a kernel call, {threads: median contiguous read bytes/s}, {threads:
-    median paged read bytes/s}).
+    blocks: for each of CEILING_THREADS, ``iters`` passes over the layers' pools (the engine's
+    layers, back to back) with the kernels on that many threads (native_threads), then
+    ``iters`` reads for each layer: sums of that thread count's buffers in turn (each
+    ``kv_bytes`` of random f32) and reads of that thread count's pools (random f32 pages of the
+    KV pool's size) at the step's pages in the kernel's order. ({threads: median seconds of a
+    kernel call}, {threads: median contiguous read bytes/s}, {threads: median paged read
+    bytes/s}).
 
     Not call by call: with the reads run between its calls the kernel read 14.8-15.6 GB/s of
     KV, back to back 21.5-24.6 (the engine's shape on a 2-core Zen 4 virtual machine, the two
@@ -92,16 +93,17 @@ def decode_against_ceiling(layers: list[list], kv_bytes: int, iters: int, sm_sca
     pages = [step_pages(step) for step in layers]
     paged_bytes = pages[0].size * page_floats * 4
     run = kernel_pass(layers[0], [step[3] for step in layers], sm_scale)
-    times: list[float] = []
+    times = {t: [] for t in CEILING_THREADS}
     rates = {t: [] for t in CEILING_THREADS}
     paged_rates = {t: [] for t in CEILING_THREADS}
 
     def block(passes: int, record: bool) -> None:
-        for _ in range(passes):
-            seconds = seconds_a_call(run, len(layers))
-            if record:
-                times.append(seconds)
         for threads in CEILING_THREADS:
+            with native_threads.threads(threads):
+                for _ in range(passes):
+                    seconds = seconds_a_call(run, len(layers))
+                    if record:
+                        times[threads].append(seconds)
             for i in range(passes * len(layers)):
                 buffer = buffers[threads][i % len(layers)]
                 pool = pools[threads][i % len(layers)]
@@ -116,7 +118,7 @@ def decode_against_ceiling(layers: list[list], kv_bytes: int, iters: int, sm_sca
     for _ in range(BLOCKS):
         block(passes, record=True)
     median = lambda r: {t: float(np.median(v)) for t, v in r.items()}  # noqa: E731
-    return float(np.median(times)), median(rates), median(paged_rates)
+    return median(times), median(rates), median(paged_rates)
 
 
 def in_cache_seqs(kv_lens: list[int], row_bytes: int, l3_bytes: int) -> int:
@@ -142,20 +144,25 @@ def decode_in_cache(step: list, kv_bytes: int, calls: int, iters: int, sm_scale:
 
 
 def ceiling_result(
-    kv_bytes: int, seconds: float, rates: dict[int, float], paged: dict[int, float]
+    kv_bytes: int, seconds: dict[int, float], rates: dict[int, float], paged: dict[int, float]
 ) -> dict:
     """Each read ceiling's GB/s on each thread count (contiguous: ``gb_per_s``; the step's
     pages in the kernel's order: ``paged_gb_per_s``), the decode kernel's median seconds a call
-    alone and its KV GB/s (the step's KV bytes over that), and that as a fraction of each."""
-    kv_gb_per_s = kv_bytes / seconds / 1e9
+    alone on each thread count and its KV GB/s (the step's KV bytes over that), and that as a
+    fraction of the read on as many threads (``fraction``, ``paged_fraction``). The kernel's
+    unsuffixed figures are those on the most threads, as the engine runs it."""
+    kv = {t: kv_bytes / s for t, s in seconds.items()}
+    most = max(seconds)
     return {
         "bytes": kv_bytes,
         "gb_per_s": {str(t): r / 1e9 for t, r in rates.items()},
         "paged_gb_per_s": {str(t): r / 1e9 for t, r in paged.items()},
-        "native_decode_kernel_ms": seconds * 1e3,
-        "native_decode_kv_gb_per_s": kv_gb_per_s,
-        "fraction": {str(t): kv_gb_per_s * 1e9 / r for t, r in rates.items()},
-        "paged_fraction": {str(t): kv_gb_per_s * 1e9 / r for t, r in paged.items()},
+        "native_decode_kernel_ms": seconds[most] * 1e3,
+        "native_decode_kv_gb_per_s": kv[most] / 1e9,
+        "kernel_ms": {str(t): s * 1e3 for t, s in seconds.items()},
+        "kernel_kv_gb_per_s": {str(t): v / 1e9 for t, v in kv.items()},
+        "fraction": {str(t): kv[t] / r for t, r in rates.items()},
+        "paged_fraction": {str(t): kv[t] / r for t, r in paged.items()},
     }
 
 
@@ -169,16 +176,17 @@ def ceiling_report(ceiling: dict) -> str:
         f"the native decode kernel alone (compiled passes over the pools, no KV write): "
         f"{ceiling['native_decode_kernel_ms']:.3f} ms a call, {kv:.1f} GB/s of KV",
         f"read ceilings over the decode-only KV bytes ({ceiling['bytes'] / 1e6:.1f} MB a call), "
-        "timed in blocks alternating with the kernel's:",
+        "timed in blocks alternating with the kernel's; the kernel on as many threads:",
     ]
     for name, rates, fractions in (
         ("contiguous", ceiling["gb_per_s"], ceiling["fraction"]),
         ("paged", ceiling["paged_gb_per_s"], ceiling["paged_fraction"]),
     ):
         for threads, rate in rates.items():
+            on = ceiling["kernel_kv_gb_per_s"][threads]
             lines.append(
                 f"  {name:<10} {threads} thread{'s' if threads != '1' else ' '} {rate:8.1f} GB/s"
-                f"   native decode {kv:.1f} GB/s of KV = {fractions[threads]:.2f} of it"
+                f"   native decode {on:.1f} GB/s of KV = {fractions[threads]:.2f} of it"
             )
     lines.append(
         "  (paged: the step's pages in the kernel's order, each front to back, the next one "

@@ -6,7 +6,10 @@ Matmuls: every matrix of one step of the model (each layer's q, k, v, o, gate, u
 projections and the tied head, at the checkpoint's shapes) over --rows rows of f32
 activations, jitted as one function per path; the paths alternate --repeats times, each
 timed as the median of --iters calls. Printed: milliseconds, GFLOP/s and the ratio XLA /
-native per row count.
+native per row count. Then the native kernel on each of --threads thread counts
+(kernels/native_threads.py) against the host's multiply-add peak on as many threads
+(kernels/native_peak.py), the two alternating --repeats times: the kernel's FLOP/s as a
+fraction of its own ceiling.
 
 Engine (--engine-rounds N): two engines in this process over the same checkpoint, one
 serving with the native kernel (``CLAIMBENCH_NATIVE_DENSE=native``), one with XLA's dot,
@@ -86,6 +89,44 @@ def time_matmuls(shapes, rows: int, repeats: int, iters: int) -> dict:
     }
 
 
+def against_peak(shapes, rows: int, repeats: int, iters: int, threads: list[int]) -> dict:
+    """The native matmuls on each of ``threads`` thread counts and the multiply-add peak on as
+    many, alternating ``repeats`` times: {threads: {gflop_s, peak_gflop_s, fraction}}."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from claimbench.kernels import native_dense, native_peak, native_threads
+
+    rng = np.random.default_rng(0)
+    packed = [native_dense.pack(jnp.asarray(rng.standard_normal(s, np.float32))) for s in shapes]
+    inputs = {k: jnp.asarray(rng.standard_normal((rows, k), np.float32)) for k, _ in shapes}
+
+    @jax.jit
+    def native(xs, ps):
+        return [native_dense.dense(xs[k], p, n) for (k, n), p in zip(shapes, ps, strict=True)]
+
+    jax.block_until_ready(native(inputs, packed))
+    flops = sum(2 * rows * k * n for k, n in shapes)
+    rates: dict[int, list[float]] = {t: [] for t in threads}
+    peaks: dict[int, list[float]] = {t: [] for t in threads}
+    for _ in range(repeats):
+        for t in threads:
+            with native_threads.threads(t):
+                samples = []
+                for _ in range(iters):
+                    start = time.perf_counter()
+                    jax.block_until_ready(native(inputs, packed))
+                    samples.append(time.perf_counter() - start)
+            rates[t].append(flops / statistics.median(samples))
+            peaks[t].append(native_peak.fma_peak(t))
+    out = {}
+    for t in threads:
+        rate, peak = statistics.median(rates[t]), statistics.median(peaks[t])
+        out[str(t)] = {"gflop_s": rate / 1e9, "peak_gflop_s": peak / 1e9, "fraction": rate / peak}
+    return out
+
+
 def engine_rounds(rounds: int, workload: list[str]) -> dict:
     import engine_vs_vllm as ev
 
@@ -139,6 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[64, 2048])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--engine-rounds", type=int, default=0)
     parser.add_argument(
         "--workload",
@@ -159,6 +201,7 @@ def main(argv: list[str] | None = None) -> None:
     report: dict = {"matmuls": [], "engine": None}
     for rows in args.rows:
         result = time_matmuls(shapes, rows, args.repeats, args.iters)
+        result["threads"] = against_peak(shapes, rows, args.repeats, args.iters, args.threads)
         report["matmuls"].append(result)
         if not args.json:
             print(
@@ -167,6 +210,12 @@ def main(argv: list[str] | None = None) -> None:
                 f" ms ({result['gflop_s']['native']:.0f} GFLOP/s): XLA / native "
                 f"{result['ratio']:.2f}x"
             )
+            for t, r in result["threads"].items():
+                print(
+                    f"      native on {t} thread{'s' if t != '1' else ' '}: "
+                    f"{r['gflop_s']:.0f} GFLOP/s = {r['fraction']:.2f} of the multiply-add "
+                    f"peak on as many ({r['peak_gflop_s']:.0f} GFLOP/s)"
+                )
     if args.engine_rounds:
         report["engine"] = engine = engine_rounds(args.engine_rounds, args.workload.split())
         if not args.json:

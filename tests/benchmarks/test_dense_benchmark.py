@@ -30,6 +30,11 @@ def test_dense_benchmark_runs_side_by_side():
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert [m["rows"] for m in report["matmuls"]] == [1, 13]
     assert all(set(m["ms"]) == {"xla", "native"} for m in report["matmuls"])
+    for m in report["matmuls"]:  # the kernel on each thread count against the peak on as many
+        assert set(m["threads"]) == {"1", "2"}
+        for r in m["threads"].values():
+            assert r["fraction"] == pytest.approx(r["gflop_s"] / r["peak_gflop_s"])
+            assert r["gflop_s"] > 0 and r["peak_gflop_s"] > 0
     engine = report["engine"]
     assert set(engine["rounds"]) == {"native", "xla"}
     assert engine["identical_outputs"].endswith("/3")  # compared over all three requests

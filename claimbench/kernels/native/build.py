@@ -23,12 +23,20 @@ from pathlib import Path
 SOURCE_DIR = Path(__file__).parent
 SOURCES = (
     "dense.cc",
+    "fma_peak.cc",
     "paged_decode.cc",
     "paged_prefill.cc",
     "read_bandwidth.cc",
+    "threads.cc",
     "vector_isa.cc",
 )
-HEADERS = ("decode_tiles.h", "paged_kv.h", "parallel.h", "vec_math.h")
+HEADERS = (
+    "decode_tiles.h",
+    "paged_kv.h",
+    "parallel.h",
+    "timed_shares.h",
+    "vec_math.h",
+)
 FLAGS = (
     "-O3",
     "-march=native",

@@ -11,7 +11,7 @@
 // whatever the number of rows or how they are tiled, so a row's result does not depend
 // on the batch it is in.
 //
-// Work items are (panel group, row block) pairs split over XLA's intra-op threads.
+// Work items are (panel group, row block) pairs split over the kernels' threads (parallel.h).
 
 #include <algorithm>
 #include <cstdint>
@@ -105,7 +105,7 @@ void Block(const Dense& d, int64_t row0, int64_t row1, int64_t p0, int64_t p1) {
   }
 }
 
-ffi::Error DenseImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
+ffi::Error DenseImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
                      ffi::ResultBuffer<ffi::F32> out) {
   auto x_dims = x.dimensions();
   auto w_dims = w.dimensions();
@@ -129,7 +129,7 @@ ffi::Error DenseImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<
   const int64_t panel_flops = 2 * block_rows * kPanel * std::max<int64_t>(d.k, 1);
   const int64_t group = std::clamp<int64_t>(kItemFlops / panel_flops, 1, d.panels);
   const int64_t groups = (d.panels + group - 1) / group;
-  ParallelFor(pool, blocks * groups, [&](int64_t item) {
+  ParallelFor(blocks * groups, [&](int64_t item) {
     const int64_t row0 = (item / groups) * block_rows;
     const int64_t p0 = (item % groups) * group;
     Block(d, row0, std::min(d.m, row0 + block_rows), p0, std::min(d.panels, p0 + group));
@@ -145,7 +145,6 @@ extern "C" int64_t ClaimbenchDensePanel() { return claimbench::kPanel; }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ClaimbenchDense, claimbench::DenseImpl,
                               xla::ffi::Ffi::Bind()
-                                  .Ctx<xla::ffi::ThreadPool>()
                                   .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
                                   .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
                                   .Ret<xla::ffi::Buffer<xla::ffi::F32>>());

@@ -6,7 +6,7 @@
 // Decode is bound by memory bandwidth, so each page is streamed once: a pass
 // for the scores of every head (the next page prefetched meanwhile), one
 // softmax rescale per page and query, then the value sum over the same page,
-// now in L1. Sequences are split across XLA's intra-op threads. Softmax and
+// now in L1. Sequences are split across the kernels' threads. Softmax and
 // accumulation are in f32.
 
 #include <algorithm>
@@ -379,7 +379,7 @@ AttendFn PickAttend(const PagedKV& kv, int64_t group) {
   return AttendSequence;
 }
 
-ffi::Error PagedDecodeImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::AnyBuffer pages,
+ffi::Error PagedDecodeImpl(ffi::Buffer<ffi::F32> q, ffi::AnyBuffer pages,
                            ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::S32> kv_lens,
                            ffi::Buffer<ffi::S32> page_table, ffi::ResultBuffer<ffi::F32> out,
                            float sm_scale, float soft_cap, int32_t sliding_window) {
@@ -408,7 +408,7 @@ ffi::Error PagedDecodeImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::A
     if (error.failure()) return error;
   }
   const AttendFn attend = PickAttend(p.kv, p.num_q_heads / (p.kv.rows / 2));
-  ParallelFor(pool, q_dims[0], [&p, attend](int64_t seq) { attend(p, seq); });
+  ParallelFor(q_dims[0], [&p, attend](int64_t seq) { attend(p, seq); });
   return ffi::Error::Success();
 }
 
@@ -417,7 +417,6 @@ ffi::Error PagedDecodeImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::A
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ClaimbenchPagedDecode, claimbench::PagedDecodeImpl,
                               xla::ffi::Ffi::Bind()
-                                  .Ctx<xla::ffi::ThreadPool>()
                                   .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
                                   .Arg<xla::ffi::AnyBuffer>()
                                   .Arg<xla::ffi::Buffer<xla::ffi::F32>>()

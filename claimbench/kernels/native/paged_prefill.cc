@@ -7,8 +7,8 @@
 // member) meet the keys 16 at a time, transposed into an L1 tile so the score
 // products run 16 keys to a vector, and the value sum runs along head_dim. An
 // online softmax carries across key tiles, which stop at the tile's last
-// position (and start at its sliding window). Items are split across XLA's
-// intra-op threads; output rows of other sequences are left as they came in.
+// position (and start at its sliding window). Items are split across the
+// kernels' threads; output rows of other sequences are left as they came in.
 
 #include <algorithm>
 #include <cmath>
@@ -335,7 +335,7 @@ void AttendTileLanes(const Prefill& p, const Item& item) {
   }
 }
 
-ffi::Error PagedPrefillImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::AnyBuffer pages,
+ffi::Error PagedPrefillImpl(ffi::Buffer<ffi::F32> q, ffi::AnyBuffer pages,
                             ffi::Buffer<ffi::F32> scales, ffi::Buffer<ffi::S32> cu_q_lens,
                             ffi::Buffer<ffi::S32> kv_lens, ffi::Buffer<ffi::S32> page_table,
                             ffi::Buffer<ffi::S32> seq_range, ffi::Buffer<ffi::F32> out_in,
@@ -405,7 +405,7 @@ ffi::Error PagedPrefillImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::
     return ka > kb;
   });
   const int64_t d = p.kv.head_dim;
-  ParallelFor(pool, static_cast<int64_t>(items.size()), [&p, &items, d](int64_t i) {
+  ParallelFor(static_cast<int64_t>(items.size()), [&p, &items, d](int64_t i) {
     if (d == 64) {
       AttendTileLanes<64>(p, items[i]);
     } else if (d == 128) {
@@ -422,7 +422,6 @@ ffi::Error PagedPrefillImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ClaimbenchPagedPrefill, claimbench::PagedPrefillImpl,
                               xla::ffi::Ffi::Bind()
-                                  .Ctx<xla::ffi::ThreadPool>()
                                   .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
                                   .Arg<xla::ffi::AnyBuffer>()
                                   .Arg<xla::ffi::Buffer<xla::ffi::F32>>()

@@ -1,0 +1,111 @@
+"""The native kernels' own threads (native/parallel.h): the helpers take work, the number of
+threads can be set, and a kernel's output does not depend on how many threads computed it nor
+on other calls running at the same time (several virtual devices, independent XLA ops)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from test_native_attention import LENS, decode_case
+
+from claimbench.kernels import native_attention, native_dense, native_threads
+from claimbench.kernels.xla_decode import decode_attention
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("c++") is None and shutil.which("g++") is None,
+    reason="no C++ compiler: the native kernels cannot be built here",
+)
+
+SM_SCALE = 0.125
+
+
+def native_decode(q, cache, md):
+    fn = jax.jit(
+        lambda q, c, m: native_attention.paged_decode_attention(
+            q, c, m, jnp.float32, SM_SCALE, None, None
+        )
+    )
+    return np.asarray(fn(q, cache, md))
+
+
+def test_set_threads_is_read_back_and_restored():
+    before = native_threads.kernel_threads()
+    with native_threads.threads(3):
+        assert native_threads.kernel_threads() == 3
+    assert native_threads.kernel_threads() == before
+    with pytest.raises(ValueError, match="at least 1"):
+        native_threads.set_kernel_threads(0)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_the_helpers_take_items(n):
+    # Items long enough that a sleeping helper wakes before the caller has run them all.
+    with native_threads.threads(n):
+        assert native_threads.threads_seen(items=64, item_us=2000) == n
+
+
+def test_decode_output_does_not_depend_on_the_threads():
+    q, cache, md = decode_case(LENS * 3, 20, 8, 4, 64, "f32", seed=3)
+    outs = {}
+    for n in (1, 2, 5):
+        with native_threads.threads(n):
+            outs[n] = native_decode(q, cache, md)
+    xla = np.asarray(decode_attention(q, cache, md, jnp.float32, SM_SCALE, None, None))
+    np.testing.assert_allclose(outs[1], xla, rtol=2e-5, atol=2e-5)
+    for n in (2, 5):
+        np.testing.assert_array_equal(outs[n], outs[1])
+
+
+def test_dense_output_does_not_depend_on_the_threads():
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((130, 96)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((96, 200)), jnp.float32)
+    packed = native_dense.pack(w)
+    fn = jax.jit(native_dense.dense, static_argnums=2)
+    outs = {}
+    for n in (1, 2, 5):
+        with native_threads.threads(n):
+            outs[n] = np.asarray(fn(x, packed, 200))
+    np.testing.assert_allclose(outs[1], np.asarray(x) @ np.asarray(w), rtol=1e-4, atol=1e-4)
+    for n in (2, 5):
+        np.testing.assert_array_equal(outs[n], outs[1])
+
+
+def test_calls_from_several_threads_at_once_each_get_their_own_answer():
+    cases = [decode_case(LENS * 2, 14, 4, 4, 64, "f32", seed=s) for s in range(4)]
+    with native_threads.threads(1):
+        expected = [native_decode(*case) for case in cases]
+    got: dict[int, list[np.ndarray]] = {i: [] for i in range(len(cases))}
+
+    def call(i):
+        for _ in range(5):
+            got[i].append(native_decode(*cases[i]))
+
+    with native_threads.threads(2):
+        workers = [threading.Thread(target=call, args=(i,)) for i in range(len(cases))]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(120)
+    for i, outs in got.items():
+        assert len(outs) == 5
+        for out in outs:
+            np.testing.assert_array_equal(out, expected[i])
+
+
+def test_a_forked_child_gets_helpers_of_its_own():
+    # A fork copies only the forking thread: the child starts its helpers again, and no lock a
+    # parent's helper held at the fork is left held in the child.
+    with native_threads.threads(2):
+        assert native_threads.threads_seen(items=64, item_us=2000) == 2  # parent's helpers up
+        pid = os.fork()
+        if pid == 0:  # the child: no JAX here, only the native library's own threads
+            os._exit(0 if native_threads.threads_seen(items=64, item_us=2000) == 2 else 1)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
