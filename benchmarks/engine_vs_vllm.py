@@ -366,6 +366,7 @@ def ours_round(engine, job: Job, steps: list | None = None) -> dict:
         "token_ids": [list(o.token_ids) for o in outs],
         "idle_core_frac": meter.idle_core_frac,
         "cpu_s": meter.cpu_s,
+        "kernel_waiting_s": meter.waiting_s,
         "cores": meter.cores,
     }
 

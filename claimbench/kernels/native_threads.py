@@ -21,13 +21,14 @@ _ARGTYPES = {
     "ClaimbenchKernelThreads": [],
     "ClaimbenchSetKernelThreads": [ctypes.c_int],
     "ClaimbenchThreadsSeen": [ctypes.c_int64, ctypes.c_int64],
+    "ClaimbenchKernelWaitingSeconds": [],
 }
 
 
 @functools.cache
 def _native(name: str) -> ctypes._CFuncPtr:
     fn = getattr(load_library(), name)
-    fn.restype = ctypes.c_int
+    fn.restype = ctypes.c_double if name == "ClaimbenchKernelWaitingSeconds" else ctypes.c_int
     fn.argtypes = _ARGTYPES[name]
     return fn
 
@@ -43,6 +44,13 @@ def set_kernel_threads(n: int) -> int:
     if n < 1:
         raise ValueError(f"kernel threads must be at least 1, not {n}")
     return _native("ClaimbenchSetKernelThreads")(n)
+
+
+def waiting_seconds() -> float:
+    """Seconds the kernels' threads have spent spinning without work so far in this process (a
+    helper between calls, a caller for a helper's last item): CPU time that computed nothing.
+    A measure of idle cores taken from CPU time subtracts it."""
+    return _native("ClaimbenchKernelWaitingSeconds")()
 
 
 def threads_seen(items: int, item_us: int) -> int:

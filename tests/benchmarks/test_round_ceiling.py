@@ -172,3 +172,14 @@ def test_a_sleep_leaves_the_cores_idle():
     with pytest.raises(ValueError):
         idle_cores.idle_core_frac(1.0, 0.0, 2)
     assert idle_cores.IdleMeter().cores == idle_cores.usable_cores() >= 1
+
+
+def test_the_kernels_spin_without_work_counts_as_idle(monkeypatch):
+    # A thread that spins for the native kernels' next call burns CPU that computes nothing:
+    # the meter takes what the kernels report as waiting off the CPU seconds.
+    waited = iter([10.0, 10.3])
+    monkeypatch.setattr(idle_cores, "kernel_waiting_seconds", lambda: next(waited))
+    with idle_cores.IdleMeter(cores=2) as meter:
+        spin(0.4)
+    assert meter.waiting_s == pytest.approx(0.3)
+    assert meter.cpu_s < 0.4 - 0.3 + 0.05  # the spin's CPU seconds (at most 0.4) less 0.3

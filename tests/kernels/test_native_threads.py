@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -109,3 +110,15 @@ def test_a_forked_child_gets_helpers_of_its_own():
             os._exit(0 if native_threads.threads_seen(items=64, item_us=2000) == 2 else 1)
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_helper_s_spin_between_calls_is_counted_as_waiting():
+    with native_threads.threads(2):
+        native_threads.threads_seen(items=8, item_us=100)  # the helper is awake
+        before = native_threads.waiting_seconds()
+        native_threads.threads_seen(items=8, item_us=100)
+        time.sleep(0.05)  # no call: the helper spins for its while, then sleeps
+        waited = native_threads.waiting_seconds() - before
+    # At least the spin after the call (200 us), at most that and the waits inside the call:
+    # a sleeping helper counts nothing.
+    assert 150e-6 < waited < 0.02

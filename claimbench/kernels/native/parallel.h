@@ -80,6 +80,11 @@ class KernelThreads {
     return *threads;
   }
 
+  // Seconds the kernels' threads have spent spinning without work (a helper waiting for the
+  // next call, a caller for a helper's last item): CPU time that computed nothing, which a
+  // measure of idle cores from CPU time must count as idle.
+  double waiting_seconds() const { return waiting_ns_.load(std::memory_order_relaxed) * 1e-9; }
+
   // Threads a call computes on, the calling one included.
   int threads() const { return wanted_.load(std::memory_order_relaxed); }
 
@@ -110,12 +115,16 @@ class KernelThreads {
     job->Drain();
     // The last items may be on a helper that the host has descheduled: yield the core to it
     // after a short spin rather than spin against it.
-    for (int spins = 0; job->done.load(std::memory_order_acquire) < n; ++spins) {
-      if (spins < 4096) {
-        Pause();
-      } else {
-        std::this_thread::yield();
+    if (job->done.load(std::memory_order_acquire) < n) {
+      const auto since = std::chrono::steady_clock::now();
+      for (int spins = 0; job->done.load(std::memory_order_acquire) < n; ++spins) {
+        if (spins < 4096) {
+          Pause();
+        } else {
+          std::this_thread::yield();
+        }
       }
+      CountWaiting(since);
     }
     std::lock_guard<std::mutex> lock(mu_);
     job_.reset();
@@ -134,6 +143,12 @@ class KernelThreads {
                                                               std::thread::hardware_concurrency());
     }
     Set(std::max(1, n));
+  }
+
+  void CountWaiting(std::chrono::steady_clock::time_point since) {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::steady_clock::now() - since);
+    waiting_ns_.fetch_add(ns.count(), std::memory_order_relaxed);
   }
 
   // Starts helpers until there are `n`; mu_ held.
@@ -169,12 +184,14 @@ class KernelThreads {
 
   void Loop(int index, uint64_t seen) {
     for (;;) {
-      const auto until = std::chrono::steady_clock::now() + kSpin;
+      const auto since = std::chrono::steady_clock::now();
+      const auto until = since + kSpin;
       int spins = 0;
       while (generation_.load(std::memory_order_acquire) == seen) {
         Pause();
         if (++spins % 64 == 0 && std::chrono::steady_clock::now() > until) break;
       }
+      CountWaiting(since);
       std::shared_ptr<ParallelJob> job;
       {
         std::unique_lock<std::mutex> lock(mu_);
@@ -197,6 +214,7 @@ class KernelThreads {
   std::shared_ptr<ParallelJob> job_;
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> wanted_{1};
+  std::atomic<int64_t> waiting_ns_{0};
   int active_ = 0;
   int sleeping_ = 0;
   std::vector<std::thread> helpers_;

@@ -9,6 +9,11 @@ extern "C" int ClaimbenchKernelThreads() { return claimbench::KernelThreads::Get
 // Sets them (at least 1) and returns the previous number; waits for a call in flight.
 extern "C" int ClaimbenchSetKernelThreads(int n) { return claimbench::KernelThreads::Get().Set(n); }
 
+// Seconds the kernels' threads have spent spinning without work since the library loaded.
+extern "C" double ClaimbenchKernelWaitingSeconds() {
+  return claimbench::KernelThreads::Get().waiting_seconds();
+}
+
 // How many distinct threads ran `items` items of ~`item_us` microseconds each through
 // ParallelFor: the tests' check that the helpers take work, not only the calling thread.
 extern "C" int ClaimbenchThreadsSeen(int64_t items, int64_t item_us) {
