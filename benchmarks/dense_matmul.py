@@ -90,8 +90,9 @@ def time_matmuls(shapes, rows: int, repeats: int, iters: int) -> dict:
 
 
 def against_peak(shapes, rows: int, repeats: int, iters: int, threads: list[int]) -> dict:
-    """The native matmuls on each of ``threads`` thread counts and the multiply-add peak on as
-    many, alternating ``repeats`` times: {threads: {gflop_s, peak_gflop_s, fraction}}."""
+    """The native matmuls, one after another, on each of ``threads`` thread counts and the
+    multiply-add peak on as many, alternating ``repeats`` times: {threads: {gflop_s,
+    peak_gflop_s, fraction}}."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -104,7 +105,14 @@ def against_peak(shapes, rows: int, repeats: int, iters: int, threads: list[int]
 
     @jax.jit
     def native(xs, ps):
-        return [native_dense.dense(xs[k], p, n) for (k, n), p in zip(shapes, ps, strict=True)]
+        # One after another: XLA runs independent calls at once on its own threads, so the
+        # matmuls of one step side by side would compute on two threads at any setting.
+        outs, last = [], None
+        for (k, n), p in zip(shapes, ps, strict=True):
+            x = xs[k] if last is None else jax.lax.optimization_barrier((xs[k], last))[0]
+            last = native_dense.dense(x, p, n)
+            outs.append(last)
+        return outs
 
     jax.block_until_ready(native(inputs, packed))
     flops = sum(2 * rows * k * n for k, n in shapes)
