@@ -107,11 +107,14 @@ def against_peak(shapes, rows: int, repeats: int, iters: int, threads: list[int]
     def native(xs, ps):
         # One after another: XLA runs independent calls at once on its own threads, so the
         # matmuls of one step side by side would compute on two threads at any setting.
-        outs, last = [], None
+        # Each input passes a barrier with the last output (both of its outputs used, so it
+        # stays): the next call cannot start before the last has finished.
+        outs: list = []
         for (k, n), p in zip(shapes, ps, strict=True):
-            x = xs[k] if last is None else jax.lax.optimization_barrier((xs[k], last))[0]
-            last = native_dense.dense(x, p, n)
-            outs.append(last)
+            x = xs[k]
+            if outs:
+                x, outs[-1] = jax.lax.optimization_barrier((x, outs[-1]))
+            outs.append(native_dense.dense(x, p, n))
         return outs
 
     jax.block_until_ready(native(inputs, packed))
