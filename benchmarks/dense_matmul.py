@@ -34,19 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def model_matrices(model) -> list[tuple[int, int]]:
-    """[(K, N)] of every matmul one step runs, in order."""
-    cfg = model.cfg
-    d, f, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
-    per_layer = [
-        (d, cfg.num_heads * hd),
-        (d, cfg.num_kv_heads * hd),
-        (d, cfg.num_kv_heads * hd),
-        (cfg.num_heads * hd, d),
-        (d, f),
-        (d, f),
-        (f, d),
-    ]
-    return per_layer * cfg.num_layers + [(d, cfg.vocab_size)]
+    """[(K, N)] of every matmul one step runs, in order (round_ceiling.matmul_shapes)."""
+    from round_ceiling import matmul_shapes
+
+    return matmul_shapes(model.cfg)
 
 
 def time_matmuls(shapes, rows: int, repeats: int, iters: int) -> dict:
