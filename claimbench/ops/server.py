@@ -3,6 +3,7 @@ stdio for a local CLI agent or streamable HTTP, every call through the guard (op
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +85,10 @@ def serve_http(
         log_level="warning",
         access_log=False,
     )
+    # A signal mask is inherited across fork and exec: started by a runner that blocks
+    # SIGINT and SIGTERM, uvicorn's handlers never heard them and the server (and its jobs'
+    # workers) ran on. Unblocked here, before uvicorn installs its handlers.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         uvicorn.Server(config).run()
     finally:

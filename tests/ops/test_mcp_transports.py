@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -83,6 +84,38 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _block_stop_signals() -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+@pytest.mark.slow
+def test_http_server_started_with_stop_signals_blocked_still_stops(project, tmp_path) -> None:
+    # A runner that blocks SIGINT and SIGTERM passes the mask on: the server must still stop.
+    make_agents(tmp_path / "agents.yaml", reader=["read"])
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, *mcp_args(project, tmp_path, "--http", "--port", str(port))],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=_block_stop_signals,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.3)
+        assert process.poll() is None, "claimbench mcp --http exited"
+        process.terminate()
+        assert process.wait(timeout=30) is not None
+    finally:
+        process.kill()
+        process.wait()
 
 
 @pytest.fixture
