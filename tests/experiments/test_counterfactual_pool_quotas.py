@@ -2,7 +2,7 @@
 one, move each measured condition past its threshold."""
 
 import pytest
-from counterfactual_helpers import assert_fails, metric_values
+from counterfactual_helpers import assert_fails, assert_mean_fails, metric_values
 from tenant_exp_helpers import TINY_ENGINE_PARAMS, run_tiny, write_checkpoint
 
 CLAIM = "pool-quotas"
@@ -19,6 +19,9 @@ PARAMS = {
     "saturation_requests": 8,
 }
 BASE = {k: v for k, v in TINY_ENGINE_PARAMS.items() if not k.endswith("_len")}
+# Pages, not sequence slots, bind in this design (as in the quick profile's 8): with the tiny
+# engine's 4 slots, noisy decodes holding every slot made the quiet tenant wait under quotas too.
+BASE = BASE | {"engine": BASE["engine"] | {"max_num_seqs": 8}}
 
 
 @pytest.fixture(scope="module")
@@ -28,15 +31,19 @@ def checkpoint(tmp_path_factory):
 
 @pytest.mark.slow
 def test_quotas_off_leaves_the_quiet_tenant_behind_the_noisy_backlog(checkpoint):
-    ctx = run_tiny(CLAIM, checkpoint, trials=1, base=BASE, counterfactual="quotas-off", **PARAMS)
+    # Two trials: a tiny trial's load lands off target now and then on a busy host (skipped).
+    ctx = run_tiny(CLAIM, checkpoint, trials=2, base=BASE, counterfactual="quotas-off", **PARAMS)
     frame = ctx.measurements_frame("run")
     assert_fails(CLAIM, "quota_p99_ratio", metric_values(frame, "quota_p99_ratio"))
 
 
 @pytest.mark.slow
 def test_quotas_everywhere_protect_the_quiet_tenant_in_the_shared_arm(checkpoint):
+    # Under quotas the quiet tenant still waits out the step in progress, so one trial's p99
+    # (its slowest request) reads 1-3.5x alone on a busy host; the trials' mean, what scoring
+    # judges, read 1.6-2.2 over 3 trials here, beside two busy cores as well.
     ctx = run_tiny(
-        CLAIM, checkpoint, trials=1, base=BASE, counterfactual="quotas-everywhere", **PARAMS
+        CLAIM, checkpoint, trials=3, base=BASE, counterfactual="quotas-everywhere", **PARAMS
     )
     frame = ctx.measurements_frame("run")
-    assert_fails(CLAIM, "shared_p99_ratio", metric_values(frame, "shared_p99_ratio"))
+    assert_mean_fails(CLAIM, "shared_p99_ratio", metric_values(frame, "shared_p99_ratio"))
