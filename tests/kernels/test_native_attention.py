@@ -100,12 +100,13 @@ def test_the_kernel_builds_here():
 LENS = [1, PAGE_SIZE, PAGE_SIZE + 1, 2 * PAGE_SIZE - 1, PAGE_SIZE * PAGES_PER_SEQ, 7]
 
 
-@pytest.fixture(params=["page", "page-row", "tiled", "tiled-query", "general"])
+@pytest.fixture(params=["page", "page-reg", "page-row", "tiled", "tiled-query", "general"])
 def decode_path(request, monkeypatch):
     """Each decode loop forced in turn: head_dim 64 and 128 take a specialized one, the page
     loop (every KV head of an f32 page together, where all queries fit 16 vectors: PageState
-    with AVX-512, PageRowState without; the default, the tiled loop or the tiled-query loop
-    where it does not apply), PageRowState on any build (head_dim 64; tiled-query otherwise),
+    with AVX-512, PageRegState with AVX2; the default, the tiled loop or the tiled-query loop
+    where it does not apply), PageRegState on an AVX2 build (PageRowState on others; head_dim
+    64; tiled-query otherwise), PageRowState on any build (head_dim 64; tiled-query otherwise),
     the tiled loop (all of a KV head's queries in registers) or the tiled-query loop (one
     query at a time); other head_dims always the general."""
     monkeypatch.setenv("CLAIMBENCH_NATIVE_DECODE", request.param)

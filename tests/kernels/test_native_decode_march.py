@@ -76,7 +76,7 @@ for head_dim in (64, 128):
         cache = LayerKV(jnp.asarray(pages), None)
         args = (jnp.float32, head_dim**-0.5, None, None)
         want = np.asarray(decode_attention(q, cache, md, *args))
-        for loop in ("page", "page-row", "tiled", "tiled-query", "general"):
+        for loop in ("page", "page-reg", "page-row", "tiled", "tiled-query", "general"):
             os.environ["CLAIMBENCH_NATIVE_DECODE"] = loop
             got = np.asarray(native_attention.paged_decode_attention(q, cache, md, *args))
             np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5, err_msg=loop)

@@ -31,6 +31,7 @@ SOURCES = (
     "vector_isa.cc",
 )
 HEADERS = (
+    "decode_page_regs.h",
     "decode_tiles.h",
     "paged_kv.h",
     "parallel.h",
