@@ -87,8 +87,12 @@ def build_step(args, q_lens: list[int], kv_lens: list[int], seed: int):
     page_size, num_seqs = args.page_size, len(q_lens)
     pages_per_seq = -(-max(kv_lens) // page_size)
     num_pages = 1 + num_seqs * pages_per_seq
-    # Page 0 is the null page: real sequences get pages 1.. in random order.
-    page_indices = 1 + rng.permutation(num_pages - 1).reshape(num_seqs, pages_per_seq)
+    # Page 0 is the null page: real sequences get pages 1.., in random order (a pool after
+    # much allocation and release) or, with --page-order adjacent, each sequence's in a run.
+    order = np.arange(num_pages - 1)
+    if getattr(args, "page_order", "random") == "random":
+        order = rng.permutation(num_pages - 1)
+    page_indices = 1 + order.reshape(num_seqs, pages_per_seq)
     cu_q_lens = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
     num_tokens = int(cu_q_lens[-1])
     slot_mapping = np.empty(num_tokens, np.int32)
@@ -264,6 +268,12 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="KV pools the calls rotate over (default: enough that the KV read between two "
         f"uses of one is >= 2x the L3, at most {MAX_LAYERS})",
+    )
+    parser.add_argument(
+        "--page-order",
+        choices=["random", "adjacent"],
+        default="random",
+        help="each sequence's pages in random order over the pool, or adjacent (in a run)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     args = parser.parse_args(argv)

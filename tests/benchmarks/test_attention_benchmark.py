@@ -159,3 +159,23 @@ def test_bad_counts_are_one_line(flag):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == f"{flag} must be >= 1, got 0"
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("order", ["random", "adjacent"])
+def test_page_order_puts_each_sequence_s_pages_in_a_run_or_scatters_them(order):
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import attention_kernel
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    args = SimpleNamespace(
+        page_size=4, num_q_heads=2, num_kv_heads=1, head_dim=8, kv_dtype="f32", page_order=order
+    )
+    md = attention_kernel.build_step(args, [1] * 6, [24] * 6, seed=0)[4]
+    table = np.asarray(md.page_indices)
+    assert sorted(table.ravel().tolist()) == list(range(1, 37))  # every page once, null page not
+    steps = np.diff(table, axis=1)
+    if order == "adjacent":
+        assert np.all(steps == 1)
+    else:
+        assert np.mean(steps == 1) < 0.5
