@@ -90,7 +90,7 @@ def build_step(args, q_lens: list[int], kv_lens: list[int], seed: int):
     # Page 0 is the null page: real sequences get pages 1.., in random order (a pool after
     # much allocation and release) or, with --page-order adjacent, each sequence's in a run.
     order = np.arange(num_pages - 1)
-    if getattr(args, "page_order", "random") == "random":
+    if args.page_order == "random":
         order = rng.permutation(num_pages - 1)
     page_indices = 1 + order.reshape(num_seqs, pages_per_seq)
     cu_q_lens = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
