@@ -19,7 +19,9 @@ from claimbench.ops.jobs import JobManager
 from claimbench.ops.runbook import OpsConfig
 from claimbench.ops.server import build_server
 
-# A fake experiment slow enough to be cancelled midway: one trial per sleep_s.
+# A fake experiment slow enough to be cancelled midway: one trial per sleep_s, 600 of them, so
+# that no test's cancel can come after its end on a busy host (a job of 60 trials, 30 s, once
+# ended before the test had seen its worker take the metered-run lock and cancelled it).
 SLOW_EXPERIMENT = """\
 import time
 
@@ -41,7 +43,7 @@ SLOW_CLAIM = """\
     - {metric: score, op: ">=", value: 1.0}
   refuted_if: The fake score is confidently below 1.
   experiment: slow
-  params: {quick: {sleep_s: 0.5, trials: 60}}
+  params: {quick: {sleep_s: 0.5, trials: 600}}
 """
 
 

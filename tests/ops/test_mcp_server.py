@@ -144,7 +144,7 @@ def test_a_cancelled_job_leaves_no_run_directory(ops: Ops) -> None:
     midway = ops.wait_job(
         "runner", job["job_id"], lambda s: s["progress"].get("trial", 0) >= 2, 300
     )
-    assert midway["state"] == "running" and midway["progress"]["num_trials"] == 60
+    assert midway["state"] == "running" and midway["progress"]["num_trials"] == 600
     cancelled = ops.call("runner", "job_cancel", {"job_id": job["job_id"]})
     assert cancelled["state"] == "cancelled" and cancelled["stored"] == []
     runs_dir = ops.project / "results" / "runs"
