@@ -87,8 +87,7 @@ class BlockManager:
             if request.num_preemptions == 0:
                 request.prefix_hit_tokens = request.num_computed_tokens
         self._cache_computed(request)
-        last = request.block_table[-1] if request.block_table else None
-        request.block_table += self.pool.allocate(num_new, after=last)
+        request.block_table += self.pool.allocate(num_new)
         self.tenant_pages[request.tenant] += len(hits) + num_new
 
     def trim(self, request: Request, num_tokens: int) -> int:
