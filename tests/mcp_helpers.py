@@ -19,9 +19,9 @@ from claimbench.ops.jobs import JobManager
 from claimbench.ops.runbook import OpsConfig
 from claimbench.ops.server import build_server
 
-# A fake experiment slow enough to be cancelled midway: one trial per sleep_s, 600 of them, so
-# that no test's cancel can come after its end on a busy host (a job of 60 trials, 30 s, once
-# ended before the test had seen its worker take the metered-run lock and cancelled it).
+# A fake experiment slow enough to be cancelled midway: one trial per sleep_s, 600 of them (5
+# min), so that a cancel that does not stop it shows as a kill or a timeout, never as a job that
+# had ended anyway (a lost Ctrl-C once let a 30-s job finish as "done": test_job_cancel.py).
 SLOW_EXPERIMENT = """\
 import time
 

@@ -7,6 +7,7 @@ the run in flight is dropped exactly as `claimbench run` drops it, so no run dir
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import signal
@@ -23,6 +24,11 @@ from claimbench.ops.worker import CANCELLED_EXIT
 
 # A worker's Ctrl-C lands between Python bytecodes; an XLA compile in flight finishes first.
 CANCEL_GRACE_S = 120.0
+# Python reports and drops a KeyboardInterrupt raised inside a garbage-collection callback or a
+# __del__ (JAX registers such a callback, and importing it runs it): a worker whose one Ctrl-C
+# landed there ran on to the end of its job. So the signal is sent again at this interval until
+# the worker ends, or until the grace period, then it is killed.
+CANCEL_RESEND_S = 1.0
 _STDERR_TAIL_BYTES = 2000
 
 RUNNING, DONE, FAILED, CANCELLED = "running", "done", "failed", "cancelled"
@@ -144,18 +150,22 @@ class JobManager:
         return f"worker exited with {code}" + (f": {lines[-1]}" if lines else "")
 
     def cancel(self, job: Job, grace_s: float = CANCEL_GRACE_S) -> None:
-        """Ctrl-C the job's worker and wait for it (SIGKILL after ``grace_s``)."""
+        """Ctrl-C the job's worker, again every CANCEL_RESEND_S until it ends, and wait for it
+        (SIGKILL after ``grace_s``)."""
         with self._lock:
             if job.state != RUNNING:
                 return
             job.cancel_requested = True
-        if job.process.poll() is None:
+        deadline = time.monotonic() + grace_s
+        while job.process.poll() is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                job.process.kill()
+                job.process.wait()
+                break
             job.process.send_signal(signal.SIGINT)
-        try:
-            job.process.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            job.process.kill()
-            job.process.wait()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                job.process.wait(timeout=min(CANCEL_RESEND_S, left))
         self.wait(job, timeout_s=10.0)
 
     def wait(self, job: Job, timeout_s: float) -> bool:

@@ -9,6 +9,9 @@ control (``claimbench mcp ... &`` in a script, nohup) inherits SIGINT ignored, a
 every worker it starts, which then ran on to the end of its job when cancelled. It also
 unblocks SIGINT: a signal mask is inherited across fork and exec too, and a runner that blocks
 SIGINT (as some CI runners do) left job_cancel's signal pending until the job had finished.
+job_cancel sends SIGINT again every second until the worker ends (Python drops a Ctrl-C that
+lands in a garbage-collection callback): once cancelled, the worker ignores the repeats while it
+reports.
 """
 
 from __future__ import annotations
@@ -39,11 +42,12 @@ def main(argv: list[str]) -> int:
     def emit(event: dict[str, Any]) -> None:
         events.write(json.dumps(event, default=str) + "\n")
 
-    from claimbench.ops.job_work import WORK
-
     try:
+        from claimbench.ops.job_work import WORK  # a Ctrl-C while importing is a cancel too
+
         result = WORK[kind](spec, emit)
     except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # job_cancel repeats it (ops/jobs.py)
         emit({"event": "cancelled"})
         return CANCELLED_EXIT
     except Exception as err:
