@@ -17,10 +17,12 @@ from claimbench.ops.jobs import CANCELLED, Job, JobManager
 # (exit 130, the cancelled worker's code) on the next.
 LOSES_THE_FIRST_CTRL_C = """\
 import sys, time
-print("ready", flush=True)
-lost = False
+lost = ready = False
 while True:
     try:
+        if not ready:
+            print("ready", flush=True)
+            ready = True
         time.sleep(0.05)
     except KeyboardInterrupt:
         if lost:
