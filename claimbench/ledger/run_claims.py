@@ -17,6 +17,7 @@ from claimbench.harness.context import run_claim
 from claimbench.harness.sequential_run import BlockGate
 from claimbench.harness.stopping import StoppingRule
 from claimbench.ledger import budget, ledger
+from claimbench.ledger.ctrl_c_held import ctrl_c_held
 from claimbench.ledger.prices import MachinePrice
 from claimbench.ledger.spend_gate import SpendPlan
 
@@ -28,12 +29,14 @@ class RunRefused(ValueError):
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a claim's run: that run was not stored; ``num_stored`` earlier ones were."""
+    """Ctrl-C during a claim's run: that run was not stored (``stored_last``: it was, and
+    appended to the ledger, when the Ctrl-C came just after); ``num_stored`` runs were."""
 
-    def __init__(self, claim_id: str, num_stored: int) -> None:
+    def __init__(self, claim_id: str, num_stored: int, *, stored_last: bool = False) -> None:
         super().__init__(claim_id)
         self.claim_id = claim_id
         self.num_stored = num_stored
+        self.stored_last = stored_last
 
 
 @dataclass(frozen=True)
@@ -167,11 +170,19 @@ def run_claims(
         except Exception as err:  # one claim's failure never stops the others
             outcome = Outcome(claim.id, None, one_line(err))
         else:
-            try:
-                ledger.append_rows(store, [ledger.row_for_run(run_dir, price)])
-                outcome = Outcome(claim.id, run_dir)
-            except (ledger.LedgerError, OSError) as err:
-                outcome = Outcome(claim.id, run_dir, str(err))
+            # The run is stored: its row goes in even if Ctrl-C comes now (ledger/ctrl_c_held.py).
+            with ctrl_c_held() as interrupted:
+                try:
+                    ledger.append_rows(store, [ledger.row_for_run(run_dir, price)])
+                    outcome = Outcome(claim.id, run_dir)
+                except (ledger.LedgerError, OSError) as err:
+                    outcome = Outcome(claim.id, run_dir, str(err))
+            if interrupted:
+                outcomes.append(outcome)
+                if on_outcome is not None:
+                    on_outcome(outcome)
+                stored = sum(o.run_dir is not None for o in outcomes)
+                raise RunInterrupted(claim.id, stored, stored_last=True)
         outcomes.append(outcome)
         release_compiled_programs()
         if on_outcome is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 import signal
 import subprocess
@@ -86,6 +87,8 @@ class JobManager:
             stderr=stderr,
             text=True,
             pass_fds=pass_fds,
+            # Its own process group: a cancel reaches the processes an experiment started too.
+            start_new_session=True,
         )
         job = Job(
             job_id="job-" + secrets.token_hex(4),
@@ -119,16 +122,18 @@ class JobManager:
                 event = json.loads(line)
             except ValueError:
                 continue
+            if not isinstance(event, dict):
+                continue  # not an event: the worker's own are JSON objects
             with self._lock:
                 kind = event.pop("event", None)
                 if kind == "progress":
                     job.progress = event
                 elif kind == "stored":
                     job.stored.append(event)
-                elif kind == "done":
+                elif kind == "done" and isinstance(event.get("result"), dict):
                     job.result = event["result"]
                 elif kind == "error":
-                    job.error = event["message"]
+                    job.error = str(event.get("message", ""))
         code = job.process.wait()
         with self._lock:
             job.ended = time.monotonic()
@@ -156,17 +161,25 @@ class JobManager:
             if job.state != RUNNING:
                 return
             job.cancel_requested = True
+        self._interrupt(job, grace_s)
+        self.wait(job, timeout_s=10.0)
+
+    @staticmethod
+    def _interrupt(job: Job, grace_s: float) -> None:
+        """Ctrl-C the worker's process group until the worker ends (SIGKILL after ``grace_s``),
+        then kill what is left of the group: processes the job's experiment started."""
+        group = job.process.pid  # the worker leads its own group (start_new_session)
         deadline = time.monotonic() + grace_s
         while job.process.poll() is None:
             left = deadline - time.monotonic()
             if left <= 0:
-                job.process.kill()
+                _signal_group(group, signal.SIGKILL)
                 job.process.wait()
                 break
-            job.process.send_signal(signal.SIGINT)
+            _signal_group(group, signal.SIGINT)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 job.process.wait(timeout=min(CANCEL_RESEND_S, left))
-        self.wait(job, timeout_s=10.0)
+        _signal_group(group, signal.SIGKILL)
 
     def wait(self, job: Job, timeout_s: float) -> bool:
         """Wait until the follower thread has settled ``job``; whether it has."""
@@ -182,5 +195,22 @@ class JobManager:
         """Cancel every running job: a server that stops leaves no worker behind."""
         with self._lock:
             running = [j for j in self._jobs.values() if j.state == RUNNING]
+            for job in running:
+                job.cancel_requested = True
+        # Every job is interrupted at once: one that ignores its Ctrl-C must not keep the
+        # others running (and spending) through its grace period.
+        threads = [
+            threading.Thread(target=self._interrupt, args=(job, CANCEL_GRACE_S)) for job in running
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
         for job in running:
-            self.cancel(job)
+            self.wait(job, timeout_s=10.0)
+
+
+def _signal_group(group: int, sig: int) -> None:
+    """Send ``sig`` to process group ``group``; a group that has no process left is done."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, sig)

@@ -11,7 +11,7 @@ unblocks SIGINT: a signal mask is inherited across fork and exec too, and a runn
 SIGINT (as some CI runners do) left job_cancel's signal pending until the job had finished.
 job_cancel sends SIGINT again every second until the worker ends (Python drops a Ctrl-C that
 lands in a garbage-collection callback): once cancelled, the worker ignores the repeats while it
-reports.
+reports, then exits at once.
 """
 
 from __future__ import annotations
@@ -49,7 +49,12 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # job_cancel repeats it (ops/jobs.py)
         emit({"event": "cancelled"})
-        return CANCELLED_EXIT
+        events.flush()
+        sys.stderr.flush()
+        # Out now: Python's exit would wait for the threads and child processes an experiment
+        # left running (an executor's queued trials), with the repeats ignored. Nothing of the
+        # run in flight was stored, so no clean-up is owed.
+        os._exit(CANCELLED_EXIT)
     except Exception as err:
         lines = str(err).strip().splitlines()
         emit({"event": "error", "message": lines[0] if lines else type(err).__name__})

@@ -129,3 +129,36 @@ def test_each_claims_compiled_programs_are_freed_before_the_next(project: Path, 
     _, outcomes = run_batch(project, ["fake-broken", "fake-pass"], on_start=on_start)
     assert len(outcomes) == 2 and len(cleared) == 2
     assert events == ["start fake-broken after 0 clears", "start fake-pass after 1 clears"]
+
+
+def test_a_ctrl_c_while_a_stored_run_is_appended_waits_for_its_ledger_row(
+    project: Path, monkeypatch
+) -> None:
+    # The run is stored first; a Ctrl-C between that and its row (a cancelled MCP job's
+    # repeated signal) left a run the budget gate never counted.
+    import os
+    import signal
+
+    real_append = ledger.append_rows
+
+    def ctrl_c_then_append(store, rows):
+        os.kill(os.getpid(), signal.SIGINT)  # arrives during the append
+        return real_append(store, rows)
+
+    monkeypatch.setattr(ledger, "append_rows", ctrl_c_then_append)
+    try:
+        run_batch(project, ["fake-pass", "fake-fail"])
+    except RunInterrupted as err:
+        stop = err
+    except KeyboardInterrupt:  # caught here, so a regression fails this test, not the session
+        pytest.fail("the Ctrl-C broke into the ledger append")
+    else:
+        pytest.fail("the Ctrl-C was lost")
+    assert (stop.claim_id, stop.num_stored, stop.stored_last) == (
+        "fake-pass",
+        1,
+        True,
+    )
+    (run,) = (project / "results" / "runs").iterdir()
+    assert ledger.read_ledger(project / "results")["run_id"].tolist() == [run.name]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back

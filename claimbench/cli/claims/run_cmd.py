@@ -241,8 +241,9 @@ def _run_with_bars(selected: list[Claim], **options: Any) -> list[Outcome]:
             )
         except RunInterrupted as stop:
             progress.stop()
+            what = "it was stored" if stop.stored_last else "that run was not stored"
             console.print(
-                f"[red]interrupted[/] during {escape(stop.claim_id)}: that run was not stored; "
+                f"[red]interrupted[/] during {escape(stop.claim_id)}: {what}; "
                 f"{stop.num_stored} finished run(s) kept",
                 markup=True,
                 highlight=False,
