@@ -195,19 +195,15 @@ class JobManager:
         """Cancel every running job: a server that stops leaves no worker behind."""
         with self._lock:
             running = [j for j in self._jobs.values() if j.state == RUNNING]
-            for job in running:
-                job.cancel_requested = True
-        # Every job is interrupted at once: one that ignores its Ctrl-C must not keep the
-        # others running (and spending) through its grace period.
+        # Every job is cancelled at once: one that ignores its Ctrl-C must not keep the others
+        # running (and spending) through its grace period.
         threads = [
-            threading.Thread(target=self._interrupt, args=(job, CANCEL_GRACE_S)) for job in running
+            threading.Thread(target=self.cancel, args=(job, CANCEL_GRACE_S)) for job in running
         ]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
-        for job in running:
-            self.wait(job, timeout_s=10.0)
 
 
 def _signal_group(group: int, sig: int) -> None:
