@@ -32,7 +32,7 @@ from claimbench.engine.kv.kv_cache import (
 from claimbench.engine.worker.acceptance import ACCEPTANCE_RULES, accept
 from claimbench.engine.worker.batch import StepInputs, empty_inputs
 from claimbench.engine.worker.buckets import bucket_pairs
-from claimbench.engine.worker.sampler import sample
+from claimbench.engine.worker.sampler import sample, sampler_path
 from claimbench.engine.worker.sharding import (
     REPLICATED,
     ShardedAttention,
@@ -81,11 +81,13 @@ class StaticModel:
         attention: AttentionBackend,
         exit_threshold: float | None = None,
         acceptance: str = "exact",
+        sampler: str = "xla",
     ) -> None:
         self.graphdef, self.treedef, self.attention = graphdef, treedef, attention
         self.exit_threshold = exit_threshold  # early exit (models/early_exit.py); None = off
         self.acceptance = acceptance  # verify steps' rule (acceptance.ACCEPTANCE_RULES)
-        self._hash = hash((graphdef, treedef, attention, exit_threshold, acceptance))
+        self.sampler = sampler  # the greedy reductions: "native" or "xla" (sampler_path)
+        self._hash = hash((graphdef, treedef, attention, exit_threshold, acceptance, sampler))
 
     def __hash__(self) -> int:
         return self._hash
@@ -101,12 +103,14 @@ class StaticModel:
             self.attention,
             self.exit_threshold,
             self.acceptance,
+            self.sampler,
         ) == (
             other.graphdef,
             other.treedef,
             other.attention,
             other.exit_threshold,
             other.acceptance,
+            other.sampler,
         )
 
 
@@ -142,7 +146,9 @@ def step_fn(
     # verifying) need the vocabulary projection.
     if inputs.draft_tokens.shape[1] == 0:
         tokens, logprobs = sample(
-            model.logits(hidden[inputs.logits_indices[:, 0]]), inputs.sampling
+            model.logits(hidden[inputs.logits_indices[:, 0]]),
+            inputs.sampling,
+            native=static.sampler == "native",
         )
         tokens, logprobs = tokens[:, None], logprobs[:, None]
         num_accepted = jnp.zeros(tokens.shape[0], jnp.int32)
@@ -287,7 +293,11 @@ class ModelRunner:
             )
             attention = ShardedAttention(attention, self.tp.mesh)
             self._step = _sharded_step(tuple(weight_shardings), tuple(cache_shardings), replicated)
-        self._static = StaticModel(graphdef, treedef, attention, cfg.model.early_exit_threshold)
+        # The sampler's greedy reductions: native beside native matmuls (sampler_path).
+        self.sampler = sampler_path(self.dense)
+        self._static = StaticModel(
+            graphdef, treedef, attention, cfg.model.early_exit_threshold, sampler=self.sampler
+        )
         self._warm: set[tuple[int, int, bool]] = set()
         self.num_compilations = 0  # bucket variants first run by this runner
         self.compile_time_s = 0.0
@@ -302,7 +312,12 @@ class ModelRunner:
             raise ValueError(f"acceptance rule {rule!r} needs speculation; this engine has none")
         static = self._static
         self._static = StaticModel(
-            static.graphdef, static.treedef, static.attention, static.exit_threshold, rule
+            static.graphdef,
+            static.treedef,
+            static.attention,
+            static.exit_threshold,
+            rule,
+            static.sampler,
         )
         self._warm = set()
 
@@ -348,6 +363,7 @@ class ModelRunner:
             "kv_cache_bytes_per_device": device_bytes(self.kv_caches, first),
             "kv_cache_bytes": self.kv_cache_bytes,  # all devices together
             "dense": self.dense,  # the matmuls: "native" (packed weights) or "xla"
+            "sampler": self.sampler,  # the greedy reductions: "native" or "xla"
         }
 
 

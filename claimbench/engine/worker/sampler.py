@@ -7,12 +7,16 @@ after a preemption and recompute.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
 
 from claimbench.engine.sampling_params import MIN_TEMPERATURE
+
+SAMPLER_ENV = "CLAIMBENCH_NATIVE_SAMPLER"  # "native" or "xla": forces the greedy reductions
+SAMPLER_PATHS = ("native", "xla")
 
 
 @jax.tree_util.register_dataclass
@@ -53,15 +57,13 @@ def filtered_probs(logits: jax.Array, batch: SamplingBatch) -> jax.Array:
     return jax.nn.softmax(_filtered_logits(logits, batch), axis=-1)
 
 
-def _random_tokens(logits: jax.Array, batch: SamplingBatch) -> jax.Array:
+def _random_tokens(logits: jax.Array, batch: SamplingBatch, greedy: jax.Array) -> jax.Array:
     filtered = _filtered_logits(logits, batch)
     keys = jax.vmap(lambda s, i: jax.random.fold_in(jax.random.key(s), i))(
         batch.seeds, batch.output_index
     )
     sampled = jax.vmap(jax.random.categorical)(keys, filtered)
-    return jnp.where(batch.temperature < MIN_TEMPERATURE, greedy_tokens(logits), sampled).astype(
-        jnp.int32
-    )
+    return jnp.where(batch.temperature < MIN_TEMPERATURE, greedy, sampled).astype(jnp.int32)
 
 
 def greedy_tokens(logits: jax.Array) -> jax.Array:
@@ -73,15 +75,41 @@ def greedy_tokens(logits: jax.Array) -> jax.Array:
     return jnp.minimum(index, vocab - 1).astype(jnp.int32)  # a NaN row matches nothing
 
 
-def sample(logits: jax.Array, batch: SamplingBatch) -> tuple[jax.Array, jax.Array]:
+def sampler_path(dense: str) -> str:
+    """The greedy reductions a runner's steps use: ``SAMPLER_ENV`` if set to "xla", else
+    "native" (kernels/native_greedy.py) where its matmuls are native (one device, f32, the
+    "cpu" backend) and the native kernels load, and "xla" otherwise. ValueError names a bad
+    value."""
+    forced = os.environ.get(SAMPLER_ENV)
+    if forced and forced not in SAMPLER_PATHS:
+        raise ValueError(f"{SAMPLER_ENV}={forced!r}: expected one of {SAMPLER_PATHS}")
+    if forced == "xla" or dense != "native":
+        return "xla"
+    from claimbench.kernels import native_greedy
+
+    return "native" if native_greedy.unavailable_reason() is None else "xla"
+
+
+def sample(
+    logits: jax.Array, batch: SamplingBatch, native: bool = False
+) -> tuple[jax.Array, jax.Array]:
     """logits f32[N, V] -> (tokens i32[N], log-prob of each under the model, f32[N]).
 
     The returned log-probs are the model's own (before temperature and filtering).
+    ``native``: each row's greedy token and log-sum-exp come from the native kernel
+    (kernels/native_greedy.py, one call on the kernels' threads) for f32 logits; the same
+    tokens, the log-probs to rounding.
     """
+    if native and logits.dtype == jnp.float32:
+        from claimbench.kernels import native_greedy
+
+        greedy, lse = native_greedy.greedy_logsumexp(logits)
+    else:
+        greedy, lse = greedy_tokens(logits), jax.nn.logsumexp(logits, axis=-1)
     tokens = jax.lax.cond(
         batch.all_greedy,
-        lambda: greedy_tokens(logits),
-        lambda: _random_tokens(logits, batch),
+        lambda: greedy,
+        lambda: _random_tokens(logits, batch, greedy),
     )
     chosen = jnp.take_along_axis(logits, tokens[:, None], axis=-1)[:, 0]
-    return tokens, chosen - jax.nn.logsumexp(logits, axis=-1)
+    return tokens, chosen - lse

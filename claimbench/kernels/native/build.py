@@ -24,6 +24,7 @@ SOURCE_DIR = Path(__file__).parent
 SOURCES = (
     "dense.cc",
     "fma_peak.cc",
+    "greedy.cc",
     "paged_decode.cc",
     "paged_prefill.cc",
     "read_bandwidth.cc",

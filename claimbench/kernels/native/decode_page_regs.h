@@ -27,7 +27,6 @@
 namespace claimbench {
 
 #if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
-constexpr bool kHasPageRegState = true;
 
 // The sums of eight 8-lane vectors' lanes, as one vector: lane u holds the sum of d[u].
 inline VecR SumsOfEight(const VecR d[8]) {
@@ -155,7 +154,6 @@ struct PageRegState : SoftmaxState<VecR, kRegLanes, D, H * G> {
   }
 };
 #else
-constexpr bool kHasPageRegState = false;
 // Elsewhere (AVX-512 or no AVX2) "page-reg" runs PageRowState.
 template <int D, int H, int G>
 using PageRegState = PageRowState<D, H, G>;

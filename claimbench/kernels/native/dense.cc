@@ -34,6 +34,8 @@ typedef VecR Vec;
 constexpr int kMaxRows = kVecRegs == 32 ? 12 : 6;  // rows per register tile
 constexpr int64_t kPanel = 2 * kRegLanes;            // columns per panel
 constexpr int64_t kItemFlops = 1 << 22;              // about this much work per parallel item
+constexpr int64_t kItemsPerThread = 4;               // at least this many items a thread, where panels allow
+constexpr int64_t kMinItemFlops = 1 << 18;           // but items no smaller than this
 
 inline Vec Load(const float* p) {
   Vec v;
@@ -127,7 +129,17 @@ ffi::Error DenseImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
   const int64_t block_rows = d.m <= 96 ? d.m : 48;
   const int64_t blocks = (d.m + block_rows - 1) / block_rows;
   const int64_t panel_flops = 2 * block_rows * kPanel * std::max<int64_t>(d.k, 1);
-  const int64_t group = std::clamp<int64_t>(kItemFlops / panel_flops, 1, d.panels);
+  int64_t group = std::clamp<int64_t>(kItemFlops / panel_flops, 1, d.panels);
+  // A call too small for kItemsPerThread items of kItemFlops on every thread (a decode step's
+  // K and V projections: 64 rows by 128 columns were one item, on one thread) is split
+  // finer, down to a panel an item, but not into items under kMinItemFlops (batch 1's rows
+  // stay one item, as waking a helper would cost more than it saves).
+  const int64_t call_flops = 2 * d.m * d.k * d.n;
+  const int64_t want = std::min<int64_t>(kItemsPerThread * KernelThreads::Get().threads(),
+                                         std::max<int64_t>(1, call_flops / kMinItemFlops));
+  if (blocks * ((d.panels + group - 1) / group) < want) {
+    group = std::max<int64_t>(1, d.panels * blocks / want);
+  }
   const int64_t groups = (d.panels + group - 1) / group;
   ParallelFor(blocks * groups, [&](int64_t item) {
     const int64_t row0 = (item / groups) * block_rows;
