@@ -20,6 +20,7 @@ from engine_helpers import tiny_engine
 from claimbench.engine.sampling_params import SamplingParams
 from claimbench.engine.worker.sampler import SAMPLER_ENV, SamplingBatch, sample, sampler_path
 from claimbench.kernels import native_greedy
+from claimbench.models.packed import DENSE_ENV
 
 pytestmark = pytest.mark.skipif(
     shutil.which("c++") is None and shutil.which("g++") is None,
@@ -108,6 +109,7 @@ def test_engine_greedy_tokens_match_on_either_sampler(monkeypatch):
     prompts = [[5, 9, 13, 2], [7, 7, 7, 7, 7, 7, 1], [3]]
     params = SamplingParams(max_tokens=6, ignore_eos=True, logprobs=True)
     outs = {}
+    monkeypatch.setenv(DENSE_ENV, "native")  # the native sampler goes with native matmuls
     for path in ("native", "xla"):
         monkeypatch.setenv(SAMPLER_ENV, path)
         engine = tiny_engine(attention_backend="cpu")

@@ -15,7 +15,9 @@ import jax.numpy as jnp
 
 from claimbench.engine.sampling_params import MIN_TEMPERATURE
 
-SAMPLER_ENV = "CLAIMBENCH_NATIVE_SAMPLER"  # "native" or "xla": forces the greedy reductions
+# "xla" forces XLA's greedy reductions; "native" (or unset) takes the native kernel where
+# the matmuls are native too (sampler_path).
+SAMPLER_ENV = "CLAIMBENCH_NATIVE_SAMPLER"
 SAMPLER_PATHS = ("native", "xla")
 
 
