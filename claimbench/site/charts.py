@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from matplotlib import rc_context
 from matplotlib.figure import Figure
 
@@ -84,14 +86,24 @@ def condition_svg(condition: Condition, rows: list[tuple[str, ConditionScore]]) 
         if cs.estimate is not None:
             values += [*cs.trial_values, cs.estimate]
             values += [v for v in (cs.ci_lo, cs.ci_hi) if v is not None]
-    left, right, zoomed = axis_limits(values)
+    # An infinite or NaN value (a ratio over a zero) has no place on the axis: the axis spans
+    # the finite ones, and a row holding any says how many it left out.
+    left, right, zoomed = axis_limits([v for v in values if math.isfinite(v)])
     for y, (_, cs) in enumerate(rows):
         colour = CLASS_COLOURS.get(cs.evidence or "", "#444444")
         if cs.estimate is None:
             ax.text(condition.value, y, " missing", va="center", color="#666666")
             continue
-        ax.scatter(cs.trial_values, [y] * cs.num_trials, s=14, color=colour, alpha=0.5)
-        if cs.ci_lo is not None and cs.ci_hi is not None and cs.method != "exact":
+        shown = [v for v in cs.trial_values if math.isfinite(v)]
+        ax.scatter(shown, [y] * len(shown), s=14, color=colour, alpha=0.5)
+        left_out = len(cs.trial_values) - len(shown)
+        if left_out or not math.isfinite(cs.estimate):
+            what = f" {left_out} trial value(s)" if left_out else " the estimate"
+            ax.text(left, y + 0.3, what + " not finite: off the axis", color="#666666")
+            if not math.isfinite(cs.estimate):
+                continue
+        finite_ci = all(v is not None and math.isfinite(v) for v in (cs.ci_lo, cs.ci_hi))
+        if finite_ci and cs.method != "exact":
             xerr = [[max(cs.estimate - cs.ci_lo, 0.0)], [max(cs.ci_hi - cs.estimate, 0.0)]]
             ax.errorbar(cs.estimate, y, xerr=xerr, fmt="D", color=colour, capsize=4, markersize=5)
         else:

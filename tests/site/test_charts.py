@@ -73,3 +73,20 @@ def test_the_same_chart_gives_the_same_svg():
     ids = re.findall(r'\sid="([^"]+)"', first)
     assert ids and all(f"#{i}" in first for i in ids)
     assert 'id="figure_1"' not in first
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
+def test_a_value_that_is_not_finite_is_named_and_the_axis_spans_the_rest(bad):
+    # A ratio over a zero once gave an infinite trial value, and the site stopped with
+    # "Axis limits cannot be NaN or Inf".
+    condition = Condition(metric="m", op=">=", value=1.0)
+    trials = condition_scores.ConditionScore(
+        condition, (0.9, bad, 1.3), 1.1, 0.8, 1.4, "t", "cpu", True, "unclear"
+    )
+    estimate = condition_scores.ConditionScore(
+        condition, (bad, bad, bad), bad, bad, bad, "t", "cpu", True, "unclear"
+    )
+    notes = ((trials, "1 trial value(s) not finite"), (estimate, "3 trial value(s) not finite"))
+    for score, note in notes:
+        svg = charts.condition_svg(condition, [("cpu", score)])
+        assert note in svg
