@@ -53,8 +53,11 @@ def greedy_logsumexp(logits: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def reference(logits: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``greedy_logsumexp`` in plain jnp."""
-    from claimbench.engine.worker.sampler import greedy_tokens
-
+    """``greedy_logsumexp`` in plain jnp: the sampler's greedy_tokens (the first index of the
+    row's max; a row whose max matches nothing gives V - 1) and jax.nn.logsumexp."""
     logits = logits.astype(jnp.float32)
-    return greedy_tokens(logits), jax.nn.logsumexp(logits, axis=-1)
+    vocab = logits.shape[-1]
+    best = jnp.max(logits, axis=-1, keepdims=True)
+    index = jnp.min(jnp.where(logits == best, jnp.arange(vocab), vocab), axis=-1)
+    tokens = jnp.minimum(index, vocab - 1).astype(jnp.int32)
+    return tokens, jax.nn.logsumexp(logits, axis=-1)
