@@ -2,7 +2,12 @@
 one, move each measured condition past its threshold."""
 
 import pytest
-from counterfactual_helpers import assert_fails, assert_mean_fails, metric_values
+from counterfactual_helpers import (
+    assert_fails,
+    assert_median_fails,
+    metric_values,
+    usable_values,
+)
 from tenant_exp_helpers import TINY_ENGINE_PARAMS, run_tiny, write_checkpoint
 
 CLAIM = "pool-quotas"
@@ -44,10 +49,14 @@ def test_quotas_off_leaves_the_quiet_tenant_behind_the_noisy_backlog(checkpoint)
 @pytest.mark.slow
 def test_quotas_everywhere_protect_the_quiet_tenant_in_the_shared_arm(checkpoint):
     # Under quotas the quiet tenant still waits out the step in progress, so one trial's p99
-    # (its slowest request, a few ms) reads 1-2.6x alone on a busy host; the trials' mean is
-    # what scoring judges.
-    ctx = run_tiny(
-        CLAIM, checkpoint, trials=3, base=BASE, counterfactual="quotas-everywhere", **PARAMS
-    )
-    frame = ctx.measurements_frame("run")
-    assert_mean_fails(CLAIM, "shared_p99_ratio", metric_values(frame, "shared_p99_ratio"))
+    # (its slowest request, a few ms) reads 1-2.6x alone on a busy host, and once (CI, with
+    # two of three trials off their load target) 6.8x from one hiccup; without quotas the
+    # backlog puts it at 5-30x. So: at least three trials that ran the design, their median.
+    def run():
+        ctx = run_tiny(
+            CLAIM, checkpoint, trials=3, base=BASE, counterfactual="quotas-everywhere", **PARAMS
+        )
+        return ctx.measurements_frame("run")
+
+    values = usable_values(run, "shared_p99_ratio", minimum=3)
+    assert_median_fails(CLAIM, "shared_p99_ratio", values)
