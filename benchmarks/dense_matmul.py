@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from path_rounds import engine_rounds  # noqa: E402
 
 
 def model_matrices(model) -> list[tuple[int, int]]:
@@ -129,51 +130,6 @@ def against_peak(shapes, rows: int, repeats: int, iters: int, threads: list[int]
     return out
 
 
-def engine_rounds(rounds: int, workload: list[str]) -> dict:
-    import engine_vs_vllm as ev
-
-    from claimbench.engine.sampling_params import SamplingParams
-    from claimbench.models.packed import DENSE_ENV
-
-    # vLLM does not run here: its interpreter is named only to satisfy the shared parser.
-    args = ev.parse_args([*workload, "--vllm-python", sys.executable])
-    job = ev.make_job(args)
-    engines = {}
-    for path in ("native", "xla"):
-        os.environ[DENSE_ENV] = path
-        engines[path] = ev.build_ours(args, job)
-        if engines[path].runner.describe()["dense"] != path:
-            raise SystemExit(f"the {path} matmul is not available here")
-        ev.ours_round(engines[path], job)  # untimed
-    os.environ.pop(DENSE_ENV)
-    results: dict[str, dict[str, list[float]]] = {
-        name: {"tok_s": [], "prefill_ms": [], "decode_ms": []} for name in engines
-    }
-    for _ in range(rounds):
-        for name, engine in engines.items():
-            records: list = []
-            out = ev.ours_round(engine, job, records)
-            results[name]["tok_s"].append(out["output_tokens"] / out["elapsed_s"])
-            results[name]["prefill_ms"].append(
-                1e3 * statistics.median(r.device_s for r in records if r.num_prefill_tokens)
-            )
-            results[name]["decode_ms"].append(
-                1e3 * statistics.median(r.device_s for r in records if not r.num_prefill_tokens)
-            )
-    greedy = SamplingParams(max_tokens=args.output_len, ignore_eos=True)
-    outputs = {name: e.generate(job.prompts, greedy) for name, e in engines.items()}
-    identical = sum(
-        a.token_ids == b.token_ids for a, b in zip(outputs["native"], outputs["xla"], strict=True)
-    )
-    med = {name: {k: statistics.median(v) for k, v in r.items()} for name, r in results.items()}
-    return {
-        "rounds": results,
-        "median": med,
-        "ratio_tok_s": med["native"]["tok_s"] / med["xla"]["tok_s"],
-        "identical_outputs": f"{identical}/{len(job.prompts)}",
-    }
-
-
 def main(argv: list[str] | None = None) -> None:
     from claimbench.platform.jax_platforms import set_default_jax_platforms
 
@@ -219,7 +175,11 @@ def main(argv: list[str] | None = None) -> None:
                     f"peak on as many ({r['peak_gflop_s']:.0f} GFLOP/s)"
                 )
     if args.engine_rounds:
-        report["engine"] = engine = engine_rounds(args.engine_rounds, args.workload.split())
+        from claimbench.models.packed import DENSE_ENV
+
+        report["engine"] = engine = engine_rounds(
+            args.engine_rounds, args.workload.split(), DENSE_ENV, "dense"
+        )
         if not args.json:
             for name, r in engine["rounds"].items():
                 rounds = " / ".join(f"{t:,.0f}" for t in r["tok_s"])

@@ -4,7 +4,7 @@ The sampler needs both every step: the greedy token of each row (the token of a 
 request, and of a temperature that rounds to greedy) and the log-sum-exp the sampled
 token's log-prob is reported against. XLA:CPU runs them as separate one-thread
 reductions; ``greedy_logsumexp`` does both in one call split over the kernels' threads.
-``reference`` is the same in plain jnp (the sampler's own ``greedy_tokens`` and
+``reference`` is the same in plain jnp (``greedy_tokens``, the sampler's XLA path, and
 ``jax.nn.logsumexp``), which the tests compare against (tests/kernels/test_native_greedy.py):
 the tokens equal, the log-sum-exp to rounding (its sum runs in another order).
 """
@@ -16,6 +16,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from claimbench.kernels.greedy import greedy_tokens
 from claimbench.kernels.native.build import NativeUnavailable, load_library
 
 TARGET = "claimbench_greedy"
@@ -53,11 +54,7 @@ def greedy_logsumexp(logits: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def reference(logits: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``greedy_logsumexp`` in plain jnp: the sampler's greedy_tokens (the first index of the
-    row's max; a row whose max matches nothing gives V - 1) and jax.nn.logsumexp."""
+    """``greedy_logsumexp`` in plain jnp: greedy_tokens (the first index of the row's max; a
+    row holding a NaN gives V - 1) and jax.nn.logsumexp."""
     logits = logits.astype(jnp.float32)
-    vocab = logits.shape[-1]
-    best = jnp.max(logits, axis=-1, keepdims=True)
-    index = jnp.min(jnp.where(logits == best, jnp.arange(vocab), vocab), axis=-1)
-    tokens = jnp.minimum(index, vocab - 1).astype(jnp.int32)
-    return tokens, jax.nn.logsumexp(logits, axis=-1)
+    return greedy_tokens(logits), jax.nn.logsumexp(logits, axis=-1)

@@ -49,6 +49,18 @@ def test_tokens_equal_and_logsumexp_matches_the_reference(vocab):
     assert tokens[0] == (0 if vocab == 1 else vocab // 3)
 
 
+def test_a_wide_vocabulary_sums_to_double_precision():
+    # 152k logits (Qwen's vocabulary): each lane's f32 partial sum folds into the double
+    # total every 256 vectors; summed in f32 over all ~19k vectors it drifted by ~1e-5.
+    x = np.random.default_rng(5).standard_normal((4, 152_064)).astype(np.float32) * 3
+    x[1] -= 40.0  # a shifted row: the sum is taken around the max
+    _, lse = kernel(jnp.asarray(x))
+    wide = x.astype(np.float64)
+    top = wide.max(axis=1, keepdims=True)
+    exact = np.log(np.exp(wide - top).sum(axis=1)) + top[:, 0]
+    np.testing.assert_allclose(np.asarray(lse, np.float64), exact, rtol=0, atol=3e-6)
+
+
 def test_a_row_does_not_depend_on_its_batch():
     x = logits_with_edges(64, 4096, 1)
     tokens, lse = kernel(jnp.asarray(x))
@@ -96,13 +108,15 @@ def test_the_sampler_draws_the_same_tokens_on_either_path(temperature):
 
 def test_the_path_follows_the_matmuls_and_the_environment(monkeypatch):
     monkeypatch.delenv(SAMPLER_ENV, raising=False)
-    assert sampler_path("native") == "native"
-    assert sampler_path("xla") == "xla"
+    assert sampler_path("native", jnp.float32) == "native"
+    assert sampler_path("xla", jnp.float32) == "xla"
+    # A batch-invariant bf16 model has native matmuls but bf16 logits: XLA reduces them.
+    assert sampler_path("native", jnp.bfloat16) == "xla"
     monkeypatch.setenv(SAMPLER_ENV, "xla")
-    assert sampler_path("native") == "xla"
+    assert sampler_path("native", jnp.float32) == "xla"
     monkeypatch.setenv(SAMPLER_ENV, "fast")
     with pytest.raises(ValueError, match=SAMPLER_ENV):
-        sampler_path("native")
+        sampler_path("native", jnp.float32)
 
 
 def test_engine_greedy_tokens_match_on_either_sampler(monkeypatch):

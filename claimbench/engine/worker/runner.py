@@ -293,8 +293,8 @@ class ModelRunner:
             )
             attention = ShardedAttention(attention, self.tp.mesh)
             self._step = _sharded_step(tuple(weight_shardings), tuple(cache_shardings), replicated)
-        # The sampler's greedy reductions: native beside native matmuls (sampler_path).
-        self.sampler = sampler_path(self.dense)
+        # The sampler's greedy reductions: native beside native f32 matmuls (sampler_path).
+        self.sampler = sampler_path(self.dense, model.dtype)
         self._static = StaticModel(
             graphdef, treedef, attention, cfg.model.early_exit_threshold, sampler=self.sampler
         )

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from claimbench.engine.sampling_params import MIN_TEMPERATURE
+from claimbench.kernels.greedy import greedy_tokens
 
 # "xla" forces XLA's greedy reductions; "native" (or unset) takes the native kernel where
 # the matmuls are native too (sampler_path).
@@ -68,24 +69,16 @@ def _random_tokens(logits: jax.Array, batch: SamplingBatch, greedy: jax.Array) -
     return jnp.where(batch.temperature < MIN_TEMPERATURE, greedy, sampled).astype(jnp.int32)
 
 
-def greedy_tokens(logits: jax.Array) -> jax.Array:
-    """The first index of each row's maximum: i32[N]. Same as argmax, but a max and a min
-    reduction run about twice as fast on XLA:CPU as argmax's (value, index) reduction."""
-    vocab = logits.shape[-1]
-    best = jnp.max(logits, axis=-1, keepdims=True)
-    index = jnp.min(jnp.where(logits == best, jnp.arange(vocab), vocab), axis=-1)
-    return jnp.minimum(index, vocab - 1).astype(jnp.int32)  # a NaN row matches nothing
-
-
-def sampler_path(dense: str) -> str:
+def sampler_path(dense: str, dtype: jnp.dtype) -> str:
     """The greedy reductions a runner's steps use: ``SAMPLER_ENV`` if set to "xla", else
-    "native" (kernels/native_greedy.py) where its matmuls are native (one device, f32, the
-    "cpu" backend) and the native kernels load, and "xla" otherwise. ValueError names a bad
-    value."""
+    "native" (kernels/native_greedy.py) where its matmuls are native (one device, the "cpu"
+    backend), its model's ``dtype`` (so its logits') is f32 and the native kernels load, and
+    "xla" otherwise (``sample`` takes the kernel for f32 logits only). ValueError names a
+    bad value."""
     forced = os.environ.get(SAMPLER_ENV)
     if forced and forced not in SAMPLER_PATHS:
         raise ValueError(f"{SAMPLER_ENV}={forced!r}: expected one of {SAMPLER_PATHS}")
-    if forced == "xla" or dense != "native":
+    if forced == "xla" or dense != "native" or jnp.dtype(dtype) != jnp.float32:
         return "xla"
     from claimbench.kernels import native_greedy
 
