@@ -95,8 +95,10 @@ def test_xla_dot_depends_on_the_row_count_and_the_native_path_does_not():
     dot = jax.jit(lambda a: a @ w)
     panels = native_dense.pack(w.astype(jnp.float32))
     invariant = jax.jit(lambda a: native_dense.dense(a.astype(jnp.float32), panels, 256))
-    row = {rows: np.asarray(dot(x[:rows])[0].astype(jnp.float32)) for rows in (8, 64)}
-    assert (row[8] != row[64]).any()
+    # Which row counts XLA computes alike is the host's: on a Zen 3 (AVX2) 8 and 64 rows
+    # differed; on a Zen 5 (AVX-512 BF16) only 1 row (a matrix-vector product) did.
+    row = {rows: np.asarray(dot(x[:rows])[0].astype(jnp.float32)) for rows in (1, 8, 64)}
+    assert (row[1] != row[8]).any() or (row[8] != row[64]).any()
     same = {rows: np.asarray(invariant(x[:rows])[0]) for rows in (1, 8, 64)}
     assert (same[1] == same[8]).all() and (same[8] == same[64]).all()
 
