@@ -25,7 +25,7 @@ from flax import nnx
 
 from claimbench.kernels import native_dense
 from claimbench.kernels.native_attention import prefill_path, vector_isa
-from claimbench.models.llama import Embedding, LlamaForCausalLM
+from claimbench.models.llama import MLP, Embedding, LlamaForCausalLM
 from claimbench.models.quantize import set_child
 
 DENSE_ENV = "CLAIMBENCH_NATIVE_DENSE"
@@ -54,6 +54,41 @@ class PackedLinear(nnx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         y = native_dense.dense(x, self.packed[...], self.n_out).astype(self.out_dtype)
         return y + self.bias[...] if self.bias is not None else y
+
+
+class PackedMLP(nnx.Module):
+    """A llama ``MLP`` of f32 Linears without bias: silu(x @ gate) * (x @ up) in one native
+    call on the two weights packed together (native_dense.pack_gated), then the down
+    projection. The same products as the MLP's three Linears and XLA's silu, to rounding."""
+
+    def __init__(self, gate_up: jax.Array, n_hidden: int, down_proj: PackedLinear) -> None:
+        self.gate_up = nnx.Param(gate_up)  # f32[ceil(hidden / 16), in, 32]
+        self.n_hidden = n_hidden
+        self.down_proj = down_proj
+
+    @classmethod
+    def fusable(cls, mlp: nnx.Module) -> bool:
+        """Whether ``mlp`` is a llama MLP whose gate and up are f32 Linears without bias:
+        its own silu and product run in f32 too, so fusing them changes only the rounding
+        (a bf16 model's product is rounded to bf16 before its silu; left unfused)."""
+        if not isinstance(mlp, MLP):
+            return False
+        return all(
+            isinstance(lin, nnx.Linear)
+            and lin.bias is None
+            and lin.kernel[...].dtype == jnp.float32
+            and jnp.dtype(lin.dtype or lin.kernel[...].dtype) == jnp.float32
+            for lin in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+        )
+
+    @classmethod
+    def from_mlp(cls, mlp: MLP) -> PackedMLP:
+        gate, up = mlp.gate_proj.kernel[...], mlp.up_proj.kernel[...]
+        packed = native_dense.pack_gated(gate, up)
+        return cls(packed, gate.shape[1], PackedLinear.from_linear(mlp.down_proj))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.down_proj(native_dense.dense_gated(x, self.gate_up[...], self.n_hidden))
 
 
 class PackedEmbedding(nnx.Module):
@@ -111,9 +146,13 @@ def invariant_refusal(model: LlamaForCausalLM, forced_dense: str | None) -> str 
 
 
 def pack_model(model: LlamaForCausalLM) -> LlamaForCausalLM:
-    """A copy of ``model`` with every float ``nnx.Linear`` packed, and its embedding too
-    where it is the (tied) output head."""
+    """A copy of ``model`` with every float ``nnx.Linear`` packed, each f32 MLP's gate and up
+    packed together (``PackedMLP``), and its embedding too where it is the (tied) output
+    head."""
     model = nnx.clone(model)
+    for path, module in list(nnx.iter_modules(model)):
+        if PackedMLP.fusable(module):
+            set_child(model, path, PackedMLP.from_mlp(module))
     for path, module in list(nnx.iter_modules(model)):
         if isinstance(module, nnx.Linear) and jnp.issubdtype(
             module.kernel[...].dtype, jnp.floating

@@ -2,7 +2,8 @@
 
 Kernel: shapes on and off the register tile (12 rows by a 32-column panel with AVX-512, 6 by
 16 with AVX2; a panel zero-padded, tiles of every height, row blocks past 96 rows), rows
-independent of the batch they come in, shapes that disagree refused. Model: a packed copy
+independent of the batch they come in, shapes that disagree refused; the same for the gated
+product (silu(x @ gate) * (x @ up), gate and up packed together). Model: a packed copy
 computes the unpacked model's logits, the engine serves the same greedy tokens on either
 matmul, and which one it uses follows the CPU, the dtype and ``CLAIMBENCH_NATIVE_DENSE``.
 """
@@ -112,6 +113,55 @@ def test_shapes_that_disagree_are_refused():
         jax.block_until_ready(call(x, p))
 
 
+gated = jax.jit(native_dense.dense_gated, static_argnums=2)
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 100])
+def test_pack_gated_lays_gate_then_up_in_each_panel(n):
+    gate, up = random((5, n), 0), random((5, n), 1)
+    p = native_dense.pack_gated(gate, up)
+    half = native_dense.panel_width() // 2
+    assert p.shape == (-(-n // half), 5, 2 * half)
+    j = n - 1  # column j: lane j % half of panel j // half, its up column H lanes on
+    np.testing.assert_array_equal(p[j // half, :, j % half], gate[:, j])
+    np.testing.assert_array_equal(p[j // half, :, half + j % half], up[:, j])
+    # The padding columns past n are zero in both halves.
+    assert not np.any(np.asarray(p[:, :, :half]).transpose(1, 0, 2).reshape(5, -1)[:, n:])
+    assert not np.any(np.asarray(p[:, :, half:]).transpose(1, 0, 2).reshape(5, -1)[:, n:])
+
+
+@pytest.mark.parametrize(
+    "m,k,n", [(1, 1, 1), (5, 7, 17), (12, 64, 64), (13, 256, 100), (64, 256, 768), (200, 96, 31)]
+)
+def test_gated_matches_the_reference(m, k, n):
+    x = random((m, k), m) * 2
+    gate, up = random((k, n), k) * 0.3, random((k, n), n) * 0.3
+    got = np.asarray(gated(x, native_dense.pack_gated(gate, up), n))
+    want = np.asarray(native_dense.gated_reference(x, gate, up))
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.sqrt(k))
+
+
+def test_gated_rows_do_not_depend_on_their_batch():
+    x, p = random((100, 64), 3), native_dense.pack_gated(random((64, 50), 4), random((64, 50), 5))
+    whole = np.asarray(gated(x, p, 50))
+    shifted = np.asarray(gated(jnp.concatenate([random((7, 64), 6), x]), p, 50))[7:]
+    np.testing.assert_array_equal(whole, shifted)
+    for i in (0, 13, 99):
+        np.testing.assert_array_equal(whole[i], np.asarray(gated(x[i : i + 1], p, 50))[0])
+
+
+def test_gated_shapes_that_disagree_are_refused():
+    x, p = random((4, 64), 0), native_dense.pack_gated(random((64, 40), 1), random((64, 40), 2))
+    with pytest.raises(ValueError, match="do not make"):
+        native_dense.dense_gated(x, p, 40 + native_dense.panel_width())
+    with pytest.raises(ValueError, match="two weights"):
+        native_dense.pack_gated(random((64, 40), 1), random((64, 41), 2))
+    wide = (4, 40 + native_dense.panel_width())
+    call = jax.ffi.ffi_call(native_dense.GATED_TARGET, jax.ShapeDtypeStruct(wide, jnp.float32))
+    with pytest.raises(Exception, match="dense_gated: need x"):
+        jax.block_until_ready(call(x, p))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("tied", [False, True])
 def test_packed_model_computes_the_models_logits(tied):
@@ -120,6 +170,7 @@ def test_packed_model_computes_the_models_logits(tied):
     copy = packed.pack_model(model)
     kinds = {type(m).__name__ for _, m in nnx.iter_modules(copy)}
     assert "PackedLinear" in kinds and "Linear" not in kinds
+    assert "PackedMLP" in kinds and "MLP" not in kinds
     assert ("PackedEmbedding" in kinds) == tied
     # The model it was given is left as it was.
     assert any(isinstance(m, nnx.Linear) for _, m in nnx.iter_modules(model))
@@ -194,8 +245,11 @@ def test_packed_weights_count_the_head_copy_and_padding(monkeypatch):
     pad = lambda n: -(-n // panel) * panel  # noqa: E731
     d, f, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
     linear = [(d, cfg.num_heads * hd), (d, cfg.num_kv_heads * hd), (d, cfg.num_kv_heads * hd)]
-    linear += [(cfg.num_heads * hd, d), (d, f), (d, f), (f, d)]
-    padding = cfg.num_layers * sum(k * (pad(n) - n) for k, n in linear)
+    linear += [(cfg.num_heads * hd, d), (f, d)]
+    # Gate and up are packed together, each padded to half a panel (PackedMLP).
+    pad_half = lambda n: -(-n // (panel // 2)) * (panel // 2)  # noqa: E731
+    gated = 2 * d * (pad_half(f) - f)
+    padding = cfg.num_layers * (sum(k * (pad(n) - n) for k, n in linear) + gated)
     # A tied head is packed beside the table; an untied one is a Linear like the others.
     v = cfg.vocab_size
     head = d * pad(v) if cfg.tie_word_embeddings else d * (pad(v) - v)

@@ -12,6 +12,12 @@
 // on the batch it is in.
 //
 // Work items are (panel group, row block) pairs split over the kernels' threads (parallel.h).
+//
+// Gated (a llama MLP's silu(x @ gate) * (x @ up)): the gate and up weights [K, N] are packed
+// together, panel j holding gate columns [jH, jH + H) in its first vector and the same up
+// columns in its second (H = P / 2), so the tile's two accumulators of a row are a gate and
+// its up, and the epilogue writes silu(gate) * up: H outputs a panel, on the kernels'
+// threads, rather than two N-wide products and an XLA fusion over them on one thread.
 
 #include <algorithm>
 #include <cstdint>
@@ -43,8 +49,9 @@ inline Vec Load(const float* p) {
   return v;
 }
 
-// rows x (up to) 32 outputs of one panel: out[i, 0:cols] = x[i, :] @ panel.
-template <int kRows>
+// rows x (up to) 32 outputs of one panel: out[i, 0:cols] = x[i, :] @ panel; gated, rows x
+// (up to) 16 outputs: silu(the first vector's product) * the second's.
+template <int kRows, bool kGated>
 void Tile(const float* x, int64_t ldx, const float* panel, int64_t k_len, float* out,
           int64_t ldo, int64_t cols) {
   Vec acc0[kRows], acc1[kRows];
@@ -60,7 +67,17 @@ void Tile(const float* x, int64_t ldx, const float* panel, int64_t k_len, float*
   }
   for (int i = 0; i < kRows; ++i) {
     float* row = out + i * ldo;
-    if (cols == kPanel) {
+    if constexpr (kGated) {
+      const Vec g = acc0[i];
+      const Vec y = g / (1.0f + Exp<Vec, IntR>(-g)) * acc1[i];
+      if (cols == kRegLanes) {
+        std::memcpy(row, &y, sizeof(Vec));
+      } else {
+        float lanes[kRegLanes];
+        std::memcpy(lanes, &y, sizeof(Vec));
+        std::memcpy(row, lanes, cols * sizeof(float));
+      }
+    } else if (cols == kPanel) {
       std::memcpy(row, &acc0[i], sizeof(Vec));
       std::memcpy(row + kRegLanes, &acc1[i], sizeof(Vec));
     } else {
@@ -74,19 +91,21 @@ void Tile(const float* x, int64_t ldx, const float* panel, int64_t k_len, float*
 
 using TileFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, int64_t);
 
-template <int... kRows>
-constexpr TileFn kTiles[] = {nullptr, Tile<kRows + 1>...};
-template <int... kRows>
+template <bool kGated, int... kRows>
+constexpr TileFn kTiles[] = {nullptr, Tile<kRows + 1, kGated>...};
+template <bool kGated, int... kRows>
 constexpr auto& TilesUpTo(std::integer_sequence<int, kRows...>) {
-  return kTiles<kRows...>;
+  return kTiles<kGated, kRows...>;
 }
-constexpr auto& kTileFor = TilesUpTo(std::make_integer_sequence<int, kMaxRows>());
+constexpr auto& kTileFor = TilesUpTo<false>(std::make_integer_sequence<int, kMaxRows>());
+constexpr auto& kGatedTileFor = TilesUpTo<true>(std::make_integer_sequence<int, kMaxRows>());
 
 struct Dense {
   const float* x;
   const float* w;
   float* out;
   int64_t m, k, n, panels;
+  bool gated;
 };
 
 // Rows [row0, row1) of panels [p0, p1), in register tiles of about equal height.
@@ -95,32 +114,36 @@ void Block(const Dense& d, int64_t row0, int64_t row1, int64_t p0, int64_t p1) {
   const int64_t tiles = (rows + kMaxRows - 1) / kMaxRows;
   for (int64_t p = p0; p < p1; ++p) {
     const float* panel = d.w + p * d.k * kPanel;
-    const int64_t col = p * kPanel;
-    const int64_t cols = std::min(kPanel, d.n - col);
+    const int64_t width = d.gated ? kRegLanes : kPanel;  // outputs a panel gives
+    const int64_t col = p * width;
+    const int64_t cols = std::min(width, d.n - col);
+    const auto& tile_for = d.gated ? kGatedTileFor : kTileFor;
     int64_t r = row0;
     for (int64_t t = 0; t < tiles; ++t) {
       // Spread the rows evenly: 64 rows are 11, 11, 11, 11, 10, 10, not 12 x 5 + 4.
       const int64_t height = (rows - (r - row0) + (tiles - t) - 1) / (tiles - t);
-      kTileFor[height](d.x + r * d.k, d.k, panel, d.k, d.out + r * d.n + col, d.n, cols);
+      tile_for[height](d.x + r * d.k, d.k, panel, d.k, d.out + r * d.n + col, d.n, cols);
       r += height;
     }
   }
 }
 
-ffi::Error DenseImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
-                     ffi::ResultBuffer<ffi::F32> out) {
+ffi::Error Run(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
+               ffi::ResultBuffer<ffi::F32> out, bool gated) {
   auto x_dims = x.dimensions();
   auto w_dims = w.dimensions();
   auto out_dims = out->dimensions();
+  const int64_t width = gated ? kRegLanes : kPanel;
   if (x_dims.size() != 2 || w_dims.size() != 3 || out_dims.size() != 2 ||
       w_dims[2] != kPanel || w_dims[1] != x_dims[1] || out_dims[0] != x_dims[0] ||
-      w_dims[0] != (out_dims[1] + kPanel - 1) / kPanel) {
+      w_dims[0] != (out_dims[1] + width - 1) / width) {
     return ffi::Error::InvalidArgument(
-        "dense: need x [M, K], w [ceil(N / panel), K, panel] and out [M, N]");
+        gated ? "dense_gated: need x [M, K], w [ceil(N / (panel / 2)), K, panel] and out [M, N]"
+              : "dense: need x [M, K], w [ceil(N / panel), K, panel] and out [M, N]");
   }
   const Dense d{x.typed_data(), w.typed_data(), out->typed_data(),
                 x_dims[0],      x_dims[1],      out_dims[1],
-                w_dims[0]};
+                w_dims[0],      gated};
   if (d.m == 0 || d.n == 0) return ffi::Error::Success();
   // An item is a block of rows against a group of panels. Up to 96 rows stay one block
   // (a decode step: the threads split the columns); past that, blocks of 48 rows, whose
@@ -134,6 +157,8 @@ ffi::Error DenseImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
   // K and V projections: 64 rows by 128 columns were one item, on one thread) is split
   // finer, down to a panel an item, but not into items under kMinItemFlops (batch 1's rows
   // stay one item, as waking a helper would cost more than it saves).
+  // Gated, the call does twice the multiply-adds of its N outputs, but it is split as the
+  // gate's product alone was: at batch 1 two items (a helper woken) cost more than they save.
   const int64_t call_flops = 2 * d.m * d.k * d.n;
   const int64_t want = std::min<int64_t>(kItemsPerThread * KernelThreads::Get().threads(),
                                          std::max<int64_t>(1, call_flops / kMinItemFlops));
@@ -149,6 +174,16 @@ ffi::Error DenseImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
   return ffi::Error::Success();
 }
 
+ffi::Error DenseImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
+                     ffi::ResultBuffer<ffi::F32> out) {
+  return Run(x, w, out, false);
+}
+
+ffi::Error DenseGatedImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
+                          ffi::ResultBuffer<ffi::F32> out) {
+  return Run(x, w, out, true);
+}
+
 }  // namespace
 }  // namespace claimbench
 
@@ -156,6 +191,12 @@ ffi::Error DenseImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
 extern "C" int64_t ClaimbenchDensePanel() { return claimbench::kPanel; }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ClaimbenchDense, claimbench::DenseImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
+                                  .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
+                                  .Ret<xla::ffi::Buffer<xla::ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ClaimbenchDenseGated, claimbench::DenseGatedImpl,
                               xla::ffi::Ffi::Bind()
                                   .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
                                   .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
