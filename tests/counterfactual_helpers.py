@@ -21,19 +21,25 @@ def condition(claim_id: str, metric: str) -> Condition:
     return found
 
 
+def _kept_values(frame: pd.DataFrame, metric: str) -> tuple[list[float], object]:
+    """``metric``'s values in trial order from the trials the scorer would keep, and the
+    trials it would not (condition_scores.failed_trials)."""
+    assert len(frame[frame["metric"] == metric]), f"{metric} was not recorded"
+    failed = failed_trials(frame)
+    rows = usable_rows(frame, failed)
+    rows = rows[rows["metric"] == metric].sort_values("trial")
+    return [float(v) for v in rows["value"]], failed
+
+
 def metric_values(frame: pd.DataFrame, metric: str) -> list[float]:
     """``metric``'s values in ``frame`` (a run's measurements), in trial order, from the
     trials the scorer would keep: a trial off its load target (condition_scores.failed_trials)
     did not run the design, so it cannot show the condition failing either. When no trial
     ran it (a tiny run's millisecond steps on a host busy with other work), the test is
     skipped with the trials' loads, not passed."""
-    assert len(frame[frame["metric"] == metric]), f"{metric} was not recorded"
-    failed = failed_trials(frame)
-    rows = usable_rows(frame, failed)
-    rows = rows[rows["metric"] == metric].sort_values("trial")
-    if not len(rows):
+    values, failed = _kept_values(frame, metric)
+    if not values:
         pytest.skip(f"no trial ran the design on this host: {failed}")
-    values = [float(v) for v in rows["value"]]
     assert all(math.isfinite(v) for v in values), (metric, values)
     return values
 
@@ -67,10 +73,7 @@ def usable_values(run, metric: str, minimum: int, attempts: int = 3) -> list[flo
     any reading. Skipped, not passed, when the attempts leave fewer than ``minimum``."""
     values: list[float] = []
     for _ in range(attempts):
-        frame = run()
-        assert len(frame[frame["metric"] == metric]), f"{metric} was not recorded"
-        rows = usable_rows(frame, failed_trials(frame))
-        values += [float(v) for v in rows[rows["metric"] == metric].sort_values("trial")["value"]]
+        values += _kept_values(run(), metric)[0]
         if len(values) >= minimum:
             return values
     pytest.skip(f"{len(values)} of {minimum} trials ran the design on this host: {values}")
