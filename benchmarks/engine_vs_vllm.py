@@ -549,12 +549,15 @@ def ceilings_line(ceiling: dict) -> str:
         return f"kernel-ceiling model: not measured ({ceiling['unavailable']})"
     c = ceiling["ceilings"]
     dense = ", ".join(f"{v:.0f} at {r} rows" for r, v in c["dense_gflop_s"].items())
+    # Records stored before the head was measured apart have no head_gflop_s.
+    head = ", ".join(f"{v:.0f} at {r} rows" for r, v in c.get("head_gflop_s", {}).items())
     reads = ", ".join(
         f"{v:.1f} on {t} thread{'s' if t != '1' else ''}" for t, v in c["read_gb_per_s"].items()
     )
     return (
-        f"kernel ceilings measured: native dense GFLOP/s {dense}; contiguous read GB/s {reads} "
-        f"({c['read_bytes'] / 1e6:.1f} MB buffers)"
+        f"kernel ceilings measured: native dense GFLOP/s {dense} (layers)"
+        + (f", {head} (head)" if head else "")
+        + f"; contiguous read GB/s {reads} ({c['read_bytes'] / 1e6:.1f} MB buffers)"
     )
 
 

@@ -7,14 +7,18 @@ that are sampled (one a prompt at its end, one a decode token), causal attention
 prompt (QK^T and PV, 2 FLOPs a multiply-add), and the KV that decode attention reads (each
 decode token reads its whole context, itself included, in every layer). Each kind of work is
 divided by its kernel's ceiling, measured on this host in the same run: the native dense
-kernel's FLOP/s on this model's matrices at the rows a round's steps carry (prefill at the step
-budget, decode at the sequences that decode together), prefill attention at the dense kernel's
-best rate (the dense peak, not the prefill kernel's own rate), and decode attention at the
-faster of the 1- and 2-thread contiguous read ceilings (native_bandwidth.read_sum; on a 2-core
-host the 2-thread one) over buffers the size of one layer's decode-step KV, enough of them in
-turn that each read comes from memory. The model's round is the sum: no host work, no op between
-the kernels, every kernel at its ceiling; a measured round is judged against it (target: at most
-TARGET_VS_MODEL times the model's).
+kernel's FLOP/s on this model's layer matrices at the rows a round's steps carry (prefill at the
+step budget, decode at the sequences that decode together) and on its output head at the rows
+that are sampled (a prefill step's finished prompts, a decode step's sequences: never the head at
+the step budget, which the engine does not run and which, writing a logits matrix larger than the
+caches, ran at 0.35-0.45 of the layers' rate on a 2-core Zen 5 host and pulled the prefill
+ceiling down to about 0.7 of theirs), one call after another (``serial_dense``), prefill
+attention at the layers' best rate (the dense peak, not the prefill kernel's own rate), and
+decode attention at the faster of the 1- and 2-thread contiguous read ceilings
+(native_bandwidth.read_sum; on a 2-core host the 2-thread one) over buffers the size of one
+layer's decode-step KV, enough of them in turn that each read comes from memory. The model's
+round is the sum: no host work, no op between the kernels, every kernel at its ceiling; a
+measured round is judged against it (target: at most TARGET_VS_MODEL times the model's).
 """
 
 from __future__ import annotations
@@ -37,10 +41,13 @@ class RoundWork:
 
     prefill_dense_flops: float  # every prompt token's projections, the head once a prompt
     decode_dense_flops: float  # every decode token's projections and head
+    prefill_head_flops: float  # the head's part of prefill_dense_flops
+    decode_head_flops: float  # the head's part of decode_dense_flops
     prefill_attn_flops: float  # causal QK^T and PV over each prompt
     decode_kv_bytes: float  # KV read by decode attention, all layers
     prefill_rows: int  # rows of a step that carries prefill: the step budget
     decode_rows: int  # rows of a decode step: the sequences decoding together
+    prefill_head_rows: int  # rows the head runs on in a prefill step: the prompts it finishes
     decode_step_layer_kv_bytes: int  # KV one layer reads in an average decode step
     output_tokens: int
 
@@ -75,13 +82,17 @@ def round_work(job, cfg) -> RoundWork:
     kv_bytes = token_kv * cfg.num_layers * context
     decode_rows = min(job.max_num_seqs, len(lens))
     steps = max(1, math.ceil(decode_tokens / decode_rows))
+    prefill_steps = max(1, math.ceil(sum(lens) / job.max_num_batched_tokens))
     return RoundWork(
         prefill_dense_flops=float(sum(lens) * layer_flops + len(lens) * head_flops),
         decode_dense_flops=float(decode_tokens * (layer_flops + head_flops)),
+        prefill_head_flops=float(len(lens) * head_flops),
+        decode_head_flops=float(decode_tokens * head_flops),
         prefill_attn_flops=float(attn_flops),
         decode_kv_bytes=float(kv_bytes),
         prefill_rows=min(job.max_num_batched_tokens, sum(lens)),
         decode_rows=decode_rows,
+        prefill_head_rows=max(1, math.ceil(len(lens) / prefill_steps)),
         decode_step_layer_kv_bytes=round(kv_bytes / cfg.num_layers / steps),
         output_tokens=len(lens) * job.output_len,
     )
@@ -89,16 +100,19 @@ def round_work(job, cfg) -> RoundWork:
 
 @dataclasses.dataclass(frozen=True)
 class Ceilings:
-    """This host's kernel ceilings, measured: FLOP/s of the native dense kernel by rows, and
+    """This host's kernel ceilings, measured: FLOP/s of the native dense kernel by rows over the
+    layers' matrices (``dense_flop_s``) and over the output head (``head_flop_s``), and
     contiguous read bytes/s by threads over buffers of ``read_bytes``."""
 
     dense_flop_s: dict[int, float]
+    head_flop_s: dict[int, float]
     read_bytes_s: dict[int, float]
     read_bytes: int = 0
 
     def to_json(self) -> dict:
         return {
             "dense_gflop_s": {str(r): v / 1e9 for r, v in self.dense_flop_s.items()},
+            "head_gflop_s": {str(r): v / 1e9 for r, v in self.head_flop_s.items()},
             "read_gb_per_s": {str(t): v / 1e9 for t, v in self.read_bytes_s.items()},
             "read_bytes": self.read_bytes,
         }
@@ -112,8 +126,13 @@ def rate_at(rates: dict[int, float], rows: int) -> float:
 def model_round(work: RoundWork, ceilings: Ceilings) -> dict:
     """Seconds of one round with every kernel at its ceiling, by kernel class, their sum
     (``total_s``) and the output tokens/s that gives."""
-    dense_prefill = work.prefill_dense_flops / rate_at(ceilings.dense_flop_s, work.prefill_rows)
-    dense_decode = work.decode_dense_flops / rate_at(ceilings.dense_flop_s, work.decode_rows)
+    layers, head = ceilings.dense_flop_s, ceilings.head_flop_s
+    dense_prefill = (work.prefill_dense_flops - work.prefill_head_flops) / rate_at(
+        layers, work.prefill_rows
+    ) + work.prefill_head_flops / rate_at(head, work.prefill_head_rows)
+    dense_decode = (work.decode_dense_flops - work.decode_head_flops) / rate_at(
+        layers, work.decode_rows
+    ) + work.decode_head_flops / rate_at(head, work.decode_rows)
     prefill_attn = work.prefill_attn_flops / max(ceilings.dense_flop_s.values())
     decode_attn = work.decode_kv_bytes / max(ceilings.read_bytes_s.values())
     total = dense_prefill + dense_decode + prefill_attn + decode_attn
@@ -143,26 +162,49 @@ def model_line(model: dict, measured_s: float | None = None) -> str:
     return line
 
 
-def dense_flop_s(cfg, rows: int, repeats: int = 3, iters: int = 5) -> float:
-    """FLOP/s of the native dense kernel over every matrix of ``cfg`` at ``rows`` rows of f32,
-    jitted as one function: the best of ``repeats`` medians of ``iters`` calls."""
+def serial_dense(shapes):
+    """A jitted fn(xs, ps) that runs the native dense kernel on each of ``shapes`` ([(K, N)]),
+    one call at a time: ``xs`` {K: f32[rows, K]}, ``ps`` the packed weights in the order of
+    ``shapes``; it returns a scalar that depends on every call. The calls run in a loop over a
+    switch, so none can start before the last has ended. Jitted side by side, XLA ran
+    independent calls at once on its own threads (an optimization barrier between them was
+    dropped by the compiler), so "one thread" computed on two: 1.6x the one-thread peak."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+
+    from claimbench.kernels import native_dense
+
+    def call(xs, ps, i, k, n):
+        return native_dense.dense(xs[k], ps[i], n)[-1, -1]
+
+    @jax.jit
+    def run(xs, ps):
+        branches = [functools.partial(call, xs, ps, i, k, n) for i, (k, n) in enumerate(shapes)]
+        return jax.lax.fori_loop(
+            0, len(shapes), lambda i, acc: acc + jax.lax.switch(i, branches), jnp.float32(0)
+        )
+
+    return run
+
+
+def dense_flop_s(shapes, rows: int, repeats: int = 3, iters: int = 5) -> float:
+    """FLOP/s of the native dense kernel over the matrices ``shapes`` ([(K, N)]) at ``rows``
+    rows of f32, one call after another (``serial_dense``): the best of ``repeats`` medians of
+    ``iters`` passes."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     from claimbench.kernels import native_dense
 
-    shapes = matmul_shapes(cfg)
     rng = np.random.default_rng(0)
     packed = [
         native_dense.pack(jnp.asarray(rng.standard_normal(s, np.float32) * 0.05)) for s in shapes
     ]
     inputs = {k: jnp.asarray(rng.standard_normal((rows, k), np.float32)) for k, _ in shapes}
-
-    @jax.jit
-    def run(xs, ps):
-        return [native_dense.dense(xs[k], p, n) for (k, n), p in zip(shapes, ps, strict=True)]
-
+    run = serial_dense(shapes)
     jax.block_until_ready(run(inputs, packed))
     medians = []
     for _ in range(repeats):
@@ -202,8 +244,9 @@ def read_bytes_s(nbytes: int, threads: tuple[int, ...] = READ_THREADS, iters: in
 
 
 def measure_ceilings(cfg, work: RoundWork, threads: tuple[int, ...] = READ_THREADS) -> Ceilings:
-    """This host's ceilings for ``work`` on a model of ``cfg``: the dense kernel at the rows
-    the round's steps carry, the contiguous reads over one layer's decode-step KV.
+    """This host's ceilings for ``work`` on a model of ``cfg``: the dense kernel on the layers'
+    matrices at the rows the round's steps carry and on the head at the rows it samples, the
+    contiguous reads over one layer's decode-step KV.
     NativeUnavailable where the native kernels cannot run here."""
     from claimbench.kernels import native_bandwidth, native_dense
     from claimbench.kernels.native.build import NativeUnavailable
@@ -211,10 +254,15 @@ def measure_ceilings(cfg, work: RoundWork, threads: tuple[int, ...] = READ_THREA
     for kernel in (native_dense, native_bandwidth):
         if (reason := kernel.unavailable_reason()) is not None:
             raise NativeUnavailable(reason)
-    rows = sorted({work.decode_rows, work.prefill_rows})
+    *layers, head = matmul_shapes(cfg)
     nbytes = max(MIN_READ_BYTES, work.decode_step_layer_kv_bytes)
     return Ceilings(
-        dense_flop_s={r: dense_flop_s(cfg, r) for r in rows},
+        dense_flop_s={
+            r: dense_flop_s(layers, r) for r in sorted({work.decode_rows, work.prefill_rows})
+        },
+        head_flop_s={
+            r: dense_flop_s([head], r) for r in sorted({work.decode_rows, work.prefill_head_rows})
+        },
         read_bytes_s=read_bytes_s(nbytes, threads),
         read_bytes=nbytes // 4 * 4,
     )

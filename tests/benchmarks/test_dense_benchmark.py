@@ -28,7 +28,13 @@ def test_dense_benchmark_runs_side_by_side():
     cmd += ["--engine-rounds", "1", "--workload", workload, "--json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True)
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert [m["rows"] for m in report["matmuls"]] == [1, 13]
+    # The layers' matrices and the head apart, at each row count.
+    assert [(m["rows"], m["matrices"]) for m in report["matmuls"]] == [
+        (1, "layers"),
+        (1, "head"),
+        (13, "layers"),
+        (13, "head"),
+    ]
     assert all(set(m["ms"]) == {"xla", "native"} for m in report["matmuls"])
     for m in report["matmuls"]:  # the kernel on each thread count against the peak on as many
         assert set(m["threads"]) == {"1", "2"}
