@@ -71,18 +71,24 @@ def unpack(packed: jax.Array, n: int) -> jax.Array:
     return packed.transpose(1, 0, 2).reshape(k, p * panel)[:, :n]
 
 
-def dense(x: jax.Array, packed: jax.Array, n: int) -> jax.Array:
-    """x f32[..., K] @ the packed weight of N = ``n`` columns -> f32[..., n]."""
-    panel = panel_width()
-    p, k, width = packed.shape
-    if width != panel or x.shape[-1] != k or p != -(-n // panel):
+def _call(name: str, target: str, x: jax.Array, packed: jax.Array, n: int, width: int):
+    """The native call ``target`` on x f32[..., K] and panels [ceil(n / width), K, PANEL], where
+    each panel gives ``width`` of the n output columns -> f32[..., n]; ValueError (naming
+    ``name``) where the shapes disagree."""
+    p, k, panel = packed.shape
+    if panel != panel_width() or x.shape[-1] != k or p != -(-n // width):
         raise ValueError(
-            f"dense: x {x.shape} and packed weight {packed.shape} do not make [..., {n}]"
+            f"{name}: x {x.shape} and packed weight {packed.shape} do not make [..., {n}]"
         )
     lead = x.shape[:-1]
     rows = x.reshape(-1, k).astype(jnp.float32)
-    call = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct((rows.shape[0], n), jnp.float32))
+    call = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct((rows.shape[0], n), jnp.float32))
     return call(rows, packed.astype(jnp.float32)).reshape(*lead, n)
+
+
+def dense(x: jax.Array, packed: jax.Array, n: int) -> jax.Array:
+    """x f32[..., K] @ the packed weight of N = ``n`` columns -> f32[..., n]."""
+    return _call("dense", TARGET, x, packed, n, panel_width())
 
 
 def reference(x: jax.Array, packed: jax.Array, n: int) -> jax.Array:
@@ -110,16 +116,7 @@ def pack_gated(gate: jax.Array, up: jax.Array) -> jax.Array:
 def dense_gated(x: jax.Array, packed: jax.Array, n: int) -> jax.Array:
     """silu(x @ gate) * (x @ up) for x f32[..., K] and ``pack_gated``'s panels of N = ``n``
     columns -> f32[..., n]."""
-    panel = panel_width()
-    p, k, width = packed.shape
-    if width != panel or x.shape[-1] != k or p != -(-n // (panel // 2)):
-        raise ValueError(
-            f"dense_gated: x {x.shape} and packed weights {packed.shape} do not make [..., {n}]"
-        )
-    lead = x.shape[:-1]
-    rows = x.reshape(-1, k).astype(jnp.float32)
-    call = jax.ffi.ffi_call(GATED_TARGET, jax.ShapeDtypeStruct((rows.shape[0], n), jnp.float32))
-    return call(rows, packed.astype(jnp.float32)).reshape(*lead, n)
+    return _call("dense_gated", GATED_TARGET, x, packed, n, panel_width() // 2)
 
 
 def gated_reference(x: jax.Array, gate: jax.Array, up: jax.Array) -> jax.Array:
