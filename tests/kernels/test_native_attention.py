@@ -37,8 +37,10 @@ PAGES_PER_SEQ = 6
 NUM_PAGES = 48
 
 
-def random_cache(storage: str, rows: int, head_dim: int, rng) -> LayerKV:
-    shape = (NUM_PAGES, PAGE_SIZE, rows, head_dim)
+def random_cache(
+    storage: str, rows: int, head_dim: int, rng, page_size: int = PAGE_SIZE
+) -> LayerKV:
+    shape = (NUM_PAGES, page_size, rows, head_dim)
     values = rng.standard_normal(shape).astype(np.float32)
     if storage == "f32":
         return LayerKV(jnp.asarray(values), None)
@@ -58,15 +60,15 @@ def random_cache(storage: str, rows: int, head_dim: int, rng) -> LayerKV:
     raise ValueError(storage)
 
 
-def decode_case(lens, num_slots, num_q_heads, rows, head_dim, storage, seed=0):
+def decode_case(lens, num_slots, num_q_heads, rows, head_dim, storage, seed=0, page_size=PAGE_SIZE):
     """q f32[num_slots, Hkv, G, D], cache, md: slots past len(lens) are padding."""
     rng = np.random.default_rng(seed)
-    cache = random_cache(storage, rows, head_dim, rng)
+    cache = random_cache(storage, rows, head_dim, rng, page_size)
     table = np.full((num_slots, PAGES_PER_SEQ), NULL_PAGE, np.int32)
     pages = rng.permutation(np.arange(1, NUM_PAGES))
     used = 0
     for i, n in enumerate(lens):
-        k = -(-n // PAGE_SIZE)
+        k = -(-n // page_size)
         table[i, :k] = pages[used : used + k]
         used += k
     kv_lens = np.zeros(num_slots, np.int32)
@@ -130,6 +132,19 @@ def test_matches_xla_decode_for_every_storage(storage, head_dim, decode_path):
 def test_gqa_groups_and_head_dims(num_q_heads, rows, head_dim, decode_path):
     q, cache, md = decode_case(LENS, len(LENS), num_q_heads, rows, head_dim, "f32", seed=1)
     native, xla = both(q, cache, md, head_dim**-0.5)
+    np.testing.assert_allclose(native, xla, rtol=2e-4, atol=2e-5)
+
+
+# Pages of 16 tokens, the engine's: whole pages and partial ones (a sequence's last, a window's
+# first), every loop.
+@pytest.mark.slow
+@pytest.mark.parametrize("num_q_heads, rows", [(4, 4), (4, 2), (2, 4), (2, 2)])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("window", [None, 20])
+def test_whole_pages_of_sixteen(num_q_heads, rows, head_dim, window, decode_path):
+    lens = [16, 32, 17, 40, 5, 96]
+    q, cache, md = decode_case(lens, len(lens), num_q_heads, rows, head_dim, "f32", 3, 16)
+    native, xla = both(q, cache, md, head_dim**-0.5, sliding_window=window, soft_cap=None)
     np.testing.assert_allclose(native, xla, rtol=2e-4, atol=2e-5)
 
 
