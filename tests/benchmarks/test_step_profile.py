@@ -1,0 +1,88 @@
+"""benchmarks/step_profile.py: ops named by their FFI target, steps matched to the engine's
+records, and a profiled round of our engine at a tiny size."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import step_profile as sp  # noqa: E402
+
+SCRIPT = Path(sp.__file__)
+
+
+def test_ffi_targets_are_read_from_the_dumped_programs(tmp_path):
+    (tmp_path / "module_0102.jit_step_fn.cpu_after_optimizations.txt").write_text(
+        "  ffi_call.49 = f32[64,256]{1,0} custom-call(x, w), "
+        'custom_call_target="claimbench_dense", api_version=API_VERSION_TYPED_FFI\n'
+        '  %ffi_call.7 = f32[8]{0} custom-call(q), custom_call_target="claimbench_paged_decode"\n'
+        "  wrapped_add = f32[64,256]{1,0} fusion(a, b), kind=kLoop\n"
+    )
+    (tmp_path / "module_0102.jit_step_fn.cpu_after_optimizations-buffer-assignment.txt").write_text(
+        'ffi_call.1 = custom_call_target="not_a_program"\n'
+    )
+    targets = sp.ffi_targets(str(tmp_path))
+    assert targets == {
+        (102, "ffi_call.49"): "claimbench_dense",
+        (102, "ffi_call.7"): "claimbench_paged_decode",
+    }
+    assert sp.op_kind("ffi_call.49", 102, targets) == "claimbench_dense"
+    # The same name in another program is not that program's call.
+    assert sp.op_kind("ffi_call.49", 7, targets) == "xla:ffi_call"
+    assert sp.op_kind("wrapped_add.3", 102, targets) == "xla:wrapped_add"
+
+
+def test_steps_are_split_by_the_engines_records():
+    runs = [
+        {"start_ns": 0, "span_ns": 4e6, "ops": {"claimbench_dense": 3e6, "xla:add": 1e6}},
+        {"start_ns": 10, "span_ns": 2e6, "ops": {"claimbench_dense": 1e6, "xla:add": 1e6}},
+        {"start_ns": 20, "span_ns": 3e6, "ops": {"claimbench_dense": 2e6}},
+    ]
+    records = [
+        SimpleNamespace(num_prefill_tokens=30, device_s=0.004),
+        SimpleNamespace(num_prefill_tokens=0, device_s=0.002),
+        SimpleNamespace(num_prefill_tokens=0, device_s=0.003),
+    ]
+    out = sp.breakdown(runs, records)
+    assert out["prefill"]["steps"] == 1 and out["decode"]["steps"] == 2
+    assert out["decode"]["ops_ms"] == {"claimbench_dense": 1.5, "xla:add": 0.5}  # means a step
+    assert out["decode"]["ops_ms_sum"] == 2.0
+    assert out["decode"]["span_ms_mean"] == 2.5
+    assert out["decode"]["device_ms_median"] == pytest.approx(2.5)
+    assert out["prefill"]["ops_ms"] == {"claimbench_dense": 3.0, "xla:add": 1.0}
+    with pytest.raises(SystemExit, match="cannot be matched"):
+        sp.breakdown(runs, records[:2])
+    text = sp.report(out)
+    assert text.splitlines()[0].startswith("decode steps: 2, device 2.50 ms a step")
+    assert "1.500 ms   75.0%  claimbench_dense" in text
+
+
+@pytest.mark.slow
+def test_a_tiny_round_is_profiled():
+    from claimbench.kernels import native_dense
+
+    workload = ["--requests", "3", "--min-input", "8", "--max-input", "24", "--output-len", "4"]
+    workload += ["--max-num-seqs", "4", "--max-num-batched-tokens", "32"]
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), *workload, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    # Three prompts of 8-24 tokens in steps of 32: prefill steps, then decode-only steps.
+    assert result["prefill"]["steps"] >= 1 and result["decode"]["steps"] >= 1
+    for kind in result.values():
+        assert kind["ops_ms_sum"] == pytest.approx(sum(kind["ops_ms"].values()))
+    if native_dense.unavailable_reason() is None:
+        # The native kernels, read back to their targets: the matmuls in every step.
+        assert "claimbench_dense" in result["decode"]["ops_ms"]
+        assert "claimbench_dense" in result["prefill"]["ops_ms"]
