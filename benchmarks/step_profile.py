@@ -25,6 +25,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -136,8 +137,12 @@ def profile_round(workload: list[str]) -> dict:
     jax.profiler.start_trace(trace)
     ev.ours_round(engine, job, records)
     jax.profiler.stop_trace()
-    [trace_path] = glob.glob(f"{trace}/**/*.xplane.pb", recursive=True)
-    return breakdown(executions(trace_path, ffi_targets(dump)), records)
+    try:
+        [trace_path] = glob.glob(f"{trace}/**/*.xplane.pb", recursive=True)
+        return breakdown(executions(trace_path, ffi_targets(dump)), records)
+    finally:  # tens of MB of programs and trace
+        shutil.rmtree(dump, ignore_errors=True)
+        shutil.rmtree(trace, ignore_errors=True)
 
 
 def report(result: dict, top: int = 12) -> str:
