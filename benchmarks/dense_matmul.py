@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from path_rounds import engine_rounds  # noqa: E402
-from round_ceiling import serial_dense  # noqa: E402
+from round_ceiling import SerialDense  # noqa: E402
 
 
 def model_matrices(model) -> list[tuple[int, int]]:
@@ -90,30 +90,15 @@ def against_peak(shapes, rows: int, repeats: int, iters: int, threads: list[int]
     """The native matmuls, one after another, on each of ``threads`` thread counts and the
     multiply-add peak on as many, alternating ``repeats`` times: {threads: {gflop_s,
     peak_gflop_s, fraction}}."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
+    from claimbench.kernels import native_peak, native_threads
 
-    from claimbench.kernels import native_dense, native_peak, native_threads
-
-    rng = np.random.default_rng(0)
-    packed = [native_dense.pack(jnp.asarray(rng.standard_normal(s, np.float32))) for s in shapes]
-    inputs = {k: jnp.asarray(rng.standard_normal((rows, k), np.float32)) for k, _ in shapes}
-
-    native = serial_dense(shapes)  # one call at a time
-    jax.block_until_ready(native(inputs, packed))
-    flops = sum(2 * rows * k * n for k, n in shapes)
+    timer = SerialDense(shapes, rows)  # one call at a time
     rates: dict[int, list[float]] = {t: [] for t in threads}
     peaks: dict[int, list[float]] = {t: [] for t in threads}
     for _ in range(repeats):
         for t in threads:
             with native_threads.threads(t):
-                samples = []
-                for _ in range(iters):
-                    start = time.perf_counter()
-                    jax.block_until_ready(native(inputs, packed))
-                    samples.append(time.perf_counter() - start)
-            rates[t].append(flops / statistics.median(samples))
+                rates[t].append(timer.flops / timer.median_s(iters))
             peaks[t].append(native_peak.fma_peak(t))
     out = {}
     for t in threads:

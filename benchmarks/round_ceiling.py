@@ -189,32 +189,48 @@ def serial_dense(shapes):
     return run
 
 
-def dense_flop_s(shapes, rows: int, repeats: int = 3, iters: int = 5) -> float:
-    """FLOP/s of the native dense kernel over the matrices ``shapes`` ([(K, N)]) at ``rows``
-    rows of f32, one call after another (``serial_dense``): the best of ``repeats`` medians of
-    ``iters`` passes."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
+class SerialDense:
+    """The native dense kernel over the matrices ``shapes`` ([(K, N)]) at ``rows`` rows of
+    random f32, one call after another (``serial_dense``), compiled and run once: ``flops`` a
+    pass, ``median_s`` times passes."""
 
-    from claimbench.kernels import native_dense
+    def __init__(self, shapes, rows: int) -> None:
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
 
-    rng = np.random.default_rng(0)
-    packed = [
-        native_dense.pack(jnp.asarray(rng.standard_normal(s, np.float32) * 0.05)) for s in shapes
-    ]
-    inputs = {k: jnp.asarray(rng.standard_normal((rows, k), np.float32)) for k, _ in shapes}
-    run = serial_dense(shapes)
-    jax.block_until_ready(run(inputs, packed))
-    medians = []
-    for _ in range(repeats):
+        from claimbench.kernels import native_dense
+
+        rng = np.random.default_rng(0)
+        self.packed = [
+            native_dense.pack(jnp.asarray(rng.standard_normal(s, np.float32) * 0.05))
+            for s in shapes
+        ]
+        self.inputs = {
+            k: jnp.asarray(rng.standard_normal((rows, k), np.float32)) for k, _ in shapes
+        }
+        self.flops = sum(2 * rows * k * n for k, n in shapes)
+        self.run = serial_dense(shapes)
+        jax.block_until_ready(self.run(self.inputs, self.packed))
+
+    def median_s(self, iters: int) -> float:
+        """The median seconds of ``iters`` passes."""
+        import jax
+
         samples = []
         for _ in range(iters):
             start = time.perf_counter()
-            jax.block_until_ready(run(inputs, packed))
+            jax.block_until_ready(self.run(self.inputs, self.packed))
             samples.append(time.perf_counter() - start)
-        medians.append(statistics.median(samples))
-    return sum(2 * rows * k * n for k, n in shapes) / min(medians)
+        return statistics.median(samples)
+
+
+def dense_flop_s(shapes, rows: int, repeats: int = 3, iters: int = 5) -> float:
+    """FLOP/s of the native dense kernel over the matrices ``shapes`` ([(K, N)]) at ``rows``
+    rows of f32, one call after another (``SerialDense``): the best of ``repeats`` medians of
+    ``iters`` passes."""
+    timer = SerialDense(shapes, rows)
+    return timer.flops / min(timer.median_s(iters) for _ in range(repeats))
 
 
 def read_bytes_s(nbytes: int, threads: tuple[int, ...] = READ_THREADS, iters: int = 3) -> dict:
