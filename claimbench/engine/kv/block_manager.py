@@ -87,7 +87,8 @@ class BlockManager:
             if request.num_preemptions == 0:
                 request.prefix_hit_tokens = request.num_computed_tokens
         self._cache_computed(request)
-        request.block_table += self.pool.allocate(num_new)
+        last = request.block_table[-1] if request.block_table else None
+        request.block_table += self.pool.allocate(num_new, after=last)
         self.tenant_pages[request.tenant] += len(hits) + num_new
 
     def trim(self, request: Request, num_tokens: int) -> int:

@@ -9,7 +9,8 @@ faster time to first token) learns that someone with the same salt sent that pre
 The pool owns every page's reference count and one free queue. A released page joins the
 queue's tail and keeps its cache entry; allocation takes pages from the head and evicts their
 entries, so cached pages no request holds are reused least recently released first (the free
-queue of vLLM v1's BlockPool). A hit on such a page takes it back out of the queue.
+queue of vLLM v1's BlockPool). A hit on such a page takes it back out of the queue. Uncached
+free pages hold nothing, so allocation picks among them to keep a sequence's pages adjacent.
 
 A hash never decides a hit alone: each cached block stores its token ids, its extra keys and
 the serial number of its parent cached block, and a lookup compares all three. A collision can
@@ -132,17 +133,45 @@ class BlockPool:
 
     # -- references -----------------------------------------------------------------------
 
-    def allocate(self, num_pages: int) -> list[int]:
-        """Take num_pages from the head of the free queue, evicting their cache entries."""
+    def allocate(self, num_pages: int, after: int | None = None) -> list[int]:
+        """Take num_pages free pages for a block table that ends with page ``after`` (None for
+        an empty one), evicting the cache entries of cached ones.
+
+        Cached pages leave least recently released first (the queue's head). An uncached
+        free page holds nothing, so which of those is taken is the allocator's choice: it
+        keeps a sequence's pages adjacent and ascending where it can, which the decode
+        kernel reads faster than scattered pages (docs/performance/kernel_threads.md). The
+        page after the table's last when that one is free and uncached; otherwise the head,
+        or, when the head is uncached, the lowest page of the run of free uncached pages
+        that ends at the head, no further down than the pages still needed. Released pages
+        join the queue last page first, so a finished sequence's pages come back as such a
+        descending run and the next sequence takes them ascending."""
         if num_pages > len(self._free):
             raise ValueError(f"need {num_pages} pages, {len(self._free)} free")
-        pages = []
-        for _ in range(num_pages):
-            page, _ = self._free.popitem(last=False)
+        pages: list[int] = []
+        for taken in range(num_pages):
+            page = self._next_page(after, num_pages - taken)
+            del self._free[page]
             self._evict(page)
             self.ref_counts[page] = 1
             pages.append(page)
+            after = page
         return pages
+
+    def _next_page(self, after: int | None, wanted: int) -> int:
+        if after is not None and self._is_blank(after + 1):
+            return after + 1
+        page = next(iter(self._free))
+        if page in self._by_page:
+            return page
+        start = page
+        while page - start + 1 < wanted and self._is_blank(start - 1):
+            start -= 1
+        return start
+
+    def _is_blank(self, page: int) -> bool:
+        """Free and holding no cached block (a page past the pool is neither)."""
+        return page in self._free and page not in self._by_page
 
     def share(self, pages: Sequence[int]) -> None:
         """Take one more reference on each (cached) page; a free one leaves the queue."""
