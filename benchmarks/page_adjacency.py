@@ -152,7 +152,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(argv)
     # engine_vs_vllm's settings for everything else (model, dtype, page size, backend, seed).
-    base = ev.parse_args(["--scheduling", "off"])
+    # vLLM does not run here: its interpreter is named only to satisfy the shared parser.
+    base = ev.parse_args(["--scheduling", "off", "--vllm-python", sys.executable])
     for key, value in vars(base).items():
         if not hasattr(args, key):
             setattr(args, key, value)
