@@ -1,12 +1,18 @@
 """How much of the cores this process may use stayed idle over a stretch of wall time.
 
-1 - (this process's CPU seconds over the stretch, every thread, user and system, from
-``os.times``) / (wall seconds x the cores it may run on, ``os.sched_getaffinity``). A round of
+1 - (this process's CPU seconds over the stretch, every thread, user and system, from the
+process CPU clock ``time.process_time``) / (wall seconds x the cores it may run on,
+``os.sched_getaffinity``). Not ``os.times``: it counts in clock ticks (10 ms), and a round of a
+few milliseconds then read 0 or 10 ms of CPU, an idle share below 0 or above 1. A round of
 our engine that kept both of a 2-core host's cores busy reads 0; one thread busy and the other
 waiting, 0.5; asleep, 1. Time the process was ready to run but the cores ran something else
 counts as idle here too. The native kernels' threads spin for a short while between calls
 (kernels/native/parallel.h) and count that time (native_threads.waiting_seconds): CPU time that
 computed nothing, so it is subtracted from the CPU seconds and counted idle (``waiting_s``).
+They count it on each thread's CPU clock, so it is never more than the CPU seconds. The CPU
+stretch is read inside the wall stretch, so the share lies in [0, 1] but for one thing: a spin
+is added when it ends, so one that began before the stretch counts whole in it (at most 200 us
+of CPU per kernel thread).
 """
 
 from __future__ import annotations
@@ -24,9 +30,8 @@ def usable_cores() -> int:
 
 
 def process_cpu_seconds() -> float:
-    """User and system CPU seconds of this process so far, all its threads."""
-    t = os.times()
-    return t.user + t.system
+    """User and system CPU seconds of this process so far, all its threads (nanosecond clock)."""
+    return time.process_time()
 
 
 def kernel_waiting_seconds() -> float:
@@ -56,14 +61,17 @@ class IdleMeter:
         self.cpu_s = self.wall_s = self.waiting_s = 0.0
 
     def __enter__(self) -> IdleMeter:
+        self._wall = time.perf_counter()
+        self._cpu = process_cpu_seconds()
         self._waiting = kernel_waiting_seconds()
-        self._cpu, self._wall = process_cpu_seconds(), time.perf_counter()
         return self
 
     def __exit__(self, *exc) -> None:
+        waiting = kernel_waiting_seconds()
+        cpu = process_cpu_seconds()
         self.wall_s = time.perf_counter() - self._wall
-        self.waiting_s = kernel_waiting_seconds() - self._waiting
-        self.cpu_s = process_cpu_seconds() - self._cpu - self.waiting_s
+        self.waiting_s = waiting - self._waiting
+        self.cpu_s = cpu - self._cpu - self.waiting_s
 
     @property
     def idle_core_frac(self) -> float:

@@ -398,8 +398,8 @@ def test_both_pairs_run_and_are_stored_with_the_host(tmp_path):
         assert len(off["vs_model"]["round_x"]) == 2
         assert any(ln.startswith("kernel-ceiling model: ") for ln in proc.stdout.splitlines())
     assert len(off["ours"]["idle_core_frac"]) == 2
-    # A tiny round: os.times counts in clock ticks, so only the bound from above is exact.
-    assert all(f <= 1 for f in off["ours"]["idle_core_frac"])
+    # A tiny round lasts milliseconds: the share is read from nanosecond CPU clocks (not ticks).
+    assert all(0 <= f <= 1 for f in off["ours"]["idle_core_frac"])
     assert result["vllm_cores"] == {
         "mode": "all",
         "cores": ",".join(str(c) for c in sorted(os.sched_getaffinity(0))),

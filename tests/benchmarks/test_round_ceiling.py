@@ -206,6 +206,19 @@ def test_one_busy_thread_leaves_half_of_two_cores_idle():
         assert meter.idle_core_frac == pytest.approx(0.5, abs=0.1)
 
 
+def test_stretches_shorter_than_a_clock_tick_are_measured():
+    # A round of a tiny job lasts a few milliseconds. Read from a clock that counts in ticks
+    # (10 ms) such a stretch had 0 or 10 ms of CPU, an idle share of 1 or below 0, and tick by
+    # tick the process's CPU time outran the wall time it was measured over.
+    for _ in range(40):
+        with idle_cores.IdleMeter(cores=2) as meter:
+            start = time.thread_time()
+            spin(0.002)
+            busy = time.thread_time() - start
+        assert 0 <= meter.idle_core_frac <= 1
+        assert meter.idle_core_frac == pytest.approx(1 - busy / meter.wall_s / 2, abs=0.1)
+
+
 def test_a_sleep_leaves_the_cores_idle():
     with idle_cores.IdleMeter(cores=2) as meter:
         time.sleep(0.4)

@@ -4,10 +4,15 @@ on other calls running at the same time (several virtual devices, independent XL
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -123,3 +128,37 @@ def test_a_helper_s_spin_between_calls_is_counted_as_waiting():
     # At least the spin after the call (200 us), at most that and the waits inside the call:
     # a sleeping helper counts nothing.
     assert 150e-6 < waited < 0.02
+
+
+STOPPED_WHILE_SPINNING = """
+import json, os, signal, time
+from claimbench.kernels import native_threads
+native_threads.set_kernel_threads(2)
+native_threads.threads_seen(items=8, item_us=100)  # the helper is up
+waiting, cpu = native_threads.waiting_seconds(), time.process_time()
+native_threads.threads_seen(items=8, item_us=100)
+os.kill(os.getpid(), signal.SIGSTOP)  # the helper is in its spin after the call: stopped too
+time.sleep(0.05)  # it finishes its spin, then sleeps
+print(json.dumps([native_threads.waiting_seconds() - waiting, time.process_time() - cpu]))
+"""
+
+
+def test_a_spin_the_host_stops_counts_only_the_cpu_it_had():
+    # The waiting is subtracted from the process's CPU time: counted in wall time, a spin the
+    # host deschedules (here: stops for 0.3 s) counted time the thread never ran, and a round's
+    # idle share read above 1.
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", STOPPED_WHILE_SPINNING], stdout=subprocess.PIPE, text=True, env=env
+    )
+    deadline = time.monotonic() + 120
+    while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+        assert child.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    time.sleep(0.3)
+    os.kill(child.pid, signal.SIGCONT)
+    out, _ = child.communicate(timeout=120)
+    waited, cpu = json.loads(out)
+    assert waited < 0.05
+    assert waited <= cpu

@@ -29,6 +29,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <time.h>
 
 namespace claimbench {
 
@@ -56,6 +57,14 @@ struct ParallelWork final : ParallelJob {
   Work work;
 };
 
+// CPU nanoseconds the calling thread has run so far: the spin is counted in the time it held a
+// core, not in wall time, which also runs while the host has the spinning thread descheduled.
+inline int64_t ThreadCpuNs() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
 inline void Pause() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -80,9 +89,10 @@ class KernelThreads {
     return *threads;
   }
 
-  // Seconds the kernels' threads have spent spinning without work (a helper waiting for the
-  // next call, a caller for a helper's last item): CPU time that computed nothing, which a
-  // measure of idle cores from CPU time must count as idle.
+  // CPU seconds the kernels' threads have spent spinning without work (a helper waiting for
+  // the next call, a caller for a helper's last item): CPU time that computed nothing, which a
+  // measure of idle cores from CPU time must count as idle. Counted on each thread's CPU clock
+  // (ThreadCpuNs), so it never exceeds the CPU time the process spent.
   double waiting_seconds() const { return waiting_ns_.load(std::memory_order_relaxed) * 1e-9; }
 
   // Threads a call computes on, the calling one included.
@@ -116,7 +126,7 @@ class KernelThreads {
     // The last items may be on a helper that the host has descheduled: yield the core to it
     // after a short spin rather than spin against it.
     if (job->done.load(std::memory_order_acquire) < n) {
-      const auto since = std::chrono::steady_clock::now();
+      const int64_t since = ThreadCpuNs();
       for (int spins = 0; job->done.load(std::memory_order_acquire) < n; ++spins) {
         if (spins < 4096) {
           Pause();
@@ -145,10 +155,9 @@ class KernelThreads {
     Set(std::max(1, n));
   }
 
-  void CountWaiting(std::chrono::steady_clock::time_point since) {
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-        std::chrono::steady_clock::now() - since);
-    waiting_ns_.fetch_add(ns.count(), std::memory_order_relaxed);
+  // Adds the calling thread's CPU time since `since` (ThreadCpuNs) to the waiting.
+  void CountWaiting(int64_t since) {
+    waiting_ns_.fetch_add(ThreadCpuNs() - since, std::memory_order_relaxed);
   }
 
   // Starts helpers until there are `n`; mu_ held.
@@ -184,8 +193,8 @@ class KernelThreads {
 
   void Loop(int index, uint64_t seen) {
     for (;;) {
-      const auto since = std::chrono::steady_clock::now();
-      const auto until = since + kSpin;
+      const int64_t since = ThreadCpuNs();
+      const auto until = std::chrono::steady_clock::now() + kSpin;
       int spins = 0;
       while (generation_.load(std::memory_order_acquire) == seen) {
         Pause();
