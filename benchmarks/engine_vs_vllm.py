@@ -16,7 +16,8 @@ Async scheduling (the next step built while one runs) is matched: --scheduling o
 sides with it off, on with it on, both (the default) one pair after the other, each pair A B A
 B after its own warm-up. A vLLM whose platform will not run the setting asked for (vLLM's CPU
 platform turns async scheduling off) is reported for that pair as "vLLM refused: <why>", not
-as a number. Reported for each pair: output tokens/s of every round of each side, the median
+as a number; ours then runs that pair's rounds alone (no vLLM process running), reported
+against the model of a round below, with no ratio to vLLM. Reported for each pair: output tokens/s of every round of each side, the median
 and the min-max, the ratio of the medians ours / vLLM (target >= 2.5) and each round's ratio,
 TTFT and TPOT percentiles over the timed rounds where the side reports them (and each round's
 own p50 and p99, which the nightly series takes intervals over), and how many requests' greedy
@@ -489,13 +490,54 @@ def ours_header(pair: dict) -> str:
     return text + (f"{'idle':>8}" if ours.get("idle_core_frac") is not None else "")
 
 
+def alone_report(name: str, pair: dict, model: dict | None) -> list[str]:
+    """Our rounds where vLLM refused the pair: each round, the median against the model of a
+    round, the idle cores and the latencies (no ratio: there is no vLLM round beside them)."""
+    ours = pair["ours_alone"]
+    view = {"ours": ours, "vs_model": pair.get("vs_model")}
+    lines = [
+        f"ours alone with async scheduling {name}",
+        f"{'round':<8}{'ours tok/s':>14}{ours_header(view)}",
+    ]
+    lines += [f"{i + 1:<8}{t:14.1f}{ours_columns(view, i)}" for i, t in enumerate(ours["tok_s"])]
+    lines.append(
+        f"{'median':<8}{ours['median_tok_s']:14.1f}   (min-max "
+        f"{ours['min_tok_s']:.0f}-{ours['max_tok_s']:.0f})"
+    )
+    lines += model_and_idle_lines(ours, pair.get("vs_model"), model)
+    for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
+        p = ours[key]
+        shown = "n/a" if p is None else "  ".join(f"{q} {v:8.1f}" for q, v in p.items())
+        lines.append(f"{label} ms ours  {shown}")
+    return lines
+
+
+def model_and_idle_lines(ours: dict, vs: dict | None, model: dict | None) -> list[str]:
+    """Our median round against the kernel-ceiling model's, and our idle core share."""
+    lines = []
+    if model is not None and vs is not None:
+        from round_ceiling import model_line
+
+        lines.append(model_line(model, vs["median_s"]))
+    idle = ours.get("idle_core_frac")
+    if idle is not None:
+        lines.append(
+            f"idle core time, ours: median {ours['median_idle_core_frac']:.2f} of "
+            f"{ours['cores']} cores (rounds {min(idle):.2f}-{max(idle):.2f})"
+        )
+    return lines
+
+
 def pair_report(name: str, pair: dict, model: dict | None = None) -> list[str]:
     """One pair's lines: every round of each side and its ratio (and ours: its seconds, their
     multiple of the kernel-ceiling ``model``'s round, its idle core share), median, min-max,
     the model against our median round, our idle cores, latencies."""
     title = f"both sides with async scheduling {name}"
     if "refused" in pair:
-        return [f"{title}: vLLM refused: {pair['refused']}"]
+        lines = [f"{title}: vLLM refused: {pair['refused']}"]
+        if "ours_alone" in pair:
+            lines += alone_report(name, pair, model)
+        return lines
     ours, vllm = pair["ours"], pair["vllm"]
     header = f"{'round':<8}{'ours tok/s':>14}{'vLLM tok/s':>14}{'ratio':>12}{ours_header(pair)}"
     lines = [title, header]
@@ -510,17 +552,7 @@ def pair_report(name: str, pair: dict, model: dict | None = None) -> list[str]:
     spread = [f"{s['min_tok_s']:.0f}-{s['max_tok_s']:.0f}" for s in (ours, vllm)]
     ratios = f"{min(pair['round_ratios']):.2f}-{max(pair['round_ratios']):.2f}"
     lines.append(f"{'min-max':<8}{spread[0]:>14}{spread[1]:>14}{ratios:>12}")
-    vs = pair.get("vs_model")
-    if model is not None and vs is not None:
-        from round_ceiling import model_line
-
-        lines.append(model_line(model, vs["median_s"]))
-    idle = ours.get("idle_core_frac")
-    if idle is not None:
-        lines.append(
-            f"idle core time, ours: median {ours['median_idle_core_frac']:.2f} of "
-            f"{ours['cores']} cores (rounds {min(idle):.2f}-{max(idle):.2f})"
-        )
+    lines += model_and_idle_lines(ours, pair.get("vs_model"), model)
     for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
         for side, who in ((ours, "ours"), (vllm, "vLLM")):
             p = side[key]
@@ -793,6 +825,18 @@ def run_pair_alternating(args, job: Job, job_path: Path, log: Path, engine) -> d
     return {"rounds": rounds, "settle_s": settled}
 
 
+def ours_rounds(engine, job: Job, rounds: int) -> list[dict]:
+    """Our engine switched to ``job``'s scheduling, a warm-up round, then ``rounds`` timed."""
+    set_async_scheduling(engine, job.async_scheduling)
+    ours_round(engine, job)  # warm-up, as the worker's
+    return [ours_round(engine, job) for _ in range(rounds)]
+
+
+def ours_of(run: dict) -> list[dict] | None:
+    """A pair's rounds of our engine: beside vLLM's, or alone where vLLM refused the pair."""
+    return run.get("ours_alone") or run.get("rounds", {}).get("ours")
+
+
 def run_vllm_alone(args, job_path: Path, log: Path) -> dict:
     """vLLM's warm-up and all its rounds, then its process exits (the chips are free again)."""
     worker = start_worker(args, job_path, log)
@@ -830,24 +874,29 @@ def compare(args) -> dict:
         engine = None
         for on in modes:
             run = runs.get(names[on])
-            if run is not None and "refused" in run:
-                continue
             ours_job = dataclasses.replace(job, async_scheduling=on)
             if engine is None:
                 engine = build_ours(args, ours_job)
                 # Once a run, on a quiet host: our engine built, no vLLM process running yet
                 # (alternating) or any more (sequential), before any timed round.
                 ceiling = kernel_ceiling(job)
-            if in_turn:
-                set_async_scheduling(engine, on)
-                ours_round(engine, ours_job)  # warm-up, as the worker's
-                run["rounds"]["ours"] = [ours_round(engine, ours_job) for _ in range(args.rounds)]
-            else:
-                runs[names[on]] = run_pair_alternating(args, ours_job, job_paths[on], log, engine)
+            if in_turn and "refused" not in run:
+                run["rounds"]["ours"] = ours_rounds(engine, ours_job, args.rounds)
+            elif not in_turn:
+                run = runs[names[on]] = run_pair_alternating(
+                    args, ours_job, job_paths[on], log, engine
+                )
+            if "refused" in run:
+                # No vLLM process runs now: ours alone, against the model of a round.
+                run["ours_alone"] = ours_rounds(engine, ours_job, args.rounds)
     pairs = {}
     for name, run in runs.items():
         if "refused" in run:
-            pairs[name] = run
+            pairs[name] = {"refused": run["refused"]}
+            if run.get("ours_alone"):
+                alone = summarize(run["ours_alone"])
+                pairs[name]["ours_alone"] = alone
+                pairs[name]["vs_model"] = versus_model(alone, ceiling.get("model"))
         else:
             pairs[name] = pair_result(run["rounds"]["ours"], run["rounds"]["vllm"])
             pairs[name]["settle_s"] = run.get("settle_s")
@@ -857,8 +906,9 @@ def compare(args) -> dict:
         reasons = "; ".join(f"{name}: {pair['refused']}" for name, pair in pairs.items())
         raise RuntimeError(f"vLLM refused every pair ({reasons})")
     ours_off_vs_on = None
-    if set(measured) == {"off", "on"}:
-        ours_off_vs_on = greedy_match(runs["off"]["rounds"]["ours"], runs["on"]["rounds"]["ours"])
+    ours_by_mode = {name: ours_of(run) for name, run in runs.items() if ours_of(run)}
+    if set(ours_by_mode) == {"off", "on"}:
+        ours_off_vs_on = greedy_match(ours_by_mode["off"], ours_by_mode["on"])
     # The scoreboard shows one pair: scheduling off where it ran, the setting both engines
     # offer on every platform.
     headline = measured[0]

@@ -388,6 +388,11 @@ def test_both_pairs_run_and_are_stored_with_the_host(tmp_path):
     # The stand-in's tokens are not our engine's: every request differs from its first token.
     assert off["greedy"]["identical"] == 0 and off["greedy"]["first_difference"]["token"] == 0
     assert "refused" in result["pairs"]["on"] and result["headline"] == "off"
+    # Where vLLM refused, ours ran that pair's rounds alone, and its outputs did not change.
+    alone = result["pairs"]["on"]["ours_alone"]
+    assert len(alone["tok_s"]) == len(alone["idle_core_frac"]) == 2
+    assert "ours alone with async scheduling on" in proc.stdout.splitlines()
+    assert result["ours_off_vs_on"]["identical"] == 2
     assert result["ratio"] == off["ratio"] and result["ours"] == off["ours"]
     assert result["host"]["cores"] >= 1 and "cpu_model" in result["host"]
     # Our rounds against the kernel-ceiling model measured in the run, and their idle cores.
