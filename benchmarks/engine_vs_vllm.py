@@ -17,13 +17,14 @@ sides with it off, on with it on, both (the default) one pair after the other, e
 B after its own warm-up. A vLLM whose platform will not run the setting asked for (vLLM's CPU
 platform turns async scheduling off) is reported for that pair as "vLLM refused: <why>", not
 as a number; ours then runs that pair's rounds alone (no vLLM process running), reported
-against the model of a round below, with no ratio to vLLM. Reported for each pair: output tokens/s of every round of each side, the median
-and the min-max, the ratio of the medians ours / vLLM (target >= 2.5) and each round's ratio,
-TTFT and TPOT percentiles over the timed rounds where the side reports them (and each round's
-own p50 and p99, which the nightly series takes intervals over), and how many requests' greedy
-outputs were identical on both sides in every round (and, with both pairs run, ours with async
-scheduling off against on). The report, the JSON and the stored record
-name the host: CPU model, vector ISA (avx512f / avx2 / fma) and cores.
+against the model of a round below, with no ratio to vLLM. Reported for each pair: output
+tokens/s of every round of each side, the median and the min-max, the ratio of the medians
+ours / vLLM (target >= 2.5) and each round's ratio, TTFT and TPOT percentiles over the timed
+rounds where the side reports them (and each round's own p50 and p99, which the nightly series
+takes intervals over), and how many requests' greedy outputs were identical on both sides in
+every round (and, with both pairs run, ours with async scheduling off against on). The
+report, the JSON and the stored record name the host: CPU model, vector ISA (avx512f / avx2 /
+fma) and cores.
 
 Beside our rounds: a kernel-ceiling model of one round (round_ceiling.py: the round's analytic
 work over each kernel's ceiling, measured on this host once a run, after our engine is built and
