@@ -128,6 +128,10 @@ def profile_round(workload: list[str]) -> dict:
     import engine_vs_vllm as ev
     import jax
 
+    # Programs loaded from a persistent compilation cache (JAX_COMPILATION_CACHE_DIR, which
+    # the test suite sets) are not compiled, so nothing is dumped and every native call
+    # would read as an unnamed ``xla:ffi_call``: compile them here.
+    jax.config.update("jax_enable_compilation_cache", False)
     # vLLM does not run here: its interpreter is named only to satisfy the shared parser.
     args = ev.parse_args([*workload, "--vllm-python", sys.executable])
     job = ev.make_job(args)
