@@ -13,7 +13,9 @@ of the layers' rate on a 2-core Zen 5 host and pulled a step's figure down with 
 native kernel on each of --threads thread counts (kernels/native_threads.py), one call after
 another (round_ceiling.serial_dense), against the host's multiply-add peak on as many threads
 (kernels/native_peak.py), the two alternating --repeats times: the kernel's FLOP/s as a fraction
-of its own ceiling.
+of its own ceiling; and the same with each pass after an untimed read of four times the
+last-level cache (at least 64 MB: ``evict_bytes``), so that the weights come from memory, as
+in the engine's decode steps, where a step's KV read evicts them ("weights from memory").
 
 Engine (--engine-rounds N): two engines in this process over the same checkpoint, one
 serving with the native kernel (``CLAIMBENCH_NATIVE_DENSE=native``), one with XLA's dot,
@@ -86,24 +88,60 @@ def time_matmuls(shapes, rows: int, repeats: int, iters: int) -> dict:
     }
 
 
+MIN_EVICT_BYTES = 64 << 20
+
+
+def evict_bytes() -> int:
+    """Bytes to read between passes so that the weights come from memory: four times the
+    last-level cache where the host reports it, and at least 64 MB."""
+    import os
+
+    try:
+        l3 = os.sysconf("SC_LEVEL3_CACHE_SIZE")
+    except (ValueError, OSError):  # not reported here
+        l3 = 0
+    return max(MIN_EVICT_BYTES, 4 * max(l3, 0))
+
+
+def evictor():
+    """A callable that reads ``evict_bytes()`` of its own through the caches, as a decode
+    step's KV read does between two uses of a layer's weights."""
+    import numpy as np
+
+    buffer = np.ones(evict_bytes() // 4, np.float32)
+    return lambda: float(buffer.sum())
+
+
 def against_peak(shapes, rows: int, repeats: int, iters: int, threads: list[int]) -> dict:
     """The native matmuls, one after another, on each of ``threads`` thread counts and the
     multiply-add peak on as many, alternating ``repeats`` times: {threads: {gflop_s,
-    peak_gflop_s, fraction}}."""
+    peak_gflop_s, fraction, cold_gflop_s, cold_fraction}}. ``cold``: each pass after a read
+    of ``evict_bytes()`` (untimed), so that its weights come from memory, as in a decode step
+    of the engine, where the step's KV read evicts them."""
     from claimbench.kernels import native_peak, native_threads
 
     timer = SerialDense(shapes, rows)  # one call at a time
+    evict = evictor()
     rates: dict[int, list[float]] = {t: [] for t in threads}
+    cold: dict[int, list[float]] = {t: [] for t in threads}
     peaks: dict[int, list[float]] = {t: [] for t in threads}
     for _ in range(repeats):
         for t in threads:
             with native_threads.threads(t):
                 rates[t].append(timer.flops / timer.median_s(iters))
+                cold[t].append(timer.flops / timer.median_s(iters, before=evict))
             peaks[t].append(native_peak.fma_peak(t))
     out = {}
     for t in threads:
         rate, peak = statistics.median(rates[t]), statistics.median(peaks[t])
-        out[str(t)] = {"gflop_s": rate / 1e9, "peak_gflop_s": peak / 1e9, "fraction": rate / peak}
+        chilled = statistics.median(cold[t])
+        out[str(t)] = {
+            "gflop_s": rate / 1e9,
+            "peak_gflop_s": peak / 1e9,
+            "fraction": rate / peak,
+            "cold_gflop_s": chilled / 1e9,
+            "cold_fraction": chilled / peak,
+        }
     return out
 
 
@@ -152,7 +190,8 @@ def main(argv: list[str] | None = None) -> None:
                     print(
                         f"      native on {t} thread{'s' if t != '1' else ' '}: "
                         f"{r['gflop_s']:.0f} GFLOP/s = {r['fraction']:.2f} of the multiply-add "
-                        f"peak on as many ({r['peak_gflop_s']:.0f} GFLOP/s)"
+                        f"peak on as many ({r['peak_gflop_s']:.0f} GFLOP/s); weights from "
+                        f"memory {r['cold_gflop_s']:.0f} GFLOP/s = {r['cold_fraction']:.2f}"
                     )
     if args.engine_rounds:
         from claimbench.models.packed import DENSE_ENV

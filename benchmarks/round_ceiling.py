@@ -213,12 +213,15 @@ class SerialDense:
         self.run = serial_dense(shapes)
         jax.block_until_ready(self.run(self.inputs, self.packed))
 
-    def median_s(self, iters: int) -> float:
-        """The median seconds of ``iters`` passes."""
+    def median_s(self, iters: int, before=None) -> float:
+        """The median seconds of ``iters`` passes; ``before`` (a callable), where given, runs
+        untimed before each pass (dense_matmul.py's eviction of the caches)."""
         import jax
 
         samples = []
         for _ in range(iters):
+            if before is not None:
+                before()
             start = time.perf_counter()
             jax.block_until_ready(self.run(self.inputs, self.packed))
             samples.append(time.perf_counter() - start)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -40,8 +41,21 @@ def test_dense_benchmark_runs_side_by_side():
         assert set(m["threads"]) == {"1", "2"}
         for r in m["threads"].values():
             assert r["fraction"] == pytest.approx(r["gflop_s"] / r["peak_gflop_s"])
+            assert r["cold_fraction"] == pytest.approx(r["cold_gflop_s"] / r["peak_gflop_s"])
             assert r["gflop_s"] > 0 and r["peak_gflop_s"] > 0
     engine = report["engine"]
     assert set(engine["rounds"]) == {"native", "xla"}
     assert engine["identical_outputs"].endswith("/3")  # compared over all three requests
     assert all(len(r["tok_s"]) == 1 for r in engine["rounds"].values())
+
+
+def test_the_eviction_reads_four_times_the_last_level_cache(monkeypatch):
+    sys.path.insert(0, str(SCRIPT.parent))
+    import dense_matmul
+
+    monkeypatch.setattr(os, "sysconf", lambda name: 32 << 20)  # a 32 MiB L3
+    assert dense_matmul.evict_bytes() == 128 << 20
+    monkeypatch.setattr(os, "sysconf", lambda name: 0)  # not reported
+    assert dense_matmul.evict_bytes() == dense_matmul.MIN_EVICT_BYTES
+    evict = dense_matmul.evictor()  # reads the whole buffer of ones
+    assert evict() == dense_matmul.MIN_EVICT_BYTES // 4
