@@ -12,6 +12,9 @@ its kind (``xla:wrapped_add``). Printed per kind of step (decode-only, or with p
 steps, the median device time the engine recorded, and each op's mean milliseconds a step and
 share of the step, largest first; the ops' sum against the span from the first op's start to
 the last one's end (ops overlap where the sum is above it; gaps between them where below).
+With --calls, also a decode step's native calls position by position (each layer's
+projections and attention, the head, the sampler), median and mean microseconds over the
+decode steps that made the most common sequence of calls.
 
 The profiler slows what it watches (Python most: the engine's host work is not shown here), so
 the figures are for shares, not for absolute step times: engine_vs_vllm.py times rounds.
@@ -60,7 +63,7 @@ def op_kind(name: str, program: int | None, targets: dict) -> str:
 
 def executions(trace_path: str, targets: dict) -> list[dict]:
     """Each executed program's ops, in the order the executions started: {start_ns, span_ns,
-    ops: {kind: ns}}."""
+    ops: {kind: ns}, calls: [[native kernel, ns], ...] in the order they started}."""
     from jax.profiler import ProfileData
 
     runs: dict[int, dict] = {}
@@ -74,17 +77,50 @@ def executions(trace_path: str, targets: dict) -> list[dict]:
                 if run_id is None or event.name.startswith("ThunkExecutor"):
                     continue
                 run = runs.setdefault(
-                    run_id, {"start": event.start_ns, "end": 0, "ops": collections.Counter()}
+                    run_id,
+                    {"start": event.start_ns, "end": 0, "ops": collections.Counter(), "calls": []},
                 )
                 run["start"] = min(run["start"], event.start_ns)
                 run["end"] = max(run["end"], event.start_ns + event.duration_ns)
                 kind = op_kind(event.name, stats.get("program_id"), targets)
                 run["ops"][kind] += event.duration_ns
+                if not kind.startswith("xla:"):
+                    run["calls"].append((event.start_ns, kind, event.duration_ns))
     ordered = sorted(runs.values(), key=lambda r: r["start"])
     return [
-        {"start_ns": r["start"], "span_ns": r["end"] - r["start"], "ops": dict(r["ops"])}
+        {
+            "start_ns": r["start"],
+            "span_ns": r["end"] - r["start"],
+            "ops": dict(r["ops"]),
+            "calls": [[kind, ns] for _, kind, ns in sorted(r["calls"])],
+        }
         for r in ordered
     ]
+
+
+def call_positions(runs: list[dict], records: list) -> dict | None:
+    """The decode-only steps' native calls position by position (a layer's projections, its
+    attention, ..., the head, the sampler), over the steps that made the most common sequence
+    of calls: {steps, calls: [{position, kind, median_us, mean_us}]}; None without any."""
+    sequences = collections.defaultdict(list)
+    for run, record in zip(runs, records, strict=True):
+        if not record.num_prefill_tokens and run.get("calls"):
+            sequences[tuple(kind for kind, _ in run["calls"])].append(run["calls"])
+    if not sequences:
+        return None
+    kinds, steps = max(sequences.items(), key=lambda item: len(item[1]))
+    calls = []
+    for i, kind in enumerate(kinds):
+        us = [step[i][1] / 1e3 for step in steps]
+        calls.append(
+            {
+                "position": i,
+                "kind": kind,
+                "median_us": statistics.median(us),
+                "mean_us": statistics.fmean(us),
+            }
+        )
+    return {"steps": len(steps), "calls": calls}
 
 
 def breakdown(runs: list[dict], records: list) -> dict:
@@ -143,13 +179,19 @@ def profile_round(workload: list[str]) -> dict:
     jax.profiler.stop_trace()
     try:
         [trace_path] = glob.glob(f"{trace}/**/*.xplane.pb", recursive=True)
-        return breakdown(executions(trace_path, ffi_targets(dump)), records)
+        runs = executions(trace_path, ffi_targets(dump))
+        result = breakdown(runs, records)
+        if (calls := call_positions(runs, records)) is not None:
+            result["decode_calls"] = calls
+        return result
     finally:  # tens of MB of programs and trace
         shutil.rmtree(dump, ignore_errors=True)
         shutil.rmtree(trace, ignore_errors=True)
 
 
-def report(result: dict, top: int = 12) -> str:
+def report(result: dict, top: int = 12, calls: bool = False) -> str:
+    """The steps' op shares per kind of step; with ``calls``, a decode step's native calls
+    position by position."""
     lines = []
     for kind in ("decode", "prefill"):
         if (r := result.get(kind)) is None:
@@ -161,6 +203,13 @@ def report(result: dict, top: int = 12) -> str:
         )
         for name, ms in list(r["ops_ms"].items())[:top]:
             lines.append(f"  {ms:8.3f} ms  {ms / r['ops_ms_sum']:6.1%}  {name}")
+    if calls and (c := result.get("decode_calls")) is not None:
+        lines.append(f"a decode step's native calls in order ({c['steps']} steps alike):")
+        for call in c["calls"]:
+            lines.append(
+                f"  {call['position']:3d}  {call['kind']:<28}{call['median_us']:9.1f} us median"
+                f"{call['mean_us']:9.1f} us mean"
+            )
     return "\n".join(lines)
 
 
@@ -170,9 +219,12 @@ def main(argv: list[str] | None = None) -> None:
     set_default_jax_platforms()  # before JAX starts a backend: no TPU runtime off a TPU host
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    parser.add_argument(
+        "--calls", action="store_true", help="also a decode step's native calls, in order"
+    )
     args, workload = parser.parse_known_args(argv)
     result = profile_round(workload)
-    print(json.dumps(result) if args.json else report(result))
+    print(json.dumps(result) if args.json else report(result, calls=args.calls))
 
 
 if __name__ == "__main__":

@@ -75,6 +75,29 @@ def test_steps_are_split_by_the_engines_records():
     assert "1.500 ms   75.0%  claimbench_dense" in text
 
 
+def test_a_decode_steps_calls_are_read_position_by_position():
+    a, b = "claimbench_dense", "claimbench_paged_decode"
+    runs = [
+        {"calls": [[a, 3e6]]},  # a prefill step: not counted
+        {"calls": [[a, 10e3], [b, 40e3], [a, 800e3]]},
+        {"calls": [[a, 20e3], [b, 60e3], [a, 600e3]]},
+        {"calls": [[a, 30e3], [b, 50e3], [a, 700e3]]},
+        {"calls": [[b, 1e3]]},  # another sequence of calls, made by fewer steps
+    ]
+    records = [SimpleNamespace(num_prefill_tokens=n) for n in (30, 0, 0, 0, 0)]
+    out = sp.call_positions(runs, records)
+    assert out["steps"] == 3
+    assert [(c["kind"], c["median_us"], c["mean_us"]) for c in out["calls"]] == [
+        (a, 20.0, 20.0),
+        (b, 50.0, 50.0),
+        (a, 700.0, 700.0),
+    ]
+    text = sp.report({"decode_calls": out}, calls=True).splitlines()
+    assert text[0] == "a decode step's native calls in order (3 steps alike):"
+    assert text[3].split()[:3] == ["2", a, "700.0"]
+    assert sp.call_positions(runs[:1], records[:1]) is None  # no decode step
+
+
 @pytest.mark.slow
 def test_a_tiny_round_is_profiled(tmp_path):
     from claimbench.kernels import native_dense
@@ -101,9 +124,15 @@ def test_a_tiny_round_is_profiled(tmp_path):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     # Three prompts of 8-24 tokens in steps of 32: prefill steps, then decode-only steps.
     assert result["prefill"]["steps"] >= 1 and result["decode"]["steps"] >= 1
-    for kind in result.values():
+    for kind in (result["decode"], result["prefill"]):
         assert kind["ops_ms_sum"] == pytest.approx(sum(kind["ops_ms"].values()))
     if native_dense.unavailable_reason() is None:
         # The native kernels, read back to their targets: the matmuls in every step.
         assert "claimbench_dense" in result["decode"]["ops_ms"]
         assert "claimbench_dense" in result["prefill"]["ops_ms"]
+        # Position by position, a decode step's native calls: each layer's attention and
+        # gated MLP once, its q, k, v, o and down, and the head after the last layer.
+        kinds = [c["kind"] for c in result["decode_calls"]["calls"]]
+        layers = kinds.count("claimbench_paged_decode")
+        assert layers >= 1 and kinds.count("claimbench_dense_gated") == layers
+        assert kinds.count("claimbench_dense") == 5 * layers + 1
