@@ -30,7 +30,12 @@ MARK = "@@checkout_ab "
 
 
 def child(tree: Path, workload: list[str], rounds: int, scheduling: str) -> dict:
-    """In the measured tree's process: its engine, one untimed round, ``rounds`` timed."""
+    """In the measured tree's process: its engine, one untimed round, ``rounds`` timed.
+
+    Only engine_vs_vllm.py's long-standing calls (parse_args, make_job, build_ours,
+    set_async_scheduling, ours_round) are taken from the measured tree, so an older commit
+    runs too: the round's figures are summed up here, not by a helper of this tree's
+    benchmarks (path_rounds.py has its own, which an older tree may lack)."""
     sys.path.insert(0, str(tree / "benchmarks"))
     import engine_vs_vllm as ev
 

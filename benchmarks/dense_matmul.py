@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -94,8 +95,6 @@ MIN_EVICT_BYTES = 64 << 20
 def evict_bytes() -> int:
     """Bytes to read between passes so that the weights come from memory: four times the
     last-level cache where the host reports it, and at least 64 MB."""
-    import os
-
     try:
         l3 = os.sysconf("SC_LEVEL3_CACHE_SIZE")
     except (ValueError, OSError):  # not reported here

@@ -119,12 +119,17 @@ def test_a_forked_child_gets_helpers_of_its_own():
 
 
 def test_a_helper_s_spin_between_calls_is_counted_as_waiting():
-    with native_threads.threads(2):
+    def one_spin() -> float:
         native_threads.threads_seen(items=8, item_us=100)  # the helper is awake
         before = native_threads.waiting_seconds()
         native_threads.threads_seen(items=8, item_us=100)
         time.sleep(0.05)  # no call: the helper spins for its while, then sleeps
-        waited = native_threads.waiting_seconds() - before
+        return native_threads.waiting_seconds() - before
+
+    # The spin is counted on the helper's CPU clock: on a host busy with other work the helper
+    # may lose its core for part of a spin, so the spin that kept its core is the one read.
+    with native_threads.threads(2):
+        waited = max(one_spin() for _ in range(5))
     # At least the spin after the call (200 us), at most that and the waits inside the call:
     # a sleeping helper counts nothing.
     assert 150e-6 < waited < 0.02
