@@ -131,7 +131,8 @@ def sample_rounds(workload: list[str], seconds: float, async_scheduling: bool) -
             rounds.append(ev.ours_round(engine, job))
         err = proc.communicate()[1]
         if proc.returncode != 0:
-            raise RuntimeError(f"perf record failed: {err.strip().splitlines()[-1:]}")
+            last = (err.strip().splitlines() or ["no reason given"])[-1]
+            raise RuntimeError(f"perf record exited {proc.returncode}: {last}")
         report = subprocess.run(
             [perf_path(), "report", "-i", data, "--stdio", "-t", "|", "--sort", "dso,sym"],
             capture_output=True,
@@ -181,7 +182,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.exit(2, "perf is not installed here (Debian: linux-perf): nothing to sample with\n")
     if (why := sampling_refused(perf)) is not None:
         parser.exit(2, why + "\n")
-    result = sample_rounds(workload, args.seconds, args.scheduling == "on")
+    try:
+        result = sample_rounds(workload, args.seconds, args.scheduling == "on")
+    except (RuntimeError, subprocess.CalledProcessError) as e:  # perf failed mid-way
+        parser.exit(2, f"sampling failed: {e}\n")
     print(json.dumps(result) if args.json else report(result))
 
 
