@@ -176,8 +176,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     args, workload = parser.parse_known_args(argv)
-    if args.seconds <= 0:
-        parser.exit(2, f"--seconds must be > 0, got {args.seconds:g}\n")
+    if not 0 < args.seconds < 3600:  # also refuses nan and inf
+        parser.exit(2, f"--seconds must be > 0 and under an hour, got {args.seconds:g}\n")
     if (perf := perf_path()) is None:
         parser.exit(2, "perf is not installed here (Debian: linux-perf): nothing to sample with\n")
     if (why := sampling_refused(perf)) is not None:

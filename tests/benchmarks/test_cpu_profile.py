@@ -76,7 +76,12 @@ def test_samples_are_grouped_by_what_ran():
 
 @pytest.mark.parametrize(
     "argv, message",
-    [(["--seconds", "0"], "--seconds must be > 0"), (["--scheduling", "sometimes"], "invalid")],
+    [
+        (["--seconds", "0"], "--seconds must be > 0"),
+        (["--seconds", "nan"], "--seconds must be > 0"),
+        (["--seconds", "inf"], "--seconds must be > 0"),
+        (["--scheduling", "sometimes"], "invalid"),
+    ],
 )
 def test_bad_options_are_refused_in_one_line(argv, message):
     proc = subprocess.run(
