@@ -14,8 +14,9 @@ native kernel on each of --threads thread counts (kernels/native_threads.py), on
 another (round_ceiling.serial_dense), against the host's multiply-add peak on as many threads
 (kernels/native_peak.py), the two alternating --repeats times: the kernel's FLOP/s as a fraction
 of its own ceiling; and the same with each pass after an untimed read of four times the
-last-level cache (at least 64 MB: ``evict_bytes``), so that the weights come from memory, as
-in the engine's decode steps, where a step's KV read evicts them ("weights from memory").
+last-level cache as sysfs gives it (at least 64 MB: ``evict_bytes``), so that the weights come
+from memory, as in the engine's decode steps, where a step's KV read evicts them ("weights from
+memory").
 
 Engine (--engine-rounds N): two engines in this process over the same checkpoint, one
 serving with the native kernel (``CLAIMBENCH_NATIVE_DENSE=native``), one with XLA's dot,
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -94,12 +94,12 @@ MIN_EVICT_BYTES = 64 << 20
 
 def evict_bytes() -> int:
     """Bytes to read between passes so that the weights come from memory: four times the
-    last-level cache where the host reports it, and at least 64 MB."""
-    try:
-        l3 = os.sysconf("SC_LEVEL3_CACHE_SIZE")
-    except (ValueError, OSError):  # not reported here
-        l3 = 0
-    return max(MIN_EVICT_BYTES, 4 * max(l3, 0))
+    last-level cache as the kernels' read ceilings take it (native_bandwidth, from sysfs),
+    and at least 64 MB. Not ``os.sysconf``: glibc's SC_LEVEL3_CACHE_SIZE is unknown on some
+    hosts (a 480 MiB L3 then read as none, and 64 MB left the weights in cache)."""
+    from claimbench.kernels.native_bandwidth import last_level_cache_bytes
+
+    return max(MIN_EVICT_BYTES, 4 * last_level_cache_bytes())
 
 
 def evictor():

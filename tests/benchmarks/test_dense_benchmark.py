@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -49,13 +48,19 @@ def test_dense_benchmark_runs_side_by_side():
     assert all(len(r["tok_s"]) == 1 for r in engine["rounds"].values())
 
 
-def test_the_eviction_reads_four_times_the_last_level_cache(monkeypatch):
+def test_the_eviction_reads_four_times_the_last_level_cache(monkeypatch, tmp_path):
     sys.path.insert(0, str(SCRIPT.parent))
     import dense_matmul
 
-    monkeypatch.setattr(os, "sysconf", lambda name: 32 << 20)  # a 32 MiB L3
+    from claimbench.kernels import native_bandwidth
+
+    size = tmp_path / "size"
+    monkeypatch.setattr(native_bandwidth, "L3_SIZE_FILE", size)
+    size.write_text("32768K\n")  # a 32 MiB L3
     assert dense_matmul.evict_bytes() == 128 << 20
-    monkeypatch.setattr(os, "sysconf", lambda name: 0)  # not reported
+    size.write_text("491520K\n")  # 480 MiB, which glibc's sysconf did not know on one host
+    assert dense_matmul.evict_bytes() == 1920 << 20
+    size.write_text("8192K\n")  # a small L3: the floor
     assert dense_matmul.evict_bytes() == dense_matmul.MIN_EVICT_BYTES
     evict = dense_matmul.evictor()  # reads the whole buffer of ones
     assert evict() == dense_matmul.MIN_EVICT_BYTES // 4
