@@ -15,7 +15,6 @@ bit-identical.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import sys
@@ -86,9 +85,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import engine_vs_vllm as ev
 
-    # vLLM does not run here: its interpreter is named only to satisfy the shared parser.
-    wl = ev.parse_args([*args.workload.split(), "--vllm-python", sys.executable])
-    job = dataclasses.replace(ev.make_job(wl), dtype="bfloat16")
+    wl, job = ev.ours_only(args.workload.split(), dtype="bfloat16")
     engines = {name: build(job, on, wl.page_size) for name, on in MODES.items()}
     for engine in engines.values():
         ev.ours_round(engine, job)  # untimed

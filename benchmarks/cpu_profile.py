@@ -23,7 +23,6 @@ shares, not the round's time, are the result.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import re
@@ -111,9 +110,7 @@ def sample_rounds(workload: list[str], seconds: float, async_scheduling: bool) -
     """Build the engine, serve a round, then sample this process while rounds run."""
     import engine_vs_vllm as ev
 
-    # vLLM does not run here: its interpreter is named only to satisfy the shared parser.
-    args = ev.parse_args([*workload, "--vllm-python", sys.executable])
-    job = dataclasses.replace(ev.make_job(args), async_scheduling=async_scheduling)
+    args, job = ev.ours_only(workload, async_scheduling=async_scheduling)
     engine = ev.build_ours(args, job)
     ev.ours_round(engine, job)  # compiles every program the round takes
     with tempfile.TemporaryDirectory(prefix="claimbench-perf-") as tmp:

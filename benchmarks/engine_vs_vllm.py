@@ -787,6 +787,14 @@ def make_job(args) -> Job:
     )
 
 
+def ours_only(workload: list[str], **job_changes) -> tuple[argparse.Namespace, Job]:
+    """The options and Job of ``workload`` (these options) for a benchmark that runs only our
+    engine: vLLM's interpreter is named only to satisfy the parser; ``job_changes`` replace
+    Job fields (dtype, async_scheduling)."""
+    args = parse_args([*workload, "--vllm-python", sys.executable])
+    return args, dataclasses.replace(make_job(args), **job_changes)
+
+
 def vllm_cores(args) -> str | None:
     """The cores vLLM's model threads get: ours (--vllm-cores all), or None for vLLM's own."""
     return our_cores() if args.vllm_cores == "all" else None

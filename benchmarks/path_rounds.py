@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 
 PATHS = ("native", "xla")
 
@@ -21,9 +20,7 @@ def engine_rounds(rounds: int, workload: list[str], env: str, describe_key: str)
 
     from claimbench.engine.sampling_params import SamplingParams
 
-    # vLLM does not run here: its interpreter is named only to satisfy the shared parser.
-    args = ev.parse_args([*workload, "--vllm-python", sys.executable])
-    job = ev.make_job(args)
+    args, job = ev.ours_only(workload)
     engines = {}
     for path in PATHS:
         os.environ[env] = path

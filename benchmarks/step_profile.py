@@ -168,9 +168,7 @@ def profile_round(workload: list[str]) -> dict:
     # the test suite sets) are not compiled, so nothing is dumped and every native call
     # would read as an unnamed ``xla:ffi_call``: compile them here.
     jax.config.update("jax_enable_compilation_cache", False)
-    # vLLM does not run here: its interpreter is named only to satisfy the shared parser.
-    args = ev.parse_args([*workload, "--vllm-python", sys.executable])
-    job = ev.make_job(args)
+    args, job = ev.ours_only(workload)
     engine = ev.build_ours(args, job)
     ev.ours_round(engine, job)  # compiles every program the round takes
     records: list = []
