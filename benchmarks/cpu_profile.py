@@ -122,7 +122,7 @@ def sample_rounds(workload: list[str], seconds: float, async_scheduling: bool) -
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(0.2)  # perf attached before the first sampled round starts
+        time.sleep(0.2)  # a moment for perf to attach (a round begun before it is partly unsampled)
         rounds = []
         while proc.poll() is None:
             rounds.append(ev.ours_round(engine, job))
