@@ -35,14 +35,35 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-# (group, shared object pattern, symbol pattern), first match wins.
-DECODE = r"AttendSequence|PagedDecode|SoftmaxState|PageState|HeadState|QueryState"
+# (group, shared object pattern, symbol pattern), first match wins. The kernels' own names
+# (structs and functions of claimbench/kernels/native's decode, prefill, dense, greedy and
+# thread sources: tests/benchmarks/test_cpu_profile.py reads them from the sources and checks
+# each lands in its kernel's group). Helpers more than one kernel inlines (Load, Exp, PagedKV's
+# Row) are "other native" where they stay calls.
+DECODE = (
+    r"AttendSequence|PagedDecode|SoftmaxState|Page\w*State|HeadState|QueryState|PageSoftmax"
+    r"|SumsOfEight|SequencePages|AlignedScratch|ChosenLoop|Pick(?:Attend|Group|HeadDim|Page)"
+    r"|HorizontalSum|LoadVec|StoreVec|PrefetchLines|\(anonymous namespace\)::Decode\b"
+)
+ANON = r"\(anonymous namespace\)::"
 GROUPS: list[tuple[str, str, str]] = [
     ("decode attention", r"libclaimbench_native", DECODE),
-    ("prefill attention", r"libclaimbench_native", r"AttendTile|PagedPrefill"),
-    ("dense", r"libclaimbench_native", r"::Tile<|::Block$|Dense"),
-    ("greedy", r"libclaimbench_native", r"Greedy|::Row$"),
-    ("kernel threads (spin, hand-off)", r"libclaimbench_native", r"KernelThreads|Parallel"),
+    (
+        "prefill attention",
+        r"libclaimbench_native",
+        rf"AttendTile|PagedPrefill|{ANON}(?:Prefill|Item)\b",
+    ),
+    ("dense", r"libclaimbench_native", rf"::Tile|::Block\b|Dense|{ANON}Run\b"),
+    (
+        "greedy",
+        r"libclaimbench_native",
+        rf"Greedy|{ANON}Row\b|RowMax|FirstIndexOf|LogSumExp|LoadR\b",
+    ),
+    (
+        "kernel threads (spin, hand-off)",
+        r"libclaimbench_native",
+        r"KernelThreads|Parallel|::Pause\b|ThreadCpuNs",
+    ),
     ("other native", r"libclaimbench_native", r""),
     ("XLA compiled ops", r"^\[JIT\]", r""),
     ("jax and XLA runtime", r"libjax|_jax\.|xla|libtpu", r""),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -72,6 +73,54 @@ def test_samples_are_grouped_by_what_ran():
     assert [g["share"] for g in ordered] == sorted((g["share"] for g in ordered), reverse=True)
     doubled = cp.grouped([(2 * p, d, s) for p, d, s in cp.parse_report(REPORT)])
     assert {g["group"]: round(g["share"], 6) for g in doubled} == share
+
+
+# Each kernel's sources: every struct and function they define is that kernel's.
+KERNEL_SOURCES = {
+    "decode attention": ("decode_tiles.h", "decode_page_regs.h", "paged_decode.cc"),
+    "prefill attention": ("paged_prefill.cc",),
+    "dense": ("dense.cc",),
+    "greedy": ("greedy.cc",),
+    "kernel threads (spin, hand-off)": ("parallel.h",),
+}
+NATIVE_DIR = Path(cp.__file__).resolve().parents[1] / "claimbench" / "kernels" / "native"
+FUNCTION = re.compile(r"^(?:[\w:<>,]+[\s*&]+)+(\w+)\(", re.M)
+STRUCT = re.compile(r"^(?:struct|class)\s+(\w+)", re.M)
+
+
+def defined_names(name: str) -> set[str]:
+    text = (NATIVE_DIR / name).read_text()
+    found = set(FUNCTION.findall(text)) | set(STRUCT.findall(text))
+    return {n for n in found if not n.startswith("__")}
+
+
+def test_every_kernel_name_in_the_sources_lands_in_its_kernels_group():
+    """As perf names them: a .cc file's definitions sit in an anonymous namespace, a header's
+    in claimbench (a struct's samples under its methods). Names that two kernels define alike
+    (dense.cc's and decode_tiles.h's Load) are the one thing left to "other native"."""
+    names = {
+        group: {(f, n) for f in files for n in defined_names(f)}
+        for group, files in KERNEL_SOURCES.items()
+    }
+    count: dict[str, int] = {}
+    for pairs in names.values():
+        for _, n in pairs:
+            count[n] = count.get(n, 0) + 1
+    checked = 0
+    for group, pairs in names.items():
+        for source, n in sorted(pairs):
+            if count[n] > 1:
+                continue
+            if source.endswith(".cc"):
+                symbol = f"claimbench::(anonymous namespace)::{n}<64, 2, 2>"
+            else:
+                symbol = f"claimbench::{n}<64, 2, 2>::Attend"
+            assert cp.group_of(NATIVE, symbol) == group, (source, symbol)
+            checked += 1
+    # The sources were read: the kernels AVX2 and AVX-512 builds run are among the names.
+    decode = {n for _, n in names["decode attention"]}
+    assert {"PageRegState", "PageState", "PageRowState", "PageSoftmaxRegs"} <= decode
+    assert checked > 30
 
 
 @pytest.mark.parametrize(
