@@ -858,6 +858,7 @@ def run_vllm_alone(args, job_path: Path, log: Path) -> dict:
 
 
 def compare(args) -> dict:
+    from claimbench.bench import peers
     from claimbench.hardware.host import host_description, host_line
     from claimbench.kernels.backend import resolve_backend_name
 
@@ -921,7 +922,9 @@ def compare(args) -> dict:
     # The scoreboard shows one pair: scheduling off where it ran, the setting both engines
     # offer on every platform.
     headline = measured[0]
-    host = host_description()
+    # The CPU's family and model beside its name: a virtual machine often names a Zen 3, a
+    # Zen 4 and a Zen 5 alike "AMD EPYC", and the scoreboard's series are per host class.
+    host = {**host_description(), **peers.cpu_family_model()}
     return {
         "requests": args.requests,
         "min_input": args.min_input,

@@ -1,14 +1,15 @@
 """The engine's own numbers over nights: the peer comparisons (bench/peers.py) as series.
 
-One series per peer and hardware (``TPU v6e x1``, ``CPU (Intel Xeon, 2 cores)``), oldest first,
-of the measured records: our output tok/s, the ratio ours / peer, and our TTFT and TPOT p50
-and p99. The change rule is the claims' (harness/history.py): a move is flagged when the new
-95% interval lies wholly past the previous record's, a move within them is noise. For tok/s and
-the ratio higher is better (wholly below: a regression), for the latencies lower is (wholly
-above: a regression). The intervals come from each record's rounds (harness.intervals:
-Student-t over our tok/s and over each round's own latency percentile, log-t over the
-per-round ratios ours / peer). Records from before the benchmark kept each round's percentiles
-(``ttft_ms_rounds``/``tpot_ms_rounds``) have one pooled number a night: shown, never flagged.
+One series per peer and hardware class (``TPU v6e x1``, ``CPU (AMD EPYC family 25 model 1,
+avx2, 2 cores)``: peers.record_hardware), oldest first, of the measured records: our output
+tok/s, the ratio ours / peer, and our TTFT and TPOT p50 and p99. The change rule is the
+claims' (harness/history.py): a move is flagged when the new 95% interval lies wholly past the
+previous record's, a move within them is noise. For tok/s and the ratio higher is better
+(wholly below: a regression), for the latencies lower is (wholly above: a regression). The
+intervals come from each record's rounds (harness.intervals: Student-t over our tok/s and over
+each round's own latency percentile, log-t over the per-round ratios ours / peer). Records from
+before the benchmark kept each round's percentiles (``ttft_ms_rounds``/``tpot_ms_rounds``) have
+one pooled number a night: shown, never flagged.
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ def engine_series(records: list[dict[str, Any]]) -> list[EngineSeries]:
     grouped: dict[tuple[str, str], list[EnginePoint]] = {}
     for record in records:
         if record["status"] == peers.MEASURED:
-            key = (record["peer"], peers.hardware_label(record["hardware"]))
+            key = (record["peer"], peers.record_hardware(record))
             grouped.setdefault(key, []).append(engine_point(record))
     return [EngineSeries(peer, hw, tuple(points)) for (peer, hw), points in grouped.items()]
 

@@ -130,7 +130,7 @@ def _row(record: dict[str, Any]) -> HeadlineRow:
     return HeadlineRow(
         peer=record["peer"],
         evidence=hw.get("platform", "cpu"),
-        hardware=hardware_label(hw),
+        hardware=record_hardware(record),
         time=record["time"],
         ours_tok_s=_tok_s(result["ours"]),
         peer_tok_s=_tok_s(result["vllm"]),
@@ -158,13 +158,48 @@ def _tok_s(side: dict[str, Any]) -> float:
     return float(side.get("median_tok_s", side["mean_tok_s"]))
 
 
-def hardware_label(hw: dict[str, Any]) -> str:
-    """ "TPU v6e x1" / "GPU NVIDIA H200 x1" / "CPU (model, N cores)" from detect_hardware()."""
+def hardware_label(hw: dict[str, Any], host: dict[str, Any] | None = None) -> str:
+    """ "TPU v6e x1" / "GPU NVIDIA H200 x1" / "CPU (model, N cores)" from detect_hardware().
+
+    A CPU's class needs more than its model name, which a virtual machine often reduces to
+    "AMD EPYC" for a Zen 3, a Zen 4 and a Zen 5 alike: with ``host`` (the benchmark's record of
+    the host, ``result["host"]``) the label adds the CPU family and model number where the
+    record has them and the vector ISA the native kernels were built for ("CPU (AMD EPYC
+    family 25 model 1, avx2, 2 cores)"), so that one class's numbers are never set against
+    another's. Records from before the benchmark stored these keep the shorter label."""
     platform = hw.get("platform", "cpu")
     if platform == "cpu":
-        return f"CPU ({hw.get('cpu_model') or 'unknown'}, {hw.get('host_cpu_count', '?')} cores)"
+        name = hw.get("cpu_model") or "unknown"
+        host = host or {}
+        if host.get("cpu_family") is not None and host.get("cpu_model_number") is not None:
+            name += f" family {host['cpu_family']} model {host['cpu_model_number']}"
+        isa = f"{host['vector_isa']}, " if host.get("vector_isa") else ""
+        return f"CPU ({name}, {isa}{hw.get('host_cpu_count', '?')} cores)"
     name = hw.get("chip") or hw.get("device_kind") or platform
     return f"{platform.upper()} {name} x{hw.get('num_chips') or hw.get('device_count') or 1}"
+
+
+def cpu_family_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, int]:
+    """{"cpu_family", "cpu_model_number"} from /proc/cpuinfo's first "cpu family" and "model"
+    lines, for a peer record's host (hardware_label); {} where they cannot be read."""
+    found: dict[str, int] = {}
+    keys = {"cpu family": "cpu_family", "model": "cpu_model_number"}
+    try:
+        lines = cpuinfo.read_text().splitlines()
+    except OSError:
+        return {}
+    for line in lines:
+        key, _, value = line.partition(":")
+        name = keys.get(key.strip())
+        if name and name not in found and value.strip().isdigit():
+            found[name] = int(value.strip())
+    return found if len(found) == 2 else {}
+
+
+def record_hardware(record: dict[str, Any]) -> str:
+    """A peer record's hardware class (hardware_label with the record's host, where kept)."""
+    host = (record.get("result") or {}).get("host")
+    return hardware_label(record["hardware"], host if isinstance(host, dict) else None)
 
 
 def latest_attempt(records: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -112,3 +112,40 @@ def test_a_record_without_per_round_latencies_is_shown_and_not_flagged() -> None
         point.values["ours TPOT p99"].estimate == 5.0 and point.values["ours TPOT p99"].lo is None
     )
     assert flags(records) == []
+
+
+def test_cpu_hosts_that_share_a_model_name_are_kept_apart_by_their_class() -> None:
+    """A virtual machine names a Zen 3, a Zen 4 and a Zen 5 alike ("AMD EPYC"): the records'
+    own host (vector ISA, CPU family and model) keeps each class its own series, so a slower
+    class is never flagged as the faster one's regression."""
+
+    def on(host: dict | None, day: str, ours: list[float]) -> dict:
+        made = record(day, ours, [50.0, 51.0, 49.0], hardware={**CPU, "cpu_model": "AMD EPYC"})
+        if host is not None:
+            made["result"]["host"] = host
+        return made
+
+    zen5 = {"vector_isa": "avx512", "cpu_family": 26, "cpu_model_number": 2}
+    zen4 = {"vector_isa": "avx512", "cpu_family": 25, "cpu_model_number": 17}
+    zen3 = {"vector_isa": "avx2"}  # a record from before family and model were kept
+    records = [
+        on(zen5, "2026-12-01", [300.0, 301.0, 299.0]),
+        on(zen4, "2026-12-02", [200.0, 201.0, 199.0]),
+        on(zen3, "2026-12-03", [100.0, 101.0, 99.0]),
+        on(None, "2026-12-03", [90.0, 91.0, 89.0]),  # older still: no host at all
+        on(zen5, "2026-12-04", [302.0, 303.0, 301.0]),
+    ]
+    series = peer_history.engine_series(records)
+    assert [(s.hardware, len(s.points)) for s in series] == [
+        ("CPU (AMD EPYC family 26 model 2, avx512, 2 cores)", 2),
+        ("CPU (AMD EPYC family 25 model 17, avx512, 2 cores)", 1),
+        ("CPU (AMD EPYC, avx2, 2 cores)", 1),
+        ("CPU (AMD EPYC, 2 cores)", 1),
+    ]
+    assert peer_history.engine_changes(series, "2026-12-01") == []
+    # The same class, slower beyond noise, is flagged as before.
+    slower = peer_history.engine_series(records + [on(zen5, "2026-12-05", [150.0, 151.0, 149.0])])
+    flagged = peer_history.engine_changes(slower)
+    assert {(c.hardware, c.metric, c.kind) for c in flagged} >= {
+        ("CPU (AMD EPYC family 26 model 2, avx512, 2 cores)", "ours tok/s", peer_history.REGRESSION)
+    }

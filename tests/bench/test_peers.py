@@ -158,3 +158,19 @@ def test_writers_of_one_second_never_take_each_others_name(tmp_path, monkeypatch
     stored = sorted(json.loads(p.read_text())["n"] for p in (tmp_path / "peers").glob("*.json"))
     assert stored == list(range(5))
     assert not list((tmp_path / "peers").glob(".peer-*"))
+
+
+def test_a_cpu_records_family_and_model_are_read_from_cpuinfo(tmp_path: Path) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text(
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\n"
+        "model name\t: AMD EPYC\nprocessor\t: 1\ncpu family\t: 99\nmodel\t\t: 9\n"
+    )
+    assert peers.cpu_family_model(info) == {"cpu_family": 25, "cpu_model_number": 1}
+    info.write_text("processor\t: 0\nmodel name\t: AMD EPYC\n")
+    assert peers.cpu_family_model(info) == {}
+    assert peers.cpu_family_model(tmp_path / "absent") == {}
+    cpu = {"platform": "cpu", "cpu_model": "AMD EPYC", "host_cpu_count": 2}
+    assert peers.hardware_label(cpu) == "CPU (AMD EPYC, 2 cores)"
+    host = {"vector_isa": "avx2", "cpu_family": 25, "cpu_model_number": 1}
+    assert peers.hardware_label(cpu, host) == "CPU (AMD EPYC family 25 model 1, avx2, 2 cores)"
