@@ -24,7 +24,8 @@ rounds where the side reports them (and each round's own p50 and p99, which the 
 takes intervals over), and how many requests' greedy outputs were identical on both sides in
 every round (and, with both pairs run, ours with async scheduling off against on). The
 report, the JSON and the stored record name the host: CPU model, vector ISA (avx512f / avx2 /
-fma) and cores.
+fma) and cores; the JSON and the record also its CPU family and model number (a virtual machine
+often names different CPUs alike; the scoreboard's series are per class: bench/peers.py).
 
 Beside our rounds: a kernel-ceiling model of one round (round_ceiling.py: the round's analytic
 work over each kernel's ceiling, measured on this host once a run, after our engine is built and
