@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -58,9 +59,36 @@ def test_a_commit_against_itself_alternates_processes_and_gives_the_same_tokens(
     ratio = result["new_over_old"]["tok_s"]
     expected = result["processes"][1]["tok_s"] / result["processes"][0]["tok_s"]
     assert ratio == pytest.approx(expected)
+    assert result["pair_tok_s_ratios"] == [pytest.approx(expected)]
     assert all(0 <= p["idle"] <= 1 for p in result["processes"])
     # The temporary worktrees are gone.
     assert len(git(repo, "worktree", "list").splitlines()) == 1
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location(
+        "checkout_ab", ROOT / "benchmarks" / "checkout_ab.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_pairs_take_turns_at_running_first():
+    ab = load_script()
+    order = [label for pair in range(4) for label in ab.pair_order(pair)]
+    assert order == ["old", "new", "new", "old", "old", "new", "new", "old"]
+
+
+def test_each_pairs_ratio_is_its_own_new_over_its_own_old_whichever_ran_first():
+    ab = load_script()
+    results = [
+        {"label": "old", "tok_s": 100.0},
+        {"label": "new", "tok_s": 110.0},
+        {"label": "new", "tok_s": 80.0},
+        {"label": "old", "tok_s": 100.0},
+    ]
+    assert ab.pair_ratios(results) == [pytest.approx(1.1), pytest.approx(0.8)]
 
 
 def test_an_unknown_commit_is_one_line_and_a_non_zero_exit():
